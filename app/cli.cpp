@@ -1,0 +1,143 @@
+// Subcommand definitions and dispatch (see cli.h). Only subcommands that work are registered.
+#include "app/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "app/config.h"
+#include "app/options.h"
+#include "app/synth_data.h"
+#include "app/trainer.h"
+#include "core/errors.h"
+
+#ifndef TELETRON_VERSION
+#define TELETRON_VERSION "0.0.0"
+#endif
+
+namespace tt {
+namespace {
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string resume;
+  int64_t max_steps = 0;
+  std::string output;
+  std::string device;
+};
+
+struct SynthArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string output;
+  int64_t samples = 64;
+  int64_t text_length = 32;
+  int64_t seed = 1234;
+};
+
+void add_set_option(CLI::App* command, std::vector<std::string>* sets) {
+  command->add_option("--set", *sets, "Override a config key, e.g. --set optimizer.lr=2e-5 (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE");
+}
+
+int run_train(const TrainArgs& args) {
+  // CLI flags are the last word: fold them in as overrides so they are validated like the file.
+  std::vector<std::string> overrides = args.sets;
+  if (args.max_steps > 0) overrides.push_back("train.max_steps=" + std::to_string(args.max_steps));
+  if (!args.output.empty()) overrides.push_back("train.output_dir=" + args.output);
+  if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
+  TrainRequest request{load_config(args.config, overrides), args.resume};
+  run_training(request);
+  return 0;
+}
+
+int run_config(const std::string& path, const std::vector<std::string>& sets) {
+  Config config = load_config(path, sets);
+  model_config_from(config.model);  // cross-field model checks belong to "is this config valid"
+  std::cout << config_to_yaml(config);
+  for (const auto& note : config.not_yet_implemented) std::cerr << "warning: " << note << "\n";
+  return 0;
+}
+
+int run_synth(const SynthArgs& args) {
+  Config config = load_config(args.config, args.sets);
+  HunyuanVideoConfig model = model_config_from(config.model);
+  const Bucket& bucket = config.data.buckets.front();
+  SynthDataOptions options;
+  options.output = args.output;
+  options.samples = args.samples;
+  options.channels = model.in_channels;
+  options.frames = (bucket.frames - 1) / 4 + 1;  // the VAE's 4x temporal compression (causal first frame)
+  options.height = bucket.height / 8;
+  options.width = bucket.width / 8;
+  options.text_length = args.text_length;
+  options.text_dim = model.text_embed_dim;
+  options.pooled_dim = model.pooled_projection_dim;
+  options.seed = static_cast<uint64_t>(args.seed);
+  write_synthetic_latents(options);
+  return 0;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"teletron: trains the HunyuanVideo diffusion Transformer on video, fast."};
+  app.set_version_flag("--version", std::string("teletron ") + TELETRON_VERSION);
+  app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();
+
+  TrainArgs train;
+  auto* train_cmd = app.add_subcommand("train", "Train on the dataset the config names");
+  train_cmd->add_option("config", train.config, "YAML config file (rooted at tele_tron:)")->required();
+  add_set_option(train_cmd, &train.sets);
+  train_cmd->add_option("--resume", train.resume,
+                        "auto (newest complete checkpoint of the run folder, or start fresh) or a checkpoint/run folder")
+      ->default_str("none (fresh run)");
+  train_cmd->add_option("--max-steps", train.max_steps, "Total optimizer steps, also after a resume")
+      ->default_str("train.max_steps")
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--output", train.output, "Run folder")->default_str("train.output_dir");
+  train_cmd->add_option("--device", train.device, "Device")
+      ->default_str("train.device (auto)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+
+  std::string config_path;
+  std::vector<std::string> config_sets;
+  auto* config_cmd = app.add_subcommand("config", "Validate a config and print it resolved, with every default");
+  config_cmd->add_option("config", config_path, "YAML config file")->required();
+  add_set_option(config_cmd, &config_sets);
+
+  SynthArgs synth;
+  auto* synth_cmd = app.add_subcommand(
+      "synth-data", "Write a small synthetic cached-latent dataset (moving blobs) shaped for a config's model");
+  synth_cmd->add_option("config", synth.config, "YAML config file (model and first bucket give the shapes)")
+      ->required();
+  add_set_option(synth_cmd, &synth.sets);
+  synth_cmd->add_option("--output", synth.output, "Output folder (manifest.jsonl + samples)")->required();
+  synth_cmd->add_option("--samples", synth.samples, "Number of samples")->check(CLI::PositiveNumber);
+  synth_cmd->add_option("--text-length", synth.text_length, "Text tokens per sample")->check(CLI::PositiveNumber);
+  synth_cmd->add_option("--seed", synth.seed, "Random seed")->check(CLI::NonNegativeNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForVersion& version) {
+    return app.exit(version);
+  } catch (const CLI::ParseError& error) {
+    throw Error(ErrorCode::kConfig, str_cat("command line: ", error.what()), "run `teletron --help` or `teletron "
+                "<command> --help` for the usage");
+  }
+
+  if (train_cmd->parsed()) return run_train(train);
+  if (config_cmd->parsed()) return run_config(config_path, config_sets);
+  if (synth_cmd->parsed()) return run_synth(synth);
+  return 0;
+}
+
+}  // namespace tt

@@ -1,0 +1,41 @@
+// teletron entry point: parse, run, and the one place where errors become messages and exit codes.
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "app/cli.h"
+#include "core/errors.h"
+
+namespace {
+
+int report(const tt::Error& error) {
+  std::cout.flush();
+  std::cerr << tt::format_error(error) << std::endl;
+  return tt::error_exit_code(error.code());
+}
+
+// The first line of a LibTorch message (the rest is a C++ backtrace).
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("%H:%M:%S %^%l%$ %v");
+  try {
+    return tt::run_cli(argc, argv);
+  } catch (const tt::Error& error) {
+    return report(error);
+  } catch (const c10::OutOfMemoryError& error) {
+    return report(tt::Error(tt::ErrorCode::kMemory, "out of memory: " + first_line(error.what_without_backtrace())));
+  } catch (const c10::Error& error) {
+    return report(tt::Error(tt::ErrorCode::kInternal, "LibTorch: " + first_line(error.what_without_backtrace())));
+  } catch (const std::filesystem::filesystem_error& error) {
+    return report(tt::Error(tt::ErrorCode::kIo, error.what()));
+  } catch (const std::bad_alloc&) {
+    return report(tt::Error(tt::ErrorCode::kMemory, "out of host memory"));
+  } catch (const std::exception& error) {
+    return report(tt::Error(tt::ErrorCode::kInternal, error.what()));
+  }
+}

@@ -1,0 +1,369 @@
+// The training loop (see trainer.h).
+#include "app/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "app/options.h"
+#include "core/adamw.h"
+#include "core/checkpoint.h"
+#include "core/device.h"
+#include "core/errors.h"
+#include "core/metrics.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+#include "pipeline/latent_dataset.h"
+
+namespace tt {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string format_duration(double seconds) {
+  const int64_t total = static_cast<int64_t>(seconds + 0.5);
+  if (total >= 3600) return str_cat(total / 3600, "h", (total % 3600) / 60, "m");
+  if (total >= 60) return str_cat(total / 60, "m", total % 60, "s");
+  return str_cat(total, "s");
+}
+
+// bf16 autocast for the forward pass on CUDA, restoring the previous state on exit.
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    previous_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    // Weight casts are cached inside one forward; weights change every step, so drop them.
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCUDA, previous_);
+  }
+
+ private:
+  bool enabled_;
+  bool previous_ = false;
+};
+
+// Where the next sample comes from: a deterministic permutation per epoch.
+struct DataPosition {
+  int64_t epoch = 0;
+  int64_t index = 0;  // next position inside the epoch's order
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainRequest& request);
+  void run();
+
+ private:
+  void announce() const;
+  void resume_from(const std::string& folder);
+  std::vector<int64_t> next_indices(int64_t count);
+  torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
+  void save_checkpoint();
+  void check_finite(int64_t first_step, int64_t last_step);
+
+  Config config_;
+  std::string resume_;
+  torch::Device device_{torch::kCPU};
+  bool autocast_ = false;
+  HunyuanVideoConfig model_config_;
+  HunyuanVideoTransformer model_{nullptr};
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<LatentDataset> dataset_;
+  FlowMatchingOptions flow_options_;
+  at::Generator generator_;
+  DataPosition position_;
+  std::vector<int64_t> epoch_order_;
+  int64_t epoch_order_epoch_ = -1;
+  int64_t step_ = 0;
+  fs::path run_dir_;
+  torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
+  torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report
+  torch::Tensor last_grad_norm_;
+  double data_wait_s_ = 0.0;
+};
+
+Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume) {
+  device_ = resolve_device(config_.train.device, "tele_tron.train.device");
+  autocast_ = device_.is_cuda() && config_.mixed_precision.enabled;
+  model_config_ = model_config_from(config_.model);
+  flow_options_ = flow_matching_options_from(config_.flow_matching);
+  run_dir_ = fs::path(config_.train.output_dir);
+
+  TT_CHECK_HINT(config_.data.source == "latents", ErrorCode::kConfig,
+                "use data.source: latents (the online video pipeline arrives with a later issue)",
+                "tele_tron.data.source: `", config_.data.source, "` is not built yet");
+  LatentDatasetOptions data_options;
+  data_options.manifest = config_.data.manifest;
+  data_options.latent_channels = model_config_.in_channels;
+  data_options.text_dim = model_config_.text_embed_dim;
+  data_options.pooled_dim = model_config_.pooled_projection_dim;
+  dataset_ = std::make_unique<LatentDataset>(data_options);
+
+  torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
+  model_ = HunyuanVideoTransformer(model_config_);
+  model_->to(device_);
+  model_->train();
+  std::vector<std::string> names;
+  for (const auto& item : model_->named_parameters()) {
+    names.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  optimizer_ = std::make_unique<AdamW>(params_, names, adamw_options_from(config_.optimizer));
+
+  if (device_.is_cuda()) {
+    generator_ = at::globalContext().defaultGenerator(device_).clone();
+  } else {
+    generator_ = at::detail::createCPUGenerator();
+  }
+  generator_.set_current_seed(static_cast<uint64_t>(config_.train.seed));
+
+  auto zero = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+  loss_sum_ = zero.clone();
+  nonfinite_ = zero.clone();
+  last_grad_norm_ = zero.clone();
+}
+
+void Trainer::announce() const {
+  spdlog::info("teletron train: device {}, precision {}", describe_device(device_),
+               autocast_ ? "bf16 autocast, fp32 master weights" : "fp32");
+  spdlog::info("model: HunyuanVideo {} preset, {:.3f} M parameters; {}", config_.model.preset,
+               model_->parameter_count() / 1e6, describe_hunyuan_config(model_config_));
+  const auto& shape = dataset_->latent_shape();
+  spdlog::info("data: {} ({} samples, latents [{}, {}, {}, {}], {} text tokens)", config_.data.manifest,
+               dataset_->size(), shape[0], shape[1], shape[2], shape[3], dataset_->text_length());
+  spdlog::info("batch: {} x {} accumulation = {} samples per step; {} steps; lr {:g} ({} warmup, {})",
+               config_.batch_size, config_.gradient_accumulation,
+               config_.batch_size * config_.gradient_accumulation, config_.train.max_steps, config_.optimizer.lr,
+               config_.optimizer.warmup_steps, config_.optimizer.schedule);
+  for (const auto& note : config_.not_yet_implemented) spdlog::warn("{}", note);
+  if (config_.mixed_precision.enabled && config_.mixed_precision.dtype == "fp16" && device_.is_cuda()) {
+    spdlog::warn("tele_tron.mixed_precision.dtype: fp16 needs loss scaling, which is not built yet; using bf16");
+  }
+  if (config_.model.activation_checkpointing_every_n > 0) {
+    spdlog::warn("tele_tron.model.activation_checkpointing: has no effect yet (arrives with the model issue)");
+  }
+}
+
+std::vector<int64_t> Trainer::next_indices(int64_t count) {
+  std::vector<int64_t> indices;
+  while (static_cast<int64_t>(indices.size()) < count) {
+    if (epoch_order_epoch_ != position_.epoch) {
+      epoch_order_ = epoch_order(dataset_->size(), static_cast<uint64_t>(config_.train.seed), position_.epoch);
+      epoch_order_epoch_ = position_.epoch;
+    }
+    if (position_.index >= dataset_->size()) {
+      position_.epoch += 1;
+      position_.index = 0;
+      continue;
+    }
+    indices.push_back(epoch_order_[position_.index]);
+    position_.index += 1;
+  }
+  return indices;
+}
+
+torch::Tensor Trainer::train_step() {
+  optimizer_->zero_grad();
+  const int64_t micro_steps = config_.gradient_accumulation;
+  auto step_loss = torch::zeros({}, loss_sum_.options());
+  for (int64_t micro = 0; micro < micro_steps; ++micro) {
+    auto wait_start = Clock::now();
+    LatentBatch batch = dataset_->get_batch(next_indices(config_.batch_size));
+    data_wait_s_ += seconds_since(wait_start);
+
+    auto x0 = batch.latents.to(device_);
+    FlowMatchingSample sample = make_flow_matching_sample(x0, flow_options_, generator_);
+    TransformerInputs inputs;
+    inputs.hidden_states = sample.noisy;
+    inputs.timestep = sample.sigmas * 1000.0;
+    inputs.encoder_hidden_states = batch.text_states.to(device_);
+    inputs.encoder_attention_mask = batch.text_mask.to(device_);
+    inputs.pooled_projections = batch.pooled.to(device_);
+    if (model_config_.guidance_embeds) {
+      inputs.guidance = torch::full({x0.size(0)}, flow_options_.guidance * 1000.0, sample.sigmas.options());
+    }
+    torch::Tensor prediction;
+    {
+      AutocastScope autocast(autocast_);
+      prediction = model_->forward(inputs);
+    }
+    auto loss = torch::mse_loss(prediction.to(torch::kFloat32), sample.target) / static_cast<double>(micro_steps);
+    loss.backward();
+    step_loss += loss.detach();
+  }
+  // Clip, then skip the update on the device if anything is non-finite (no host sync here).
+  auto grad_norm = clip_grad_norm(params_, config_.optimizer.max_grad_norm);
+  auto found_inf = torch::logical_not(torch::isfinite(grad_norm + step_loss)).to(torch::kFloat32);
+  optimizer_->set_lr(learning_rate_at(config_.optimizer, step_, config_.train.max_steps));
+  optimizer_->step(found_inf);
+  nonfinite_ += found_inf;
+  last_grad_norm_ = grad_norm;
+  return step_loss;
+}
+
+void Trainer::check_finite(int64_t first_step, int64_t last_step) {
+  const double bad = nonfinite_.item<double>();
+  if (bad == 0.0) return;
+  throw Error(ErrorCode::kNan,
+              str_cat("non-finite loss or gradients in ", static_cast<int64_t>(bad), " of steps ", first_step,
+                      "..", last_step, " (those updates were skipped, weights are intact)"),
+              "lower tele_tron.optimizer.lr, keep optimizer.max_grad_norm > 0, check the latents for NaN/Inf; "
+              "resume from the last checkpoint with --resume auto");
+}
+
+void Trainer::save_checkpoint() {
+  checkpoint::Checkpoint ckpt;
+  ckpt.step = step_;
+  ckpt.model = module_weights(*model_);
+  for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
+  ckpt.state["rng.generator"] = generator_.get_state();
+  ckpt.info["step"] = step_;
+  ckpt.info["data"] = {{"epoch", position_.epoch}, {"index", position_.index}, {"rows", dataset_->size()}};
+  ckpt.info["seed"] = config_.train.seed;
+  ckpt.info["device"] = device_.str();
+  ckpt.info["config"] = config_to_yaml(config_);
+  ckpt.info["format"] = 1;
+  const std::string folder = checkpoint::save((run_dir_ / "checkpoints").string(), ckpt);
+  checkpoint::prune((run_dir_ / "checkpoints").string(), config_.train.keep_checkpoints);
+  spdlog::info("checkpoint: {}", folder);
+}
+
+void Trainer::resume_from(const std::string& folder) {
+  checkpoint::Checkpoint ckpt = checkpoint::load(folder);
+  load_module_weights(*model_, ckpt.model, folder + "/model.safetensors");
+  optimizer_->load_state_dict(ckpt.state);
+  auto rng = ckpt.state.find("rng.generator");
+  TT_CHECK(rng != ckpt.state.end(), ErrorCode::kCheckpoint, folder, ": state.safetensors has no rng.generator");
+  TT_CHECK_HINT(ckpt.info.value("device", device_.str()) == device_.str(), ErrorCode::kCheckpoint,
+                "resume on the device type the run started on, or start a new run",
+                folder, ": written on ", ckpt.info.value("device", std::string("?")), ", resuming on ",
+                device_.str(), " (exact resume needs the same random generator)");
+  generator_.set_state(rng->second);
+  step_ = ckpt.step;
+  const auto& data = ckpt.info.at("data");
+  position_.epoch = data.at("epoch").get<int64_t>();
+  position_.index = data.at("index").get<int64_t>();
+  const int64_t rows = data.at("rows").get<int64_t>();
+  if (rows != dataset_->size()) {
+    spdlog::warn("the manifest has {} rows but the checkpoint was written with {}: the data order restarts "
+                 "at the next epoch", dataset_->size(), rows);
+    position_.epoch += 1;
+    position_.index = 0;
+  }
+  spdlog::info("resumed from {} at step {} (epoch {}, sample {})", folder, step_, position_.epoch, position_.index);
+}
+
+void Trainer::run() {
+  announce();
+  fs::create_directories(run_dir_);
+  const fs::path checkpoints = run_dir_ / "checkpoints";
+  if (!resume_.empty()) {
+    std::optional<std::string> folder;
+    if (resume_ == "auto") {
+      folder = checkpoint::find_latest(checkpoints.string());
+      if (!folder) spdlog::info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.string());
+    } else if (checkpoint::is_complete(resume_)) {
+      folder = resume_;
+    } else {
+      folder = checkpoint::find_latest((fs::path(resume_) / "checkpoints").string());
+      TT_CHECK_HINT(folder.has_value(), ErrorCode::kCheckpoint,
+                    "pass a folder like runs/train/checkpoints/step_0000500, a run folder, or --resume auto",
+                    "--resume ", resume_, ": not a complete checkpoint folder and no checkpoints inside it");
+    }
+    if (folder) resume_from(*folder);
+  } else {
+    TT_CHECK_HINT(!checkpoint::find_latest(checkpoints.string()).has_value(), ErrorCode::kCheckpoint,
+                  "pass --resume auto to continue that run, or --output DIR for a new one",
+                  "output folder ", run_dir_.string(), " already holds checkpoints of an earlier run");
+  }
+  {
+    std::ofstream resolved(run_dir_ / "config.resolved.yaml");
+    resolved << config_to_yaml(config_);
+    TT_CHECK(resolved.good(), ErrorCode::kIo, "cannot write ", (run_dir_ / "config.resolved.yaml").string());
+  }
+  MetricsLog metrics((run_dir_ / "metrics.jsonl").string(), step_);
+
+  const int64_t max_steps = config_.train.max_steps;
+  if (step_ >= max_steps) {
+    spdlog::info("already at step {} of {}: nothing to train (raise --max-steps to continue)", step_, max_steps);
+    return;
+  }
+  const int64_t samples_per_step = config_.batch_size * config_.gradient_accumulation;
+  const int64_t start_step = step_;
+  auto run_start = Clock::now();
+  auto window_start = Clock::now();
+  auto last_print = Clock::now() - std::chrono::hours(1);
+  int64_t window_first = step_ + 1;
+  reset_peak_memory(device_);
+
+  while (step_ < max_steps) {
+    loss_sum_ += train_step();
+    step_ += 1;
+    const bool last = step_ == max_steps;
+    const bool log_now = step_ % config_.train.log_every == 0 || last;
+    const bool checkpoint_now = step_ % config_.train.checkpoint_every == 0 || last;
+    const bool print_now = seconds_since(last_print) >= 5.0 || step_ == start_step + 1;
+    if (!(log_now || checkpoint_now || print_now)) continue;
+
+    // Host reads happen only here, every few steps.
+    check_finite(window_first, step_);
+    const int64_t window_steps = step_ - window_first + 1;
+    const double window_s = seconds_since(window_start);
+    const double loss = loss_sum_.item<double>() / window_steps;
+    const double samples_per_s = window_steps * samples_per_step / std::max(window_s, 1e-9);
+    const double step_ms = 1000.0 * window_s / window_steps;
+    const double eta_s = (max_steps - step_) * seconds_since(run_start) / (step_ - start_step);
+    const double lr = learning_rate_at(config_.optimizer, step_ - 1, max_steps);
+    if (print_now || log_now) {
+      spdlog::info("step {}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.2f} samples/s  {:.0f} ms/step  ETA {}",
+                   step_, max_steps, loss, lr, last_grad_norm_.item<double>(), samples_per_s, step_ms,
+                   format_duration(eta_s));
+      last_print = Clock::now();
+    }
+    if (log_now) {
+      metrics.write({{"step", step_},
+                     {"loss", loss},
+                     {"lr", lr},
+                     {"grad_norm", last_grad_norm_.item<double>()},
+                     {"samples_per_s", samples_per_s},
+                     {"step_ms", step_ms},
+                     {"data_wait_ms", 1000.0 * data_wait_s_ / window_steps},
+                     {"peak_mem_gb", peak_memory_gb(device_)},
+                     {"epoch", position_.epoch}});
+      loss_sum_.zero_();
+      nonfinite_.zero_();
+      data_wait_s_ = 0.0;
+      window_first = step_ + 1;
+      window_start = Clock::now();
+    }
+    if (checkpoint_now) save_checkpoint();
+  }
+  spdlog::info("done: {} steps in {}, run folder {}", step_ - start_step, format_duration(seconds_since(run_start)),
+               run_dir_.string());
+}
+
+}  // namespace
+
+void run_training(const TrainRequest& request) {
+  Trainer trainer(request);
+  trainer.run();
+}
+
+}  // namespace tt

@@ -1,0 +1,24 @@
+// `teletron train`: the training loop on cached latents — flow-matching loss through the
+// HunyuanVideo Transformer, AdamW with warmup + constant/cosine schedule, gradient clipping and
+// accumulation, bf16 autocast over fp32 master weights on CUDA (fp32 on CPU), metrics.jsonl,
+// crash-safe checkpoints and exact resume.
+#pragma once
+
+#include <string>
+
+#include "app/config.h"
+
+namespace tt {
+
+struct TrainRequest {
+  /// The resolved config (file + environment + --set, with CLI flags folded in as overrides).
+  Config config;
+  /// "" = fresh run; "auto" = newest complete checkpoint of the run folder, or fresh if none;
+  /// otherwise a checkpoint folder or a run folder.
+  std::string resume;
+};
+
+/// Runs training to config.train.max_steps. Throws tt::Error on failure.
+void run_training(const TrainRequest& request);
+
+}  // namespace tt

@@ -1,0 +1,100 @@
+// AdamW on at::_fused_adamw_ and sync-free gradient clipping (see adamw.h).
+#include "core/adamw.h"
+
+#include <torch/torch.h>
+
+#include "core/errors.h"
+
+namespace tt {
+
+AdamW::AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const AdamWOptions& options)
+    : options_(options), params_(std::move(params)), names_(std::move(names)) {
+  TT_ASSERT(params_.size() == names_.size(), "AdamW: one name per parameter");
+  TT_ASSERT(!params_.empty(), "AdamW: no parameters");
+  for (const auto& p : params_) {
+    TT_ASSERT(p.scalar_type() == torch::kFloat32, "AdamW keeps fp32 master weights");
+    exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+    exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+    steps_.push_back(torch::zeros({}, p.options()));
+  }
+  lr_ = torch::full({}, options.lr, params_[0].options());
+}
+
+void AdamW::set_lr(double lr) { lr_.fill_(lr); }
+
+void AdamW::step(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> params, grads, m, v, steps;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].grad().defined()) continue;
+    params.push_back(params_[i]);
+    grads.push_back(params_[i].grad());
+    m.push_back(exp_avg_[i]);
+    v.push_back(exp_avg_sq_[i]);
+    steps.push_back(steps_[i]);
+  }
+  if (params.empty()) return;
+  // The fused kernel expects the step count already advanced (bias correction uses it).
+  torch::_foreach_add_(steps, 1);
+  std::optional<torch::Tensor> skip;
+  if (found_inf.defined()) skip = found_inf;
+  at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr_, options_.beta1, options_.beta2,
+                    options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                    /*grad_scale=*/std::nullopt, skip);
+  // A skipped step does not count.
+  if (found_inf.defined()) {
+    for (auto& count : steps) count.sub_(found_inf);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+}
+
+std::map<std::string, torch::Tensor> AdamW::state_dict() const {
+  std::map<std::string, torch::Tensor> state;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string prefix = "optim." + names_[i];
+    state[prefix + ".exp_avg"] = exp_avg_[i].cpu();
+    state[prefix + ".exp_avg_sq"] = exp_avg_sq_[i].cpu();
+    state[prefix + ".step"] = steps_[i].cpu();
+  }
+  return state;
+}
+
+void AdamW::load_state_dict(const std::map<std::string, torch::Tensor>& state) {
+  torch::NoGradGuard no_grad;
+  auto restore = [&](const std::string& key, torch::Tensor& into) {
+    auto found = state.find(key);
+    TT_CHECK(found != state.end(), ErrorCode::kCheckpoint, "optimizer state `", key, "` missing");
+    TT_CHECK(found->second.sizes() == into.sizes(), ErrorCode::kCheckpoint, "optimizer state `", key,
+             "` has shape ", found->second.sizes(), ", expected ", into.sizes());
+    into.copy_(found->second);
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string prefix = "optim." + names_[i];
+    restore(prefix + ".exp_avg", exp_avg_[i]);
+    restore(prefix + ".exp_avg_sq", exp_avg_sq_[i]);
+    restore(prefix + ".step", steps_[i]);
+  }
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  TT_ASSERT(!grads.empty(), "clip_grad_norm: no gradients");
+  auto norms = torch::_foreach_norm(grads, 2);
+  auto total = torch::linalg_vector_norm(torch::stack(norms), 2).to(torch::kFloat32);
+  if (max_norm > 0) {
+    // Scale by min(1, max_norm / (norm + 1e-6)) on the device; NaN norms stay NaN and are caught
+    // by the caller's finiteness check.
+    auto coef = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+    torch::_foreach_mul_(grads, coef);
+  }
+  return total;
+}
+
+}  // namespace tt

@@ -1,0 +1,306 @@
+// Crash-safe checkpoint folders (see checkpoint.h). The write protocol: fill a temporary sibling
+// folder `.tmp_step_NNNNNNN_<pid>` (model, state, then state.json with "complete": true LAST),
+// fsync every file and the folder, rename it to `step_NNNNNNN`, fsync the parent. A reader only
+// trusts folders named step_* whose state.json says complete, so a writer killed at any point
+// leaves either nothing new or a finished checkpoint.
+#include "core/checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/errors.h"
+
+namespace tt::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char kModelFile[] = "model.safetensors";
+const char kStateFile[] = "state.safetensors";
+const char kInfoFile[] = "state.json";
+const char kTempPrefix[] = ".tmp_";
+
+// Flushes a file's or a folder's data and metadata to disk; a rename is only durable once the
+// folder holding it has been fsynced too.
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  TT_CHECK(fd >= 0, ErrorCode::kIo, "cannot open ", path, " to fsync it: ", std::strerror(errno));
+  int rc = ::fsync(fd);
+  int saved = errno;
+  ::close(fd);
+  TT_CHECK(rc == 0, ErrorCode::kIo, "fsync of ", path, " failed: ", std::strerror(saved), " (disk full?)");
+}
+
+// Writes a small text file through one fd, checking every call, then fsyncs it.
+void write_text_synced(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TT_CHECK(fd >= 0, ErrorCode::kIo, "cannot create ", path, ": ", std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int saved = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      throw Error(ErrorCode::kIo, str_cat("short write to ", path, " after ", done, " bytes: ",
+                                          std::strerror(saved), " (disk full?)"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  int rc = ::fsync(fd);
+  int saved = errno;
+  if (::close(fd) != 0 && rc == 0) {
+    rc = -1;
+    saved = errno;
+  }
+  TT_CHECK(rc == 0, ErrorCode::kIo, "cannot finish writing ", path, ": ", std::strerror(saved), " (disk full?)");
+}
+
+std::string join(const std::string& folder, const std::string& name) { return (fs::path(folder) / name).string(); }
+
+// Non-throwing checks: a permission error reads as "not there" instead of escaping as a
+// std::filesystem_error that main() would not recognise.
+bool is_file(const std::string& path) {
+  std::error_code ignored;
+  return fs::is_regular_file(path, ignored);
+}
+bool is_dir(const std::string& path) {
+  std::error_code ignored;
+  return fs::is_directory(path, ignored);
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  std::error_code error;
+  fs::rename(from, to, error);
+  TT_CHECK(!error, ErrorCode::kIo, "cannot rename ", from, " to ", to, ": ", error.message());
+}
+
+// Deletes a folder tree, ignoring errors. Deliberately not fs::remove_all: the LibTorch wheel
+// exports its own statically linked copy of it (pytorch/pytorch#133437), which crashes unless
+// libstdc++ precedes libtorch in the link order; plain iteration and fs::remove are unaffected.
+void remove_tree(const fs::path& path, std::error_code& error) {
+  fs::file_status status = fs::symlink_status(path, error);
+  if (error) return;
+  if (fs::is_directory(status)) {
+    std::vector<fs::path> children;  // listed first: deleting while iterating is unspecified
+    for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error))
+      children.push_back(it->path());
+    for (const fs::path& child : children) {
+      std::error_code ignored;
+      remove_tree(child, ignored);
+    }
+  }
+  fs::remove(path, error);
+}
+
+void remove_quietly(const std::string& path) {
+  std::error_code ignored;
+  remove_tree(path, ignored);
+}
+
+// "step_0000500" → 500; nullopt for any other name (temporary folders start with '.').
+std::optional<int64_t> parse_folder_step(const std::string& name) {
+  const std::string prefix = "step_";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  int64_t step = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// The pid at the end of a temporary folder's name, 0 when there is none.
+pid_t temp_folder_pid(const std::string& name) {
+  size_t underscore = name.rfind('_');
+  if (underscore == std::string::npos) return 0;
+  pid_t pid = 0;
+  for (size_t i = underscore + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || pid > 4'000'000) return 0;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  return pid;
+}
+
+// A temporary folder belongs to a live writer when its pid names another running process; those
+// are left alone so that a concurrent save is not sabotaged.
+bool is_stale_temp(const std::string& name) {
+  pid_t pid = temp_folder_pid(name);
+  if (pid <= 0 || pid == ::getpid()) return true;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+std::optional<nlohmann::json> read_info(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  nlohmann::json info = nlohmann::json::parse(in, nullptr, false);
+  if (info.is_discarded() || !info.is_object()) return std::nullopt;
+  return info;
+}
+
+[[noreturn]] void bad_checkpoint(const std::string& folder, const std::string& problem) {
+  throw Error(ErrorCode::kCheckpoint, str_cat("checkpoint ", folder, ": ", problem));
+}
+
+safetensors::TensorMap load_tensors(const std::string& folder, const char* file) {
+  std::string path = join(folder, file);
+  if (!is_file(path)) bad_checkpoint(folder, str_cat(file, " is missing"));
+  try {
+    return safetensors::load(path);
+  } catch (const Error& error) {
+    bad_checkpoint(folder, str_cat(file, " is unreadable: ", error.what()));
+  }
+}
+
+nlohmann::json load_info(const std::string& folder) {
+  std::string path = join(folder, kInfoFile);
+  if (!is_file(path))
+    bad_checkpoint(folder, str_cat(kInfoFile, " is missing (the write was interrupted)"));
+  std::optional<nlohmann::json> info = read_info(path);
+  if (!info) bad_checkpoint(folder, str_cat(kInfoFile, " is not a valid JSON object"));
+  auto complete = info->find("complete");
+  if (complete == info->end() || *complete != true)
+    bad_checkpoint(folder, str_cat(kInfoFile, " lacks \"complete\": true (the write was interrupted)"));
+  auto step = info->find("step");
+  if (step == info->end() || !step->is_number_integer())
+    bad_checkpoint(folder, str_cat(kInfoFile, " has no integer \"step\""));
+  return *info;
+}
+
+// Writes the three files into `temp` in the order that makes state.json the commit marker.
+void write_folder(const std::string& temp, const Checkpoint& ckpt) {
+  safetensors::save(join(temp, kModelFile), ckpt.model, {{"format", "pt"}});
+  safetensors::save(join(temp, kStateFile), ckpt.state);
+  nlohmann::json info = ckpt.info.is_object() ? ckpt.info : nlohmann::json::object();
+  info["step"] = ckpt.step;
+  info["complete"] = true;
+  write_text_synced(join(temp, kInfoFile), info.dump(2) + "\n");
+  fsync_path(temp, true);
+}
+
+// Moves the finished temp folder to `final_path`; an existing folder of the same step is first
+// renamed aside (under a .tmp_ name, so that prune clears it if we die) and removed afterwards.
+void install_folder(const std::string& dir, const std::string& temp, const std::string& final_path,
+                    int64_t step) {
+  std::string aside;
+  std::error_code ignored;
+  if (fs::exists(fs::symlink_status(final_path, ignored))) {
+    aside = join(dir, str_cat(kTempPrefix, "old_", folder_name(step), "_", ::getpid()));
+    remove_quietly(aside);
+    rename_or_throw(final_path, aside);
+  }
+  rename_or_throw(temp, final_path);
+  fsync_path(dir, true);
+  if (!aside.empty()) remove_quietly(aside);
+}
+
+}  // namespace
+
+std::string folder_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%07lld", static_cast<long long>(step));
+  return name;
+}
+
+std::string save(const std::string& checkpoints_dir, const Checkpoint& ckpt) {
+  TT_CHECK(ckpt.step >= 0, ErrorCode::kInternal, "checkpoint::save: negative step ", ckpt.step);
+  std::error_code error;
+  fs::create_directories(checkpoints_dir, error);
+  TT_CHECK(!error, ErrorCode::kIo, "cannot create checkpoint folder ", checkpoints_dir, ": ", error.message());
+
+  std::string final_path = join(checkpoints_dir, folder_name(ckpt.step));
+  std::string temp = join(checkpoints_dir, str_cat(kTempPrefix, folder_name(ckpt.step), "_", ::getpid()));
+  remove_quietly(temp);  // a leftover of our own pid from an earlier failed attempt
+  fs::create_directory(temp, error);
+  TT_CHECK(!error, ErrorCode::kIo, "cannot create ", temp, ": ", error.message());
+  try {
+    write_folder(temp, ckpt);
+    install_folder(checkpoints_dir, temp, final_path, ckpt.step);
+  } catch (...) {
+    remove_quietly(temp);
+    throw;
+  }
+  return final_path;
+}
+
+Checkpoint load(const std::string& folder) {
+  TT_CHECK(is_dir(folder), ErrorCode::kCheckpoint, "checkpoint folder ", folder, " does not exist");
+  Checkpoint ckpt;
+  ckpt.info = load_info(folder);
+  ckpt.step = ckpt.info["step"].get<int64_t>();
+  // info round-trips exactly what the caller saved; step and complete are the loader's fields.
+  ckpt.info.erase("step");
+  ckpt.info.erase("complete");
+  ckpt.model = load_tensors(folder, kModelFile);
+  ckpt.state = load_tensors(folder, kStateFile);
+  return ckpt;
+}
+
+bool is_complete(const std::string& folder) {
+  std::optional<nlohmann::json> info = read_info(join(folder, kInfoFile));
+  if (!info) return false;
+  auto complete = info->find("complete");
+  if (complete == info->end() || *complete != true) return false;
+  // Headers are cheap to check and catch files damaged after the fact (e.g. truncated by a copy).
+  for (const char* file : {kModelFile, kStateFile}) {
+    try {
+      safetensors::read_header(join(folder, file));
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> list_complete(const std::string& checkpoints_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code error;
+  for (fs::directory_iterator it(checkpoints_dir, error), end; !error && it != end; it.increment(error)) {
+    std::optional<int64_t> step = parse_folder_step(it->path().filename().string());
+    if (step && is_dir(it->path().string()) && is_complete(it->path().string()))
+      found.emplace_back(*step, it->path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> folders;
+  for (const auto& entry : found) folders.push_back(entry.second);
+  return folders;
+}
+
+std::optional<std::string> find_latest(const std::string& checkpoints_dir) {
+  std::vector<std::string> folders = list_complete(checkpoints_dir);
+  if (folders.empty()) return std::nullopt;
+  return folders.back();
+}
+
+void prune(const std::string& checkpoints_dir, int64_t keep) {
+  std::error_code error;
+  std::vector<std::string> stale;
+  for (fs::directory_iterator it(checkpoints_dir, error), end; !error && it != end; it.increment(error)) {
+    std::string name = it->path().filename().string();
+    if (name.rfind(kTempPrefix, 0) == 0 && is_stale_temp(name)) stale.push_back(it->path().string());
+  }
+  for (const std::string& path : stale) remove_quietly(path);
+
+  if (keep <= 0) return;
+  std::vector<std::string> complete = list_complete(checkpoints_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < complete.size(); ++i) {
+    // Renamed first so that a kill during the recursive delete leaves a .tmp_ folder, not a
+    // half-deleted step_ folder.
+    std::string name = fs::path(complete[i]).filename().string();
+    std::string doomed = join(checkpoints_dir, str_cat(kTempPrefix, "pruned_", name, "_", ::getpid()));
+    std::error_code rename_error;
+    fs::rename(complete[i], doomed, rename_error);
+    remove_quietly(rename_error ? complete[i] : doomed);
+  }
+}
+
+}  // namespace tt::checkpoint

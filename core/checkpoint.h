@@ -1,0 +1,50 @@
+// Crash-safe checkpoint folders: run_dir/checkpoints/step_NNNNNNN/{model.safetensors,
+// state.safetensors, state.json}. A checkpoint is written into a temporary sibling folder, every
+// file fsynced, then renamed into place, so a kill at any moment leaves earlier checkpoints intact
+// and never a folder that looks complete but is not.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+
+namespace tt::checkpoint {
+
+struct Checkpoint {
+  int64_t step = 0;
+  safetensors::TensorMap model;   // weights, diffusers key names
+  safetensors::TensorMap state;   // optimizer moments, RNG states, scaler, ... (tensors)
+  nlohmann::json info;            // state.json: step, data position, schedule, config digest, ...
+};
+
+/// "step_0000500"
+std::string folder_name(int64_t step);
+
+/// Writes `ckpt` as checkpoints_dir/step_NNNNNNN atomically (temp folder + fsync + rename) and
+/// returns the final path. Replaces an existing complete folder of the same step. Throws kIo
+/// (disk full, permissions) after removing its temporary folder.
+std::string save(const std::string& checkpoints_dir, const Checkpoint& ckpt);
+
+/// Loads a checkpoint folder. Throws kCheckpoint naming the folder and the missing/bad file.
+Checkpoint load(const std::string& folder);
+
+/// True when `folder` holds all three files and state.json parses with "complete": true.
+bool is_complete(const std::string& folder);
+
+/// Complete checkpoint folders under checkpoints_dir, oldest step first. Temporary or damaged
+/// folders are skipped.
+std::vector<std::string> list_complete(const std::string& checkpoints_dir);
+
+/// The newest complete checkpoint folder, if any.
+std::optional<std::string> find_latest(const std::string& checkpoints_dir);
+
+/// Deletes the oldest complete checkpoints so that at most `keep` remain (keep <= 0: keep all),
+/// plus leftover temporary folders from killed writes.
+void prune(const std::string& checkpoints_dir, int64_t keep);
+
+}  // namespace tt::checkpoint

@@ -1,0 +1,22 @@
+// Device selection and memory readings: which device a run uses, its name, and peak memory
+// (CUDA caching-allocator peak on the GPU, peak resident set size on the CPU).
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+
+namespace tt {
+
+/// "auto" -> cuda:0 when LibTorch sees a GPU, else cpu; "cuda" without a GPU throws kConfig
+/// naming `key`.
+torch::Device resolve_device(const std::string& request, const std::string& key);
+
+/// "NVIDIA H200 (139.8 GiB)" or "CPU (2 threads)".
+std::string describe_device(const torch::Device& device);
+
+/// Peak memory in GiB since the last reset_peak_memory (GPU) or process start (CPU).
+double peak_memory_gb(const torch::Device& device);
+void reset_peak_memory(const torch::Device& device);
+
+}  // namespace tt

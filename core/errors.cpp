@@ -1,0 +1,43 @@
+// Names, exit codes and default hints of the TT_ERR_* codes (the README's table mirrors this).
+#include "core/errors.h"
+
+namespace tt {
+namespace {
+
+struct ErrorInfo {
+  const char* name;
+  int exit_code;
+  const char* hint;
+};
+
+const ErrorInfo kErrorInfo[kErrorCodeCount] = {
+    {"TT_ERR_CONFIG", 2, "fix the key named above; `teletron config FILE` prints every key with its default"},
+    {"TT_ERR_DATA", 3, "check the manifest row and file named above; see README.md for the expected tensors"},
+    {"TT_ERR_DECODE", 4, "re-encode the file (e.g. ffmpeg -i in.mp4 -c:v libx264 out.mp4) or drop it from the manifest"},
+    {"TT_ERR_MEMORY", 5, "enable dynamic batch or gradient accumulation, or lower batch_size / the bucket size"},
+    {"TT_ERR_GRAPH", 6, "set cuda_graph.enabled: false to train without CUDA graphs"},
+    {"TT_ERR_SYNC", 7, "rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel; report it if it persists"},
+    {"TT_ERR_NAN", 8, "lower optimizer.lr, keep optimizer.max_grad_norm on, or use mixed_precision.dtype: bf16"},
+    {"TT_ERR_CHECKPOINT", 9, "pass --resume with a complete checkpoint folder, or remove the damaged one"},
+    {"TT_ERR_IO", 10, "check the path exists, is writable and the disk has free space"},
+    {"TT_ERR_INTERNAL", 11, "this is a teletron bug: please report it with the command and config"},
+};
+
+const ErrorInfo& info(ErrorCode code) { return kErrorInfo[static_cast<int>(code)]; }
+
+}  // namespace
+
+const char* error_name(ErrorCode code) { return info(code).name; }
+int error_exit_code(ErrorCode code) { return info(code).exit_code; }
+const char* error_default_hint(ErrorCode code) { return info(code).hint; }
+
+Error::Error(ErrorCode code, const std::string& message, std::string hint)
+    : std::runtime_error(message), code_(code), hint_(std::move(hint)) {
+  if (hint_.empty()) hint_ = error_default_hint(code);
+}
+
+std::string format_error(const Error& error) {
+  return str_cat(error_name(error.code()), ": ", error.what(), "\n  hint: ", error.hint());
+}
+
+}  // namespace tt

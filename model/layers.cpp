@@ -1,0 +1,151 @@
+// Building blocks of the HunyuanVideo Transformer (see layers.h).
+#include "model/layers.h"
+
+#include <cmath>
+
+namespace tt {
+
+torch::Tensor timestep_sinusoid(const torch::Tensor& t, int64_t dim) {
+  const int64_t half = dim / 2;
+  auto exponent = torch::arange(half, t.options().dtype(torch::kFloat32)) *
+                  (-std::log(10000.0) / static_cast<double>(half));
+  auto angles = t.to(torch::kFloat32).unsqueeze(1) * torch::exp(exponent).unsqueeze(0);  // (B, half)
+  return torch::cat({torch::cos(angles), torch::sin(angles)}, 1);
+}
+
+MlpEmbedderImpl::MlpEmbedderImpl(int64_t in_features, int64_t hidden) {
+  linear_1 = register_module("linear_1", torch::nn::Linear(in_features, hidden));
+  linear_2 = register_module("linear_2", torch::nn::Linear(hidden, hidden));
+}
+
+torch::Tensor MlpEmbedderImpl::forward(const torch::Tensor& x) {
+  return linear_2(torch::silu(linear_1(x)));
+}
+
+namespace {
+
+// `net.0` of diffusers' FeedForward is a module holding `proj`; `net.1` (dropout) has no weights.
+struct ProjHolderImpl : torch::nn::Module {
+  ProjHolderImpl(int64_t in, int64_t out) { proj = register_module("proj", torch::nn::Linear(in, out)); }
+  torch::nn::Linear proj{nullptr};
+};
+TORCH_MODULE(ProjHolder);
+
+}  // namespace
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation)
+    : activation_(activation) {
+  auto net = register_module("net", torch::nn::ModuleList());
+  ProjHolder holder(dim, inner);
+  proj_ = holder->proj;
+  out_ = torch::nn::Linear(inner, dim);
+  net->push_back(holder);
+  net->push_back(torch::nn::Identity());
+  net->push_back(out_);
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  auto h = proj_(x);
+  h = activation_ == FeedForwardActivation::kGeluTanh ? torch::gelu(h, "tanh") : torch::silu(h);
+  return out_(h);
+}
+
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  auto x32 = x.to(torch::kFloat32);
+  auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return (normed * weight.to(torch::kFloat32)).to(x.scalar_type());
+}
+
+ModulationImpl::ModulationImpl(int64_t hidden, int64_t chunks) : chunks_(chunks) {
+  linear = register_module("linear", torch::nn::Linear(hidden, chunks * hidden));
+  torch::NoGradGuard no_grad;
+  linear->weight.zero_();
+  linear->bias.zero_();
+}
+
+std::vector<torch::Tensor> ModulationImpl::forward(const torch::Tensor& vec) {
+  return linear(torch::silu(vec)).chunk(chunks_, 1);
+}
+
+torch::Tensor layer_norm_plain(const torch::Tensor& x) {
+  return torch::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
+}
+
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
+                            const torch::Tensor& scale) {
+  return layer_norm_plain(x) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
+  const int64_t hidden = options.heads * options.head_dim;
+  to_q_ = register_module("to_q", torch::nn::Linear(hidden, hidden));
+  to_k_ = register_module("to_k", torch::nn::Linear(hidden, hidden));
+  to_v_ = register_module("to_v", torch::nn::Linear(hidden, hidden));
+  if (options.qk_norm) {
+    norm_q_ = register_module("norm_q", RmsNorm(options.head_dim, 1e-6));
+    norm_k_ = register_module("norm_k", RmsNorm(options.head_dim, 1e-6));
+  }
+  if (options.added_stream) {
+    add_q_ = register_module("add_q_proj", torch::nn::Linear(hidden, hidden));
+    add_k_ = register_module("add_k_proj", torch::nn::Linear(hidden, hidden));
+    add_v_ = register_module("add_v_proj", torch::nn::Linear(hidden, hidden));
+    if (options.qk_norm) {
+      norm_added_q_ = register_module("norm_added_q", RmsNorm(options.head_dim, 1e-6));
+      norm_added_k_ = register_module("norm_added_k", RmsNorm(options.head_dim, 1e-6));
+    }
+  }
+  if (options.output_projection) {
+    auto to_out = register_module("to_out", torch::nn::ModuleList());
+    to_out_ = torch::nn::Linear(hidden, hidden);
+    to_out->push_back(to_out_);
+    if (options.added_stream) to_add_out_ = register_module("to_add_out", torch::nn::Linear(hidden, hidden));
+  }
+}
+
+namespace {
+
+// (B, N, H*D) -> (B, H, N, D)
+torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
+  return x.unflatten(2, {heads, -1}).transpose(1, 2);
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
+  auto q = split_heads(to_q_(x), options_.heads);
+  auto k = split_heads(to_k_(x), options_.heads);
+  auto v = split_heads(to_v_(x), options_.heads);
+  if (options_.qk_norm) {
+    q = norm_q_(q);
+    k = norm_k_(k);
+  }
+  return {q, k, v};
+}
+
+std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) {
+  auto q = split_heads(add_q_(x), options_.heads);
+  auto k = split_heads(add_k_(x), options_.heads);
+  auto v = split_heads(add_v_(x), options_.heads);
+  if (options_.qk_norm) {
+    q = norm_added_q_(q);
+    k = norm_added_k_(k);
+  }
+  return {q, k, v};
+}
+
+torch::Tensor AttentionImpl::output(const torch::Tensor& x) { return to_out_(x); }
+torch::Tensor AttentionImpl::output_added(const torch::Tensor& x) { return to_add_out_(x); }
+
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const torch::Tensor& key_mask) {
+  std::optional<torch::Tensor> mask;
+  if (key_mask.defined()) mask = key_mask;
+  auto out = at::scaled_dot_product_attention(q, k, v, mask);  // (B, H, N, D)
+  return out.transpose(1, 2).flatten(2, 3);
+}
+
+}  // namespace tt

@@ -1,0 +1,115 @@
+// Building blocks of the HunyuanVideo Transformer, named so that their parameters carry
+// diffusers' key names (`linear_1`, `net.0.proj`, `to_out.0`, `norm_q`, ...).
+#pragma once
+
+#include <torch/nn.h>
+
+#include <vector>
+
+namespace tt {
+
+/// Sinusoidal timestep features, cos half first (diffusers flip_sin_to_cos=True, shift 0,
+/// max period 10000). t: (B) any float dtype -> (B, dim) fp32.
+torch::Tensor timestep_sinusoid(const torch::Tensor& t, int64_t dim = 256);
+
+/// Linear -> SiLU -> Linear with diffusers' `linear_1` / `linear_2` names (TimestepEmbedding and
+/// PixArtAlphaTextProjection share this layout).
+class MlpEmbedderImpl : public torch::nn::Module {
+ public:
+  MlpEmbedderImpl(int64_t in_features, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, in) -> (B, hidden)
+
+  torch::nn::Linear linear_1{nullptr}, linear_2{nullptr};
+};
+TORCH_MODULE(MlpEmbedder);
+
+enum class FeedForwardActivation { kGeluTanh, kSilu };
+
+/// diffusers FeedForward: net.0.proj (dim -> inner), activation, net.2 (inner -> dim).
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, N, dim) -> (B, N, dim)
+
+ private:
+  FeedForwardActivation activation_;
+  torch::nn::Linear proj_{nullptr}, out_{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+/// RMSNorm over the last dim with a weight, computed in fp32 (QK-norm, eps 1e-6).
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight;  // (dim)
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+/// adaLN modulation: `linear(SiLU(vec))` split into `chunks` parts, zero-initialised so every
+/// block starts as the identity (as the official model initialises it).
+class ModulationImpl : public torch::nn::Module {
+ public:
+  ModulationImpl(int64_t hidden, int64_t chunks);
+  std::vector<torch::Tensor> forward(const torch::Tensor& vec);  // (B, hidden) -> chunks x (B, hidden)
+
+  torch::nn::Linear linear{nullptr};
+
+ private:
+  int64_t chunks_;
+};
+TORCH_MODULE(Modulation);
+
+/// Affine-free LayerNorm (eps 1e-6) then `x * (1 + scale) + shift` with per-sample (B, C) vectors.
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
+                            const torch::Tensor& scale);
+/// Affine-free LayerNorm, eps 1e-6, over the last dim.
+torch::Tensor layer_norm_plain(const torch::Tensor& x);
+
+struct AttentionOptions {
+  int64_t heads = 24;
+  int64_t head_dim = 128;
+  /// QK RMSNorm (double and single blocks); the refiner has none.
+  bool qk_norm = true;
+  /// Second (text) stream projections add_{q,k,v}_proj + to_add_out (double blocks).
+  bool added_stream = false;
+  /// Output projection to_out.0 (absent in single blocks, whose linear2 does it).
+  bool output_projection = true;
+};
+
+/// Multi-head attention with diffusers' parameter names. Tensors are (B, N, hidden).
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const AttentionOptions& options);
+
+  /// Projects x to (B, heads, N, head_dim) q, k, v, with QK-norm applied.
+  std::vector<torch::Tensor> project(const torch::Tensor& x);
+  /// Same for the text stream (added_stream only).
+  std::vector<torch::Tensor> project_added(const torch::Tensor& x);
+  /// to_out.0 / to_add_out on (B, N, hidden).
+  torch::Tensor output(const torch::Tensor& x);
+  torch::Tensor output_added(const torch::Tensor& x);
+
+  const AttentionOptions& options() const { return options_; }
+
+ private:
+  AttentionOptions options_;
+  torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr};
+  RmsNorm norm_q_{nullptr}, norm_k_{nullptr};
+  torch::nn::Linear add_q_{nullptr}, add_k_{nullptr}, add_v_{nullptr};
+  RmsNorm norm_added_q_{nullptr}, norm_added_k_{nullptr};
+  torch::nn::Linear to_out_{nullptr}, to_add_out_{nullptr};
+};
+TORCH_MODULE(Attention);
+
+/// Scaled dot-product attention through at::scaled_dot_product_attention (never materialises the
+/// score matrix on the GPU backends). q, k, v: (B, H, N, D); key_mask: (B, 1, 1|Nq, Nk) bool or
+/// undefined. Returns (B, N, H*D).
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const torch::Tensor& key_mask);
+
+}  // namespace tt

@@ -1,0 +1,241 @@
+// HunyuanVideo Transformer forward pass (see transformer.h and ARCHITECTURE.md's model facts).
+#include "model/transformer.h"
+
+#include "core/errors.h"
+
+namespace tt {
+namespace {
+
+// A holder module so that parameters land under a diffusers prefix such as `x_embedder.proj`.
+struct HolderImpl : torch::nn::Module {};
+TORCH_MODULE(Holder);
+
+AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm, bool added,
+                                   bool output) {
+  AttentionOptions options;
+  options.heads = heads;
+  options.head_dim = head_dim;
+  options.qk_norm = qk_norm;
+  options.added_stream = added;
+  options.output_projection = output;
+  return options;
+}
+
+torch::Tensor apply_rope_qk(const torch::Tensor& x, const RopeTable& rope) { return apply_rope(x, rope); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- token refiner
+
+TokenRefinerBlockImpl::TokenRefinerBlockImpl(int64_t heads, int64_t head_dim, double mlp_ratio) {
+  const int64_t hidden = heads * head_dim;
+  auto norm_options = torch::nn::LayerNormOptions({hidden}).eps(1e-6).elementwise_affine(true);
+  norm1_ = register_module("norm1", torch::nn::LayerNorm(norm_options));
+  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, false, false, true)));
+  norm2_ = register_module("norm2", torch::nn::LayerNorm(norm_options));
+  ff_ = register_module("ff", FeedForward(hidden, static_cast<int64_t>(hidden * mlp_ratio),
+                                          FeedForwardActivation::kSilu));
+  norm_out_ = register_module("norm_out", Modulation(hidden, 2));
+}
+
+torch::Tensor TokenRefinerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& temb,
+                                             const torch::Tensor& pair_mask) {
+  auto qkv = attn_->project(norm1_(x));
+  auto attn = attn_->output(attend(qkv[0], qkv[1], qkv[2], pair_mask));
+  auto gates = norm_out_(temb);  // gate_msa, gate_mlp: (B, hidden)
+  auto h = x + attn * gates[0].unsqueeze(1);
+  return h + ff_(norm2_(h)) * gates[1].unsqueeze(1);
+}
+
+TokenRefinerImpl::TokenRefinerImpl(int64_t text_dim, int64_t heads, int64_t head_dim, int64_t layers,
+                                   double mlp_ratio) {
+  const int64_t hidden = heads * head_dim;
+  auto time_text_embed = register_module("time_text_embed", Holder());
+  timestep_embedder_ = time_text_embed->register_module("timestep_embedder", MlpEmbedder(256, hidden));
+  text_embedder_ = time_text_embed->register_module("text_embedder", MlpEmbedder(text_dim, hidden));
+  proj_in_ = register_module("proj_in", torch::nn::Linear(text_dim, hidden));
+  auto token_refiner = register_module("token_refiner", Holder());
+  auto list = token_refiner->register_module("refiner_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < layers; ++i) {
+    blocks_.push_back(TokenRefinerBlock(heads, head_dim, mlp_ratio));
+    list->push_back(blocks_.back());
+  }
+}
+
+torch::Tensor TokenRefinerImpl::forward(const torch::Tensor& text, const torch::Tensor& timestep,
+                                        const torch::Tensor& mask) {
+  // Masked mean over valid tokens, in fp32.
+  auto mask_f = mask.to(torch::kFloat32).unsqueeze(-1);                     // (B, L, 1)
+  auto pooled = (text.to(torch::kFloat32) * mask_f).sum(1) / mask_f.sum(1);  // (B, text_dim)
+  pooled = pooled.to(text.scalar_type());
+  auto temb = timestep_embedder_(timestep_sinusoid(timestep).to(pooled.scalar_type())) + text_embedder_(pooled);
+  auto h = proj_in_(text);
+  // Pairwise mask: token i may see token j when both are valid; the first key column is forced
+  // on so that rows of padding tokens are never fully masked (no NaN from softmax).
+  const int64_t length = mask.size(1);
+  auto row = mask.view({mask.size(0), 1, 1, length});
+  auto pair_mask = row & row.transpose(2, 3);  // (B, 1, L, L)
+  pair_mask.select(3, 0).fill_(true);
+  for (auto& block : blocks_) h = block(h, temb, pair_mask);
+  return h;
+}
+
+// ---------------------------------------------------------------- double / single blocks
+
+DoubleBlockImpl::DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden) {
+  const int64_t hidden = heads * head_dim;
+  norm1_ = register_module("norm1", Modulation(hidden, 6));
+  norm1_context_ = register_module("norm1_context", Modulation(hidden, 6));
+  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, true, true)));
+  ff_ = register_module("ff", FeedForward(hidden, mlp_hidden, FeedForwardActivation::kGeluTanh));
+  ff_context_ = register_module("ff_context", FeedForward(hidden, mlp_hidden, FeedForwardActivation::kGeluTanh));
+}
+
+std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Tensor& video,
+                                                                 const torch::Tensor& text,
+                                                                 const torch::Tensor& vec,
+                                                                 const torch::Tensor& key_mask,
+                                                                 const RopeTable& rope) {
+  // Chunks: shift1, scale1, gate1, shift2, scale2, gate2.
+  auto m = norm1_(vec);
+  auto c = norm1_context_(vec);
+  auto video_qkv = attn_->project(norm_modulate(video, m[0], m[1]));
+  auto text_qkv = attn_->project_added(norm_modulate(text, c[0], c[1]));
+  auto q = torch::cat({apply_rope_qk(video_qkv[0], rope), text_qkv[0]}, 2);
+  auto k = torch::cat({apply_rope_qk(video_qkv[1], rope), text_qkv[1]}, 2);
+  auto v = torch::cat({video_qkv[2], text_qkv[2]}, 2);
+  auto joint = attend(q, k, v, key_mask);  // (B, N+L, hidden)
+  const int64_t n = video.size(1);
+  auto video_attn = attn_->output(joint.slice(1, 0, n));
+  auto text_attn = attn_->output_added(joint.slice(1, n));
+
+  auto video_out = video + video_attn * m[2].unsqueeze(1);
+  auto text_out = text + text_attn * c[2].unsqueeze(1);
+  video_out = video_out + ff_(norm_modulate(video_out, m[3], m[4])) * m[5].unsqueeze(1);
+  text_out = text_out + ff_context_(norm_modulate(text_out, c[3], c[4])) * c[5].unsqueeze(1);
+  return {video_out, text_out};
+}
+
+SingleBlockImpl::SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden) {
+  const int64_t hidden = heads * head_dim;
+  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, false, false)));
+  norm_ = register_module("norm", Modulation(hidden, 3));
+  proj_mlp_ = register_module("proj_mlp", torch::nn::Linear(hidden, mlp_hidden));
+  proj_out_ = register_module("proj_out", torch::nn::Linear(hidden + mlp_hidden, hidden));
+}
+
+torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tokens,
+                                       const torch::Tensor& vec, const torch::Tensor& key_mask,
+                                       const RopeTable& rope) {
+  auto m = norm_(vec);  // shift, scale, gate
+  auto normed = norm_modulate(x, m[0], m[1]);
+  auto mlp = torch::gelu(proj_mlp_(normed), "tanh");
+  auto qkv = attn_->project(normed);
+  // RoPE on the video tokens only.
+  auto rotate = [&](const torch::Tensor& t) {
+    return torch::cat({apply_rope_qk(t.slice(2, 0, video_tokens), rope), t.slice(2, video_tokens)}, 2);
+  };
+  auto attn = attend(rotate(qkv[0]), rotate(qkv[1]), qkv[2], key_mask);
+  return x + proj_out_(torch::cat({attn, mlp}, 2)) * m[2].unsqueeze(1);
+}
+
+// ---------------------------------------------------------------- the model
+
+HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config)
+    : config_(config) {
+  validate_hunyuan_config(config, "tele_tron.model.");
+  const int64_t hidden = config.hidden_size();
+  const int64_t heads = config.num_attention_heads;
+  const int64_t head_dim = config.attention_head_dim;
+
+  auto x_embedder = register_module("x_embedder", Holder());
+  std::vector<int64_t> patch = {config.patch_size_t, config.patch_size, config.patch_size};
+  patch_embed_ = x_embedder->register_module(
+      "proj", torch::nn::Conv3d(torch::nn::Conv3dOptions(config.in_channels, hidden, patch).stride(patch)));
+
+  context_embedder_ = register_module(
+      "context_embedder", TokenRefiner(config.text_embed_dim, heads, head_dim,
+                                       config.num_refiner_layers, config.mlp_ratio));
+
+  auto time_text_embed = register_module("time_text_embed", Holder());
+  timestep_embedder_ = time_text_embed->register_module("timestep_embedder", MlpEmbedder(256, hidden));
+  text_embedder_ = time_text_embed->register_module("text_embedder",
+                                                    MlpEmbedder(config.pooled_projection_dim, hidden));
+  if (config.guidance_embeds) {
+    guidance_embedder_ = time_text_embed->register_module("guidance_embedder", MlpEmbedder(256, hidden));
+  }
+
+  auto doubles = register_module("transformer_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    double_blocks_.push_back(DoubleBlock(heads, head_dim, config.mlp_hidden()));
+    doubles->push_back(double_blocks_.back());
+  }
+  auto singles = register_module("single_transformer_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_single_layers; ++i) {
+    single_blocks_.push_back(SingleBlock(heads, head_dim, config.mlp_hidden()));
+    singles->push_back(single_blocks_.back());
+  }
+
+  norm_out_ = register_module("norm_out", Modulation(hidden, 2));
+  const int64_t patch_volume = config.patch_size_t * config.patch_size * config.patch_size;
+  proj_out_ = register_module("proj_out", torch::nn::Linear(hidden, patch_volume * config.out_channels));
+  {
+    // The official final layer starts at zero, so the untrained model predicts 0.
+    torch::NoGradGuard no_grad;
+    proj_out_->weight.zero_();
+    proj_out_->bias.zero_();
+  }
+  rope_cache_ = std::make_shared<RopeCache>(config.rope_axes_dim, config.rope_theta);
+}
+
+int64_t HunyuanVideoTransformerImpl::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& p : parameters()) count += p.numel();
+  return count;
+}
+
+torch::Tensor HunyuanVideoTransformerImpl::condition_vector(const TransformerInputs& in) {
+  auto pooled = in.pooled_projections;
+  auto vec = timestep_embedder_(timestep_sinusoid(in.timestep).to(pooled.scalar_type())) +
+             text_embedder_(pooled);
+  if (config_.guidance_embeds) {
+    TT_ASSERT(in.guidance.defined(), "guidance input missing for a model with guidance_embeds");
+    vec = vec + guidance_embedder_(timestep_sinusoid(in.guidance).to(pooled.scalar_type()));
+  }
+  return vec;  // (B, hidden)
+}
+
+torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) {
+  const auto& x = in.hidden_states;
+  TT_ASSERT(x.dim() == 5 && x.size(1) == config_.in_channels, "hidden_states must be (B, ",
+            config_.in_channels, ", T, H, W), got ", x.sizes());
+  const int64_t batch = x.size(0);
+  const int64_t pt = config_.patch_size_t, p = config_.patch_size;
+  TT_CHECK(x.size(2) % pt == 0 && x.size(3) % p == 0 && x.size(4) % p == 0, ErrorCode::kData,
+           "latent shape ", x.sizes(), " is not divisible by the patch size [", pt, ",", p, ",", p, "]");
+  const int64_t t = x.size(2) / pt, h = x.size(3) / p, w = x.size(4) / p;
+
+  auto vec = condition_vector(in);
+  auto video = patch_embed_(x).flatten(2).transpose(1, 2);  // (B, N, hidden)
+  auto text = context_embedder_(in.encoder_hidden_states, in.timestep, in.encoder_attention_mask);
+  const int64_t n = video.size(1);
+
+  // Keys: every video token, valid text tokens only.
+  auto video_keys = torch::ones({batch, n}, in.encoder_attention_mask.options().dtype(torch::kBool));
+  auto key_mask = torch::cat({video_keys, in.encoder_attention_mask.to(torch::kBool)}, 1)
+                      .view({batch, 1, 1, -1});  // (B, 1, 1, N+L)
+  const RopeTable& rope = rope_cache_->get(t, h, w, x.device());
+
+  for (auto& block : double_blocks_) std::tie(video, text) = block(video, text, vec, key_mask, rope);
+  auto joint = torch::cat({video, text}, 1);
+  for (auto& block : single_blocks_) joint = block(joint, n, vec, key_mask, rope);
+  video = joint.slice(1, 0, n);
+
+  auto mod = norm_out_(vec);  // diffusers' AdaLayerNormContinuous: scale first, then shift
+  auto out = proj_out_(norm_modulate(video, mod[1], mod[0]));  // (B, N, C*pt*p*p)
+  out = out.reshape({batch, t, h, w, config_.out_channels, pt, p, p});
+  out = out.permute({0, 4, 1, 5, 2, 6, 3, 7});
+  return out.reshape({batch, config_.out_channels, t * pt, h * p, w * p});
+}
+
+}  // namespace tt

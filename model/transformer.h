@@ -1,0 +1,113 @@
+// The HunyuanVideo diffusion Transformer (text-to-video, flow matching), following diffusers'
+// HunyuanVideoTransformer3DModel and the official HYVideoDiffusionTransformer: token refiner,
+// 3D RoPE on video tokens, key-masked joint attention over (video, text) tokens, double-stream
+// then single-stream blocks, adaLN final layer, unpatchify. Parameter names are diffusers' keys.
+#pragma once
+
+#include <torch/nn.h>
+
+#include <memory>
+
+#include "model/hunyuan_config.h"
+#include "model/layers.h"
+#include "model/rope.h"
+
+namespace tt {
+
+/// One refiner block: self-attention over text tokens with a pairwise mask, SiLU MLP, gates from
+/// the refiner's own conditioning vector.
+class TokenRefinerBlockImpl : public torch::nn::Module {
+ public:
+  TokenRefinerBlockImpl(int64_t heads, int64_t head_dim, double mlp_ratio);
+  /// x: (B, L, hidden); temb: (B, hidden); pair_mask: (B, 1, L, L) bool.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& temb, const torch::Tensor& pair_mask);
+
+ private:
+  torch::nn::LayerNorm norm1_{nullptr}, norm2_{nullptr};
+  Attention attn_{nullptr};
+  FeedForward ff_{nullptr};
+  Modulation norm_out_{nullptr};  // (gate_msa, gate_mlp)
+};
+TORCH_MODULE(TokenRefinerBlock);
+
+/// diffusers HunyuanVideoTokenRefiner (`context_embedder`): masked-mean pooled text + timestep
+/// conditioning, proj_in (text_dim -> hidden), refiner blocks.
+class TokenRefinerImpl : public torch::nn::Module {
+ public:
+  TokenRefinerImpl(int64_t text_dim, int64_t heads, int64_t head_dim, int64_t layers, double mlp_ratio);
+  /// text: (B, L, text_dim); timestep: (B) sigma*1000; mask: (B, L) bool -> (B, L, hidden).
+  torch::Tensor forward(const torch::Tensor& text, const torch::Tensor& timestep, const torch::Tensor& mask);
+
+ private:
+  MlpEmbedder timestep_embedder_{nullptr}, text_embedder_{nullptr};
+  torch::nn::Linear proj_in_{nullptr};
+  std::vector<TokenRefinerBlock> blocks_;
+};
+TORCH_MODULE(TokenRefiner);
+
+/// Double-stream block: separate weights for video and text tokens, joint attention.
+class DoubleBlockImpl : public torch::nn::Module {
+ public:
+  DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden);
+  /// video: (B, N, hidden), text: (B, L, hidden), vec: (B, hidden), key_mask (B, 1, 1, N+L) bool.
+  /// Returns the updated (video, text).
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& video, const torch::Tensor& text,
+                                                  const torch::Tensor& vec, const torch::Tensor& key_mask,
+                                                  const RopeTable& rope);
+
+ private:
+  Modulation norm1_{nullptr}, norm1_context_{nullptr};  // 6 chunks each
+  Attention attn_{nullptr};
+  FeedForward ff_{nullptr}, ff_context_{nullptr};
+};
+TORCH_MODULE(DoubleBlock);
+
+/// Single-stream block over cat(video, text): attention and MLP in parallel from one norm.
+class SingleBlockImpl : public torch::nn::Module {
+ public:
+  SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden);
+  /// x: (B, N+L, hidden) with the N video tokens first.
+  torch::Tensor forward(const torch::Tensor& x, int64_t video_tokens, const torch::Tensor& vec,
+                        const torch::Tensor& key_mask, const RopeTable& rope);
+
+ private:
+  Attention attn_{nullptr};
+  Modulation norm_{nullptr};  // (shift, scale, gate)
+  torch::nn::Linear proj_mlp_{nullptr}, proj_out_{nullptr};
+};
+TORCH_MODULE(SingleBlock);
+
+struct TransformerInputs {
+  torch::Tensor hidden_states;           // (B, in_channels, T, H, W) noisy latents
+  torch::Tensor timestep;                // (B) sigma * 1000
+  torch::Tensor encoder_hidden_states;   // (B, L, text_embed_dim)
+  torch::Tensor encoder_attention_mask;  // (B, L) bool, text right-padded
+  torch::Tensor pooled_projections;      // (B, pooled_projection_dim)
+  torch::Tensor guidance;                // (B) guidance * 1000; undefined when guidance_embeds off
+};
+
+class HunyuanVideoTransformerImpl : public torch::nn::Module {
+ public:
+  explicit HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config);
+  /// Returns the prediction (B, out_channels, T, H, W) (flow-matching velocity eps - x0).
+  torch::Tensor forward(const TransformerInputs& inputs);
+
+  const HunyuanVideoConfig& config() const { return config_; }
+  int64_t parameter_count() const;
+
+ private:
+  torch::Tensor condition_vector(const TransformerInputs& inputs);
+
+  HunyuanVideoConfig config_;
+  torch::nn::Conv3d patch_embed_{nullptr};  // x_embedder.proj
+  TokenRefiner context_embedder_{nullptr};
+  MlpEmbedder timestep_embedder_{nullptr}, text_embedder_{nullptr}, guidance_embedder_{nullptr};
+  std::vector<DoubleBlock> double_blocks_;
+  std::vector<SingleBlock> single_blocks_;
+  Modulation norm_out_{nullptr};  // (scale, shift) — diffusers' order
+  torch::nn::Linear proj_out_{nullptr};
+  std::shared_ptr<RopeCache> rope_cache_;
+};
+TORCH_MODULE(HunyuanVideoTransformer);
+
+}  // namespace tt

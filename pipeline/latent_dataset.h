@@ -1,0 +1,70 @@
+// The cached-latent dataset: a JSONL manifest whose rows name safetensors files holding
+// `latents` (16, T', H', W') bf16/fp32 (already multiplied by the VAE scaling factor),
+// `text_states` (L, text_dim), `text_mask` (L) bool/uint8/int and `pooled` (pooled_dim).
+// Relative paths inside the manifest are relative to the manifest's folder.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tt {
+
+struct LatentDatasetOptions {
+  /// Path of the JSONL manifest.
+  std::string manifest;
+  /// Channels the model expects in `latents` (dim 0).
+  int64_t latent_channels = 16;
+  /// Width of `text_states` rows (the model's text_embed_dim).
+  int64_t text_dim = 4096;
+  /// Length of `pooled` (the model's pooled_projection_dim).
+  int64_t pooled_dim = 768;
+};
+
+struct LatentSample {
+  torch::Tensor latents;      // (C, T', H', W') fp32
+  torch::Tensor text_states;  // (L, text_dim) fp32
+  torch::Tensor text_mask;    // (L) bool
+  torch::Tensor pooled;       // (pooled_dim) fp32
+};
+
+struct LatentBatch {
+  torch::Tensor latents;      // (B, C, T', H', W') fp32
+  torch::Tensor text_states;  // (B, L, text_dim) fp32
+  torch::Tensor text_mask;    // (B, L) bool
+  torch::Tensor pooled;       // (B, pooled_dim) fp32
+};
+
+class LatentDataset {
+ public:
+  /// Parses the manifest and checks every row's file header (exists, has the four tensors with
+  /// the expected ranks, dtypes and widths; L equal across rows). Any bad row throws kData naming
+  /// the manifest, the 1-based line number, the file and the problem. Rows must also agree on the
+  /// latent shape (one bucket for now).
+  explicit LatentDataset(const LatentDatasetOptions& options);
+
+  int64_t size() const { return static_cast<int64_t>(files_.size()); }
+  /// The latent shape (C, T', H', W') shared by all rows and the text length L.
+  const std::vector<int64_t>& latent_shape() const { return latent_shape_; }
+  int64_t text_length() const { return text_length_; }
+  const std::string& file(int64_t index) const { return files_[index]; }
+
+  /// Reads one sample (fp32/bool CPU tensors). Throws kData naming the row on a read failure.
+  LatentSample get(int64_t index) const;
+  /// Reads and stacks samples into a batch.
+  LatentBatch get_batch(const std::vector<int64_t>& indices) const;
+
+ private:
+  LatentDatasetOptions options_;
+  std::vector<std::string> files_;   // absolute or manifest-relative resolved paths
+  std::vector<int64_t> lines_;       // 1-based manifest line of each row
+  std::vector<int64_t> latent_shape_;
+  int64_t text_length_ = 0;
+};
+
+/// Deterministic epoch order: a permutation of [0, n) from (seed, epoch).
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch);
+
+}  // namespace tt

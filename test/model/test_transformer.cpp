@@ -1,0 +1,232 @@
+// HunyuanVideo Transformer: diffusers key names, shapes, masking, RoPE, conditioning, weights I/O.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <torch/torch.h>
+
+#include <set>
+
+#include "core/errors.h"
+#include "model/rope.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+tt::HunyuanVideoConfig small_config() {
+  tt::HunyuanVideoConfig c = tt::hunyuan_preset("tiny");
+  c.num_attention_heads = 2;
+  c.attention_head_dim = 16;
+  c.rope_axes_dim = {4, 6, 6};
+  c.num_layers = 1;
+  c.num_single_layers = 1;
+  c.num_refiner_layers = 1;
+  c.text_embed_dim = 12;
+  c.pooled_projection_dim = 8;
+  return c;
+}
+
+tt::TransformerInputs make_inputs(const tt::HunyuanVideoConfig& c, int64_t batch, int64_t length) {
+  torch::manual_seed(7);
+  tt::TransformerInputs in;
+  in.hidden_states = torch::randn({batch, c.in_channels, 2, 4, 6});
+  in.timestep = torch::tensor({250.0f, 900.0f}).slice(0, 0, batch);
+  in.encoder_hidden_states = torch::randn({batch, length, c.text_embed_dim});
+  in.encoder_attention_mask = torch::ones({batch, length}, torch::kBool);
+  in.encoder_attention_mask[0].slice(0, length / 2).fill_(false);  // right padding in sample 0
+  in.pooled_projections = torch::randn({batch, c.pooled_projection_dim});
+  in.guidance = torch::full({batch}, 1000.0f);
+  return in;
+}
+
+// Random values for every parameter, so the zero-initialised modulations do not hide paths.
+void randomise(tt::HunyuanVideoTransformer& model) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+}
+
+}  // namespace
+
+TEST_CASE("parameter names are diffusers' keys", "[model]") {
+  tt::HunyuanVideoTransformer model(small_config());
+  std::set<std::string> names;
+  for (const auto& item : model->named_parameters()) names.insert(item.key());
+  const char* expected[] = {
+      "x_embedder.proj.weight",
+      "x_embedder.proj.bias",
+      "context_embedder.time_text_embed.timestep_embedder.linear_1.weight",
+      "context_embedder.time_text_embed.text_embedder.linear_2.bias",
+      "context_embedder.proj_in.weight",
+      "context_embedder.token_refiner.refiner_blocks.0.norm1.weight",
+      "context_embedder.token_refiner.refiner_blocks.0.attn.to_q.weight",
+      "context_embedder.token_refiner.refiner_blocks.0.attn.to_out.0.weight",
+      "context_embedder.token_refiner.refiner_blocks.0.ff.net.0.proj.weight",
+      "context_embedder.token_refiner.refiner_blocks.0.ff.net.2.weight",
+      "context_embedder.token_refiner.refiner_blocks.0.norm_out.linear.weight",
+      "time_text_embed.timestep_embedder.linear_1.weight",
+      "time_text_embed.text_embedder.linear_1.weight",
+      "time_text_embed.guidance_embedder.linear_2.weight",
+      "transformer_blocks.0.norm1.linear.weight",
+      "transformer_blocks.0.norm1_context.linear.weight",
+      "transformer_blocks.0.attn.to_q.weight",
+      "transformer_blocks.0.attn.norm_q.weight",
+      "transformer_blocks.0.attn.add_k_proj.bias",
+      "transformer_blocks.0.attn.norm_added_k.weight",
+      "transformer_blocks.0.attn.to_out.0.weight",
+      "transformer_blocks.0.attn.to_add_out.weight",
+      "transformer_blocks.0.ff.net.0.proj.weight",
+      "transformer_blocks.0.ff_context.net.2.weight",
+      "single_transformer_blocks.0.attn.to_v.weight",
+      "single_transformer_blocks.0.attn.norm_k.weight",
+      "single_transformer_blocks.0.norm.linear.weight",
+      "single_transformer_blocks.0.proj_mlp.weight",
+      "single_transformer_blocks.0.proj_out.weight",
+      "norm_out.linear.weight",
+      "proj_out.weight",
+  };
+  for (const char* name : expected) {
+    INFO(name);
+    CHECK(names.count(name) == 1);
+  }
+  // Nothing outside the diffusers layout (e.g. no weights on the affine-free norms).
+  CHECK(names.count("transformer_blocks.0.norm2.weight") == 0);
+  CHECK(names.count("single_transformer_blocks.0.attn.to_out.0.weight") == 0);
+  CHECK(names.size() == 92);  // counted by hand from diffusers' module layout
+}
+
+TEST_CASE("shapes, zero-initialised output and finite values", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  auto in = make_inputs(c, 2, 6);
+  auto out = model->forward(in);
+  CHECK(out.sizes() == in.hidden_states.sizes());
+  // The official initialisation zeroes the final projection: the untrained model predicts 0.
+  CHECK(out.abs().max().item<float>() == 0.0f);
+  randomise(model);
+  out = model->forward(in);
+  CHECK(torch::isfinite(out).all().item<bool>());
+  CHECK(out.abs().max().item<float>() > 0.0f);
+}
+
+TEST_CASE("padded text tokens do not change the output", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  auto in = make_inputs(c, 2, 6);
+  auto reference = model->forward(in);
+  // Sample 0 has tokens 3..5 masked: any values there must be invisible.
+  in.encoder_hidden_states[0].slice(0, 3).copy_(torch::randn({3, c.text_embed_dim}) * 50);
+  auto changed = model->forward(in);
+  CHECK(torch::allclose(reference, changed, 1e-5, 1e-5));
+  // Sample 1 is fully valid: changing its last token must matter.
+  in.encoder_hidden_states[1][5].fill_(3.0);
+  auto changed_valid = model->forward(in);
+  CHECK_FALSE(torch::allclose(reference[1], changed_valid[1], 1e-4, 1e-4));
+}
+
+TEST_CASE("batch elements are independent", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  auto in = make_inputs(c, 2, 6);
+  auto both = model->forward(in);
+  tt::TransformerInputs first;
+  first.hidden_states = in.hidden_states.slice(0, 0, 1);
+  first.timestep = in.timestep.slice(0, 0, 1);
+  first.encoder_hidden_states = in.encoder_hidden_states.slice(0, 0, 1);
+  first.encoder_attention_mask = in.encoder_attention_mask.slice(0, 0, 1);
+  first.pooled_projections = in.pooled_projections.slice(0, 0, 1);
+  first.guidance = in.guidance.slice(0, 0, 1);
+  CHECK(torch::allclose(both.slice(0, 0, 1), model->forward(first), 1e-5, 1e-5));
+}
+
+TEST_CASE("timestep and guidance condition the output", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  auto in = make_inputs(c, 2, 6);
+  auto reference = model->forward(in);
+  auto other_time = in;
+  other_time.timestep = in.timestep + 100;
+  CHECK_FALSE(torch::allclose(reference, model->forward(other_time), 1e-4, 1e-4));
+  auto other_guidance = in;
+  other_guidance.guidance = in.guidance * 6;
+  CHECK_FALSE(torch::allclose(reference, model->forward(other_guidance), 1e-4, 1e-4));
+}
+
+TEST_CASE("timestep sinusoid puts cos first", "[model]") {
+  auto features = tt::timestep_sinusoid(torch::tensor({0.0f, 10.0f}), 256);
+  REQUIRE(features.sizes() == torch::IntArrayRef({2, 256}));
+  CHECK(torch::allclose(features[0].slice(0, 0, 128), torch::ones({128})));
+  CHECK(torch::allclose(features[0].slice(0, 128), torch::zeros({128})));
+  // Highest frequency is 1: features[1][0] = cos(10), features[1][128] = sin(10).
+  CHECK(std::abs(features[1][0].item<float>() - std::cos(10.0f)) < 1e-5);
+  CHECK(std::abs(features[1][128].item<float>() - std::sin(10.0f)) < 1e-5);
+}
+
+TEST_CASE("RoPE: interleaved pairs, norm preserved, relative positions", "[model]") {
+  std::vector<int64_t> axes = {4, 6, 6};
+  auto table = tt::build_rope_table(3, 4, 5, axes, 256.0, torch::kCPU);
+  REQUIRE(table.cos.sizes() == torch::IntArrayRef({60, 16}));
+  // Position (0, 0, 0) is the identity.
+  CHECK(torch::allclose(table.cos[0], torch::ones({16})));
+  CHECK(torch::allclose(table.sin[0], torch::zeros({16})));
+  // Pairs share an angle.
+  CHECK(torch::equal(table.cos.slice(1, 0, 16, 2), table.cos.slice(1, 1, 16, 2)));
+  // Token (t=1, h=0, w=0) is row 20: the temporal block's first frequency is theta^0 = 1.
+  CHECK(std::abs(table.cos[20][0].item<float>() - std::cos(1.0f)) < 1e-6);
+  CHECK(std::abs(table.cos[20][4].item<float>() - 1.0f) < 1e-6);  // height axis at h=0
+
+  torch::manual_seed(1);
+  auto q = torch::randn({1, 1, 60, 16});
+  auto rotated = tt::apply_rope(q, table);
+  CHECK(torch::allclose(rotated.norm(2, -1), q.norm(2, -1), 1e-5, 1e-5));
+  // <R(m) q, R(n) k> depends only on m - n: shift both along the width axis by one token.
+  auto k = torch::randn({1, 1, 60, 16});
+  auto same_q = q.clone(), same_k = k.clone();
+  same_q[0][0][1] = q[0][0][0];
+  same_k[0][0][3] = k[0][0][2];
+  auto rq = tt::apply_rope(same_q, table), rk = tt::apply_rope(same_k, table);
+  auto dot_shifted = (rq[0][0][1] * rk[0][0][3]).sum().item<float>();
+  auto rq0 = tt::apply_rope(q, table), rk0 = tt::apply_rope(k, table);
+  auto dot_original = (rq0[0][0][0] * rk0[0][0][2]).sum().item<float>();
+  CHECK(std::abs(dot_shifted - dot_original) < 1e-4);
+}
+
+TEST_CASE("weights round trip and strict mismatch report", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  auto weights = tt::module_weights(*model);
+  tt::HunyuanVideoTransformer other(c);
+  tt::load_module_weights(*other, weights, "memory");
+  auto in = make_inputs(c, 2, 6);
+  CHECK(torch::equal(model->forward(in), other->forward(in)));
+
+  auto broken = weights;
+  broken.erase("proj_out.bias");
+  broken["extra.weight"] = torch::zeros({1});
+  broken["norm_out.linear.weight"] = torch::zeros({3, 3});
+  try {
+    tt::load_module_weights(*other, broken, "broken.safetensors");
+    FAIL("expected a checkpoint error");
+  } catch (const tt::Error& error) {
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    std::string text = error.what();
+    CHECK_THAT(text, ContainsSubstring("broken.safetensors"));
+    CHECK_THAT(text, ContainsSubstring("missing: proj_out.bias"));
+    CHECK_THAT(text, ContainsSubstring("unexpected: extra.weight"));
+    CHECK_THAT(text, ContainsSubstring("mis-shaped: norm_out.linear.weight"));
+  }
+}
+
+TEST_CASE("presets: 1b is about one billion parameters, configs validate", "[model]") {
+  auto one_b = tt::hunyuan_preset("1b");
+  CHECK(one_b.hidden_size() == 1536);
+  auto bad = tt::hunyuan_preset("tiny");
+  bad.rope_axes_dim = {8, 8, 8};
+  CHECK_THROWS_AS(tt::validate_hunyuan_config(bad, "tele_tron.model."), tt::Error);
+  CHECK_THROWS_AS(tt::hunyuan_preset("7b"), tt::Error);
+}

@@ -1,0 +1,45 @@
+// Shared helpers for teletron's Catch2 tests: scratch folders, running the built executable,
+// small file utilities, GPU detection for [gpu] tests.
+#pragma once
+
+#include <string>
+
+namespace tt::test {
+
+/// A fresh empty folder under $TMPDIR (or /tmp), removed when the object goes out of scope.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "tt_test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr interleaved
+};
+
+/// Runs `<build>/teletron <args>` through the shell (args are passed verbatim).
+CommandResult run_teletron(const std::string& args);
+/// Runs any shell command, capturing stdout+stderr.
+CommandResult run_command(const std::string& command);
+
+void write_file(const std::string& path, const std::string& content);
+std::string read_file(const std::string& path);
+
+/// True when LibTorch sees a CUDA device. [gpu] tests call SKIP() when false.
+bool has_cuda();
+
+}  // namespace tt::test
+
+/// First line of every [gpu] test: skips, saying why, on machines without a CUDA device.
+#define TT_REQUIRE_GPU()                                                   \
+  do {                                                                     \
+    if (!::tt::test::has_cuda()) SKIP("no CUDA device: [gpu] test skipped"); \
+  } while (0)
