@@ -61,13 +61,20 @@ set(TELETRON_FMT_SHIM ${CMAKE_BINARY_DIR}/fmt_shim)
 file(MAKE_DIRECTORY ${TELETRON_FMT_SHIM})
 file(CREATE_LINK ${_tt_fmt_inc}/fmt ${TELETRON_FMT_SHIM}/fmt SYMBOLIC)
 
+# yaml-cpp 0.7 (Debian 12) names its target `yaml-cpp`, 0.8 (Ubuntu 24.04) `yaml-cpp::yaml-cpp`.
+if(TARGET yaml-cpp::yaml-cpp)
+  set(TELETRON_YAML_TARGET yaml-cpp::yaml-cpp)
+else()
+  set(TELETRON_YAML_TARGET yaml-cpp)
+endif()
+
 add_library(teletron_deps INTERFACE)
 target_include_directories(teletron_deps SYSTEM BEFORE INTERFACE ${TELETRON_FMT_SHIM})
 target_include_directories(teletron_deps INTERFACE ${PROJECT_SOURCE_DIR})
 # libstdc++ first: the LibTorch wheel exports its own copy of some std::filesystem symbols
 # (pytorch/pytorch#133437) whose remove_all crashes when it wins symbol resolution.
 target_link_libraries(teletron_deps INTERFACE stdc++ ${TORCH_LIBRARIES} spdlog::spdlog fmt::fmt
-                      yaml-cpp nlohmann_json::nlohmann_json Threads::Threads)
+                      ${TELETRON_YAML_TARGET} nlohmann_json::nlohmann_json Threads::Threads)
 target_compile_options(teletron_deps INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
 if(TELETRON_HAVE_CUDA)
