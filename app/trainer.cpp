@@ -153,12 +153,6 @@ void Trainer::announce() const {
                config_.batch_size * config_.gradient_accumulation, config_.train.max_steps, config_.optimizer.lr,
                config_.optimizer.warmup_steps, config_.optimizer.schedule);
   for (const auto& note : config_.not_yet_implemented) spdlog::warn("{}", note);
-  if (config_.mixed_precision.enabled && config_.mixed_precision.dtype == "fp16" && device_.is_cuda()) {
-    spdlog::warn("tele_tron.mixed_precision.dtype: fp16 needs loss scaling, which is not built yet; using bf16");
-  }
-  if (config_.model.activation_checkpointing_every_n > 0) {
-    spdlog::warn("tele_tron.model.activation_checkpointing: has no effect yet (arrives with the model issue)");
-  }
 }
 
 std::vector<int64_t> Trainer::next_indices(int64_t count) {
@@ -329,12 +323,14 @@ void Trainer::run() {
     const double loss = loss_sum_.item<double>() / window_steps;
     const double samples_per_s = window_steps * samples_per_step / std::max(window_s, 1e-9);
     const double step_ms = 1000.0 * window_s / window_steps;
-    const double eta_s = (max_steps - step_) * seconds_since(run_start) / (step_ - start_step);
+    // The first step pays for allocator warm-up and kernel selection: no ETA from it.
+    const std::string eta =
+        step_ == start_step + 1 ? std::string("--") : format_duration((max_steps - step_) * window_s / window_steps);
     const double lr = learning_rate_at(config_.optimizer, step_ - 1, max_steps);
     if (print_now || log_now) {
       spdlog::info("step {}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.2f} samples/s  {:.0f} ms/step  ETA {}",
                    step_, max_steps, loss, lr, last_grad_norm_.item<double>(), samples_per_s, step_ms,
-                   format_duration(eta_s));
+                   eta);
       last_print = Clock::now();
     }
     if (log_now) {

@@ -89,17 +89,17 @@ RowShapes check_header(const RowContext& row, const st::Header& header, const La
   std::string c = std::to_string(options.latent_channels);
   std::string d = std::to_string(options.text_dim);
   std::string p = std::to_string(options.pooled_dim);
-  const st::TensorInfo& latents = check_tensor(row, header, "latents", kLatentDtypes, 4, "[" + c + ", T', H', W']");
+  const st::TensorInfo latents = check_tensor(row, header, "latents", kLatentDtypes, 4, "[" + c + ", T', H', W']");
   check_dim(row, "latents", latents, 0, options.latent_channels, "[" + c + ", T', H', W']",
             "latent_channels must match the VAE that encoded the latents (16 for HunyuanVideo)");
-  const st::TensorInfo& states = check_tensor(row, header, "text_states", kFloatDtypes, 2, "[L, " + d + "]");
+  const st::TensorInfo states = check_tensor(row, header, "text_states", kFloatDtypes, 2, "[L, " + d + "]");
   check_dim(row, "text_states", states, 1, options.text_dim, "[L, " + d + "]",
             "model.text_embed_dim must match the text encoder that produced text_states");
   int64_t length = states.shape[0];
   std::string l = std::to_string(length);
-  const st::TensorInfo& mask = check_tensor(row, header, "text_mask", kMaskDtypes, 1, "[" + l + "] (L of text_states)");
+  const st::TensorInfo mask = check_tensor(row, header, "text_mask", kMaskDtypes, 1, "[" + l + "] (L of text_states)");
   check_dim(row, "text_mask", mask, 0, length, "[" + l + "] (L of text_states)");
-  const st::TensorInfo& pooled = check_tensor(row, header, "pooled", kFloatDtypes, 1, "[" + p + "]");
+  const st::TensorInfo pooled = check_tensor(row, header, "pooled", kFloatDtypes, 1, "[" + p + "]");
   check_dim(row, "pooled", pooled, 0, options.pooled_dim, "[" + p + "]",
             "model.pooled_projection_dim must match the text encoder that produced pooled");
   return {latents.shape, length};
