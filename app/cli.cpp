@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "app/bench.h"
 #include "app/config.h"
 #include "app/options.h"
 #include "app/synth_data.h"
@@ -81,6 +82,26 @@ int run_synth(const SynthArgs& args) {
   return 0;
 }
 
+struct BenchArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string preset;
+  std::string device;
+  bool no_optimizer = false;
+  BenchOptions options;
+};
+
+int run_bench_command(BenchArgs& args) {
+  std::vector<std::string> overrides = args.sets;
+  if (!args.preset.empty()) overrides.push_back("model.preset=" + args.preset);
+  if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
+  args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", overrides)
+                                            : load_config(args.config, overrides);
+  args.options.optimizer = !args.no_optimizer;
+  run_bench(args.options);
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -121,6 +142,28 @@ int run_cli(int argc, char** argv) {
   synth_cmd->add_option("--text-length", synth.text_length, "Text tokens per sample")->check(CLI::PositiveNumber);
   synth_cmd->add_option("--seed", synth.seed, "Random seed")->check(CLI::NonNegativeNumber);
 
+  BenchArgs bench;
+  auto* bench_cmd = app.add_subcommand(
+      "bench", "Time the Transformer training step on synthetic inputs: step time, tokens/s, exact-count MFU, memory");
+  bench_cmd->add_option("config", bench.config, "YAML config (model, precision, device); defaults when left out");
+  add_set_option(bench_cmd, &bench.sets);
+  bench_cmd->add_option("--preset", bench.preset, "Model preset (tiny, 1b, 13b)")->default_str("model.preset (1b)");
+  bench_cmd->add_option("--device", bench.device, "Device")
+      ->default_str("train.device (auto)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  bench_cmd->add_option("--batch", bench.options.batch, "Samples per step")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--frames", bench.options.frames, "Clip frames (4n+1)")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--height", bench.options.height, "Clip height (multiple of 16)")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--width", bench.options.width, "Clip width (multiple of 16)")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--text-tokens", bench.options.text_tokens, "Text tokens per sample (L)")
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--text-valid", bench.options.text_valid, "Valid text tokens, the rest is padding (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--warmup", bench.options.warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--steps", bench.options.steps, "Timed steps")->check(CLI::PositiveNumber);
+  bench_cmd->add_flag("--no-optimizer", bench.no_optimizer, "Skip timing the full step with AdamW");
+  bench_cmd->add_option("--json", bench.options.json_path, "Also write the results as JSON here");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
@@ -137,6 +180,7 @@ int run_cli(int argc, char** argv) {
   if (train_cmd->parsed()) return run_train(train);
   if (config_cmd->parsed()) return run_config(config_path, config_sets);
   if (synth_cmd->parsed()) return run_synth(synth);
+  if (bench_cmd->parsed()) return run_bench_command(bench);
   return 0;
 }
 

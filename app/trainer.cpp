@@ -1,7 +1,6 @@
 // The training loop (see trainer.h).
 #include "app/trainer.h"
 
-#include <ATen/autocast_mode.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -9,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "app/autocast.h"
 #include "app/options.h"
 #include "core/adamw.h"
 #include "core/checkpoint.h"
@@ -35,28 +35,6 @@ std::string format_duration(double seconds) {
   if (total >= 60) return str_cat(total / 60, "m", total % 60, "s");
   return str_cat(total, "s");
 }
-
-// bf16 autocast for the forward pass on CUDA, restoring the previous state on exit.
-class AutocastScope {
- public:
-  explicit AutocastScope(bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-    previous_ = at::autocast::is_autocast_enabled(at::kCUDA);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    // Weight casts are cached inside one forward; weights change every step, so drop them.
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(at::kCUDA, previous_);
-  }
-
- private:
-  bool enabled_;
-  bool previous_ = false;
-};
 
 // Where the next sample comes from: a deterministic permutation per epoch.
 struct DataPosition {

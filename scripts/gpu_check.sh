@@ -5,25 +5,13 @@
 # quickstart on CUDA in bf16, times a short 1b-preset run at 33x480x832, and prints a summary.
 # Logs go to $OUT (or /tmp/tt_out).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-out=${OUT:-/tmp/tt_out}
-mkdir -p "$out"
-build=${TELETRON_BUILD_DIR:-/tmp/build}
-[ -f .device/bootstrap.sh ] && source .device/bootstrap.sh
-
-start=$(date +%s)
-cmake -S . -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 ||
-  { tail -40 "$out/configure.log"; exit 1; }
-cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
-build_s=$(( $(date +%s) - start ))
+source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh"
 
 set +e
 ctest --test-dir "$build" --output-on-failure -j 8 >"$out/ctest.log" 2>&1
 ctest_rc=$?
 set -e
 
-tt="$build/teletron"
 "$tt" synth-data configs/quickstart.yaml --output /tmp/tt_qs --samples 64 >"$out/quickstart_data.log" 2>&1
 "$tt" train configs/quickstart.yaml --device cuda --output "$out/quickstart_cuda" \
   --set data.manifest=/tmp/tt_qs/manifest.jsonl >"$out/quickstart_cuda.log" 2>&1

@@ -1,0 +1,158 @@
+// Model step benchmark (see bench.h).
+#include "app/bench.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "app/autocast.h"
+#include "app/options.h"
+#include "core/adamw.h"
+#include "core/device.h"
+#include "core/errors.h"
+#include "model/flops.h"
+#include "model/transformer.h"
+
+namespace tt {
+namespace {
+
+constexpr double kDatasheetBf16 = 989e12;  // H100/H200 SXM dense bf16
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// Seconds per call of `fn`, averaged over `iterations` after `warmup` calls.
+template <typename Fn>
+double time_it(const torch::Device& device, int64_t warmup, int64_t iterations, Fn&& fn) {
+  for (int64_t i = 0; i < warmup; ++i) fn();
+  synchronize(device);
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) fn();
+  synchronize(device);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
+}
+
+// Dense bf16 (CUDA) or fp32 (CPU) matmul rate on this device, measured now.
+double measure_matmul_rate(const torch::Device& device) {
+  const int64_t n = device.is_cuda() ? 8192 : 1024;
+  auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  auto a = torch::randn({n, n}, torch::TensorOptions().dtype(dtype).device(device));
+  auto b = torch::randn({n, n}, a.options());
+  auto c = torch::empty({n, n}, a.options());
+  double seconds = time_it(device, 3, device.is_cuda() ? 50 : 5, [&] { torch::mm_out(c, a, b); });
+  return 2.0 * n * n * n / seconds;
+}
+
+}  // namespace
+
+void run_bench(const BenchOptions& options) {
+  BenchOptions o = options;
+  if (o.text_valid == 0) o.text_valid = o.text_tokens;
+  torch::NoGradGuard no_grad_outside;  // re-enabled around the timed step
+  const torch::Device device = resolve_device(o.config.train.device, "tele_tron.train.device");
+  const bool autocast = device.is_cuda() && o.config.mixed_precision.enabled;
+  HunyuanVideoConfig mc = model_config_from(o.config.model);
+  TT_CHECK(o.frames >= 1 && (o.frames - 1) % 4 == 0 && o.height % 16 == 0 && o.width % 16 == 0,
+           ErrorCode::kConfig, "bench: frames must be 4n+1 and height/width multiples of 16");
+  TT_CHECK(o.text_valid >= 1 && o.text_valid <= o.text_tokens, ErrorCode::kConfig,
+           "bench: --text-valid must be in [1, --text-tokens]");
+  const int64_t lt = (o.frames - 1) / 4 + 1, lh = o.height / 8, lw = o.width / 8;
+  const int64_t video_tokens = (lt / mc.patch_size_t) * (lh / mc.patch_size) * (lw / mc.patch_size);
+
+  torch::manual_seed(0);
+  HunyuanVideoTransformer model(mc);
+  {
+    // Random modulation/final weights so the timed graph is the trained one, not a zero shortcut.
+    for (auto& p : model->parameters()) p.normal_(0.0, 0.02);
+  }
+  model->to(device);
+  auto fp32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  TransformerInputs in;
+  in.hidden_states = torch::randn({o.batch, mc.in_channels, lt, lh, lw}, fp32);
+  in.timestep = torch::full({o.batch}, 500.0, fp32);
+  in.encoder_hidden_states = torch::randn({o.batch, o.text_tokens, mc.text_embed_dim}, fp32);
+  in.encoder_attention_mask = torch::zeros({o.batch, o.text_tokens}, fp32.dtype(torch::kBool));
+  in.encoder_attention_mask.slice(1, 0, o.text_valid).fill_(true);
+  in.pooled_projections = torch::randn({o.batch, mc.pooled_projection_dim}, fp32);
+  if (mc.guidance_embeds) in.guidance = torch::full({o.batch}, 1000.0, fp32);
+  auto target = torch::randn_like(in.hidden_states);
+
+  std::vector<torch::Tensor> params = model->parameters();
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  AdamW optimizer(params, names, adamw_options_from(o.config.optimizer));
+
+  auto forward_backward = [&] {
+    torch::AutoGradMode grad_on(true);
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    torch::Tensor out;
+    {
+      AutocastScope scope(autocast);
+      out = model->forward(in);
+    }
+    torch::mse_loss(out.to(torch::kFloat32), target).backward();
+  };
+  auto full_step = [&] {
+    forward_backward();
+    clip_grad_norm(params, 1.0);
+    optimizer.step();
+  };
+
+  spdlog::info("bench: {} | {} | batch {}, latents [{}, {}, {}, {}], {} video + {} text tokens ({} valid)",
+               describe_device(device), autocast ? "bf16 autocast, fp32 master weights" : "fp32",
+               o.batch, mc.in_channels, lt, lh, lw, video_tokens, o.text_tokens, o.text_valid);
+  spdlog::info("model: {:.1f} M parameters; {}", model->parameter_count() / 1e6, describe_hunyuan_config(mc));
+  const double matmul_rate = measure_matmul_rate(device);
+  reset_peak_memory(device);
+  const double fwd_bwd_s = time_it(device, o.warmup, o.steps, forward_backward);
+  const double fwd_bwd_peak = peak_memory_gb(device);
+  double step_s = 0.0;
+  if (o.optimizer) step_s = time_it(device, 1, o.steps, full_step);
+  const double peak = peak_memory_gb(device);
+
+  FlopBreakdown flops = transformer_flops(mc, o.batch, video_tokens, o.text_tokens);
+  const double tokens = static_cast<double>(o.batch * video_tokens);
+  auto mfu = [&](double seconds, double rate) { return flops.training / seconds / rate; };
+  std::cout << "| measure | value |\n|---|---|\n";
+  std::cout << "| matmul rate (" << (device.is_cuda() ? "bf16 8192^3" : "fp32 1024^3") << ", measured) | "
+            << matmul_rate / 1e12 << " TFLOP/s |\n";
+  std::cout << "| exact FLOPs per step (fwd+bwd) | " << flops.training / 1e12 << " TFLOP (attention "
+            << 100.0 * flops.attention / flops.forward << " %) |\n";
+  std::cout << "| forward+backward | " << fwd_bwd_s * 1e3 << " ms |\n";
+  std::cout << "| video tokens/s (fwd+bwd) | " << tokens / fwd_bwd_s << " |\n";
+  std::cout << "| MFU fwd+bwd vs measured matmul | " << 100.0 * mfu(fwd_bwd_s, matmul_rate) << " % |\n";
+  std::cout << "| MFU fwd+bwd vs 989 TFLOP/s | " << 100.0 * mfu(fwd_bwd_s, kDatasheetBf16) << " % |\n";
+  std::cout << "| peak memory fwd+bwd | " << fwd_bwd_peak << " GiB |\n";
+  if (o.optimizer) {
+    std::cout << "| full step (fwd+bwd+clip+AdamW) | " << step_s * 1e3 << " ms |\n";
+    std::cout << "| MFU full step vs measured matmul | " << 100.0 * mfu(step_s, matmul_rate) << " % |\n";
+    std::cout << "| peak memory full step | " << peak << " GiB |\n";
+  }
+  if (!o.json_path.empty()) {
+    nlohmann::json row = {{"device", describe_device(device)},
+                          {"parameters", model->parameter_count()},
+                          {"batch", o.batch},
+                          {"video_tokens", video_tokens},
+                          {"text_tokens", o.text_tokens},
+                          {"text_valid", o.text_valid},
+                          {"matmul_tflops", matmul_rate / 1e12},
+                          {"step_tflop", flops.training / 1e12},
+                          {"fwd_bwd_ms", fwd_bwd_s * 1e3},
+                          {"tokens_per_s", tokens / fwd_bwd_s},
+                          {"mfu_measured", mfu(fwd_bwd_s, matmul_rate)},
+                          {"mfu_datasheet", mfu(fwd_bwd_s, kDatasheetBf16)},
+                          {"peak_gb_fwd_bwd", fwd_bwd_peak},
+                          {"full_step_ms", step_s * 1e3},
+                          {"peak_gb", peak}};
+    std::ofstream out(o.json_path);
+    out << row.dump(2) << "\n";
+    TT_CHECK(out.good(), ErrorCode::kIo, "cannot write ", o.json_path);
+  }
+}
+
+}  // namespace tt

@@ -1,0 +1,32 @@
+// `teletron bench`: times the HunyuanVideo Transformer training step on synthetic inputs of a given
+// shape and reports step time, tokens/s, exact-count MFU against the bf16 matmul rate measured in
+// the same run and against the 989 TFLOP/s H100/H200 datasheet figure, and peak memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "app/config.h"
+
+namespace tt {
+
+struct BenchOptions {
+  /// Model architecture and precision come from here (model.*, mixed_precision.*, train.device).
+  Config config;
+  int64_t batch = 1;
+  /// Pixel-space clip shape; latents are (16, (frames-1)/4+1, height/8, width/8).
+  int64_t frames = 33, height = 480, width = 832;
+  /// Text tokens per sample and how many of them are valid (the rest is right padding; 0 = all).
+  int64_t text_tokens = 256;
+  int64_t text_valid = 0;
+  int64_t warmup = 3;
+  int64_t steps = 10;
+  /// Also run the AdamW update (a full training step) and time it separately.
+  bool optimizer = true;
+  /// Write the results as one JSON object here too.
+  std::string json_path;
+};
+
+void run_bench(const BenchOptions& options);
+
+}  // namespace tt

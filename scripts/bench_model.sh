@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU machine: the model benchmark of BENCHMARKS.md. Builds teletron, installs the carried diffusers
+# wheels (.wheels/, from `pip download` on the development machine), then in one run times the 1b
+# preset at 33x480x832 (latents 16x9x60x104) + 256 text tokens: `teletron bench` and diffusers eager
+# and torch.compile (scripts/bench_diffusers.py), and prints a markdown table.
+# Extra arguments go to both benchmarks' shape flags (e.g. --text-valid 64).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh"
+if [ -d .wheels ]; then
+  python3 -m pip install -q --no-index --find-links .wheels diffusers >"$out/pip.log" 2>&1 || tail -5 "$out/pip.log"
+fi
+"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b.json" "$@" >"$out/teletron_bench.log" 2>&1 ||
+  { tail -20 "$out/teletron_bench.log"; exit 1; }
+python3 scripts/bench_diffusers.py --preset 1b "$@" >"$out/diffusers_1b.json" 2>"$out/diffusers_bench.log" ||
+  { tail -20 "$out/diffusers_bench.log"; exit 1; }
+cat "$out/teletron_bench.log"
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+t = json.load(open(f"{out}/teletron_1b.json"))
+d = json.loads(open(f"{out}/diffusers_1b.json").read().strip().splitlines()[-1])
+print(f"\n1b preset, batch 1, {t['video_tokens']} video + {t['text_tokens']} text tokens ({t['text_valid']} valid), "
+      f"{t['device']}; diffusers {d['diffusers_version']}, torch {d['torch_version']}")
+print(f"exact FLOPs per fwd+bwd: teletron {t['step_tflop']:.2f} TFLOP, reference script {d['step_tflop']:.2f} TFLOP")
+print("| variant | fwd+bwd ms | video tokens/s | MFU vs measured matmul | MFU vs 989 | peak GiB |")
+print("|---|---|---|---|---|---|")
+def row(name, ms, mfu_m, mfu_d, peak, rate):
+    print(f"| {name} | {ms:.1f} | {t['video_tokens'] * 1000 / ms:.0f} | {100*mfu_m:.1f} % (of {rate:.0f}) | {100*mfu_d:.1f} % | {peak:.1f} |")
+row("teletron (bf16 autocast, fp32 master)", t["fwd_bwd_ms"], t["mfu_measured"], t["mfu_datasheet"], t["peak_gb_fwd_bwd"], t["matmul_tflops"])
+row("diffusers eager (bf16 weights)", d["eager_ms"], d["eager_mfu_measured"], d["eager_mfu_datasheet"], d["eager_peak_gb"], d["matmul_tflops"])
+if "compiled_ms" in d:
+    row("diffusers + torch.compile", d["compiled_ms"], d["compiled_mfu_measured"], d["compiled_mfu_datasheet"], d["compiled_peak_gb"], d["matmul_tflops"])
+print(f"\nteletron speed-up: {d['eager_ms']/t['fwd_bwd_ms']:.2f}x vs eager"
+      + (f", {d['compiled_ms']/t['fwd_bwd_ms']:.2f}x vs compiled" if "compiled_ms" in d else ""))
+print(f"teletron full step with clip + AdamW: {t['full_step_ms']:.1f} ms, peak {t['peak_gb']:.1f} GiB")
+PY
