@@ -20,7 +20,7 @@ FlopBreakdown transformer_flops(const HunyuanVideoConfig& c, int64_t batch, int6
   const double l = static_cast<double>(text_tokens);
   const double patch_in = static_cast<double>(c.in_channels * c.patch_size_t * c.patch_size * c.patch_size);
   const double patch_out = static_cast<double>(c.out_channels * c.patch_size_t * c.patch_size * c.patch_size);
-  const double refiner_mlp = static_cast<double>(static_cast<int64_t>(c.hidden_size() * c.mlp_ratio));
+  const double refiner_mlp = 4.0 * h;  // the token refiner's MLP is 4x wide whatever mlp_ratio is
   FlopBreakdown f;
 
   // Embeddings: patch conv as a matmul over video tokens; timestep / guidance / pooled-text MLPs

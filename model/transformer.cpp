@@ -21,6 +21,10 @@ AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm
   return options;
 }
 
+// The token refiner's MLP is 4x wide whatever the blocks' mlp_ratio (diffusers builds
+// HunyuanVideoTokenRefiner without passing mlp_ratio, the official SingleTokenRefiner likewise).
+constexpr double kRefinerMlpRatio = 4.0;
+
 torch::Tensor apply_rope_qk(const torch::Tensor& x, const RopeTable& rope) { return apply_rope(x, rope); }
 
 }  // namespace
@@ -155,7 +159,7 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
 
   context_embedder_ = register_module(
       "context_embedder", TokenRefiner(config.text_embed_dim, heads, head_dim,
-                                       config.num_refiner_layers, config.mlp_ratio));
+                                       config.num_refiner_layers, kRefinerMlpRatio));
 
   auto time_text_embed = register_module("time_text_embed", Holder());
   timestep_embedder_ = time_text_embed->register_module("timestep_embedder", MlpEmbedder(256, hidden));

@@ -26,7 +26,7 @@ def exact_training_flops(c, batch, n, l):
     f += lin(1, 256, h) + lin(1, h, h)                                      # refiner timestep MLP
     f += lin(1, c["text_embed_dim"], h) + lin(1, h, h)                      # refiner pooled MLP
     for _ in range(c["num_refiner_layers"]):
-        f += lin(l, h, 3 * h) + lin(l, h, h) + lin(l, h, mlp) + lin(l, mlp, h) + lin(1, h, 2 * h) + att(l)
+        f += lin(l, h, 3 * h) + lin(l, h, h) + lin(l, h, 4 * h) + lin(l, 4 * h, h) + lin(1, h, 2 * h) + att(l)
     j = n + l
     for _ in range(c["num_layers"]):
         for rows in (n, l):

@@ -1,0 +1,81 @@
+// Reentrant activation checkpointing through a custom autograd Function (see activation_checkpoint.h).
+#include "model/activation_checkpoint.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+#include <torch/custom_class.h>
+
+namespace tt {
+namespace {
+
+// Carries the block function and the autocast state from forward to backward inside the context.
+struct BlockHolder : torch::CustomClassHolder {
+  BlockFunction fn;
+  bool autocast_cuda = false;
+  at::ScalarType autocast_dtype = at::kBFloat16;
+};
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const c10::intrusive_ptr<BlockHolder>& holder,
+                                                at::TensorList inputs) {
+    holder->autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
+    holder->autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    ctx->saved_data["block"] = c10::IValue::make_capsule(holder);
+    ctx->save_for_backward(inputs.vec());
+    // Autograd is off inside Function::forward: nothing of the block is recorded.
+    return holder->fn(inputs.vec());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto holder = c10::static_intrusive_pointer_cast<BlockHolder>(ctx->saved_data["block"].toCapsule());
+    auto saved = ctx->get_saved_variables();
+    std::vector<torch::Tensor> inputs;
+    for (const auto& x : saved) {
+      auto leaf = x.detach();
+      if (x.requires_grad()) leaf.requires_grad_(true);
+      inputs.push_back(leaf);
+    }
+    std::vector<torch::Tensor> outputs;
+    {
+      torch::AutoGradMode grad_on(true);
+      const bool previous = at::autocast::is_autocast_enabled(at::kCUDA);
+      const at::ScalarType previous_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+      at::autocast::set_autocast_enabled(at::kCUDA, holder->autocast_cuda);
+      at::autocast::set_autocast_dtype(at::kCUDA, holder->autocast_dtype);
+      if (holder->autocast_cuda) at::autocast::increment_nesting();
+      outputs = holder->fn(inputs);
+      if (holder->autocast_cuda && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+      at::autocast::set_autocast_enabled(at::kCUDA, previous);
+      at::autocast::set_autocast_dtype(at::kCUDA, previous_dtype);
+    }
+    // Backpropagate through the recomputed block: parameter grads accumulate as usual; the
+    // inputs' grads land on the detached leaves.
+    std::vector<torch::Tensor> roots, grads;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(outputs[i]);
+        grads.push_back(grad_outputs[i]);
+      }
+    }
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+    torch::autograd::variable_list result;
+    result.push_back(torch::Tensor());  // the holder is not a tensor
+    for (const auto& leaf : inputs) result.push_back(leaf.requires_grad() ? leaf.grad() : torch::Tensor());
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs) {
+  if (!torch::GradMode::is_enabled()) return fn(inputs);
+  auto holder = c10::make_intrusive<BlockHolder>();
+  holder->fn = fn;
+  // A TensorList argument makes every input a differentiable input of the autograd node.
+  return CheckpointFunction::apply(holder, at::TensorList(inputs));
+}
+
+}  // namespace tt

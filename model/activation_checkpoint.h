@@ -1,0 +1,20 @@
+// Activation checkpointing for C++ modules: run a block without keeping its activations and
+// recompute it during backward (what torch.utils.checkpoint's reentrant variant does in Python).
+// Trades one extra forward per checkpointed block for the block's activation memory.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <vector>
+
+namespace tt {
+
+using BlockFunction = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+
+/// Returns fn(inputs), recording only `inputs` for backward. `fn` must be deterministic and may
+/// capture modules and constants (not tensors that need gradients: pass those as inputs). The
+/// recomputation runs under the autocast state that was active here.
+std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs);
+
+}  // namespace tt

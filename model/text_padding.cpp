@@ -1,0 +1,32 @@
+// Batch-level trimming of text padding (see text_padding.h).
+#include "model/text_padding.h"
+
+#include <torch/torch.h>
+
+#include "core/errors.h"
+
+namespace tt {
+
+TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask) {
+  TT_ASSERT(!mask.is_cuda(), "trim_text_padding reads the mask on the host; pass the CPU copy");
+  TT_ASSERT(states.dim() == 3 && mask.dim() == 2 && states.size(0) == mask.size(0) &&
+            states.size(1) == mask.size(1), "text states ", states.sizes(), " and mask ", mask.sizes(), " disagree");
+  auto valid = mask != 0;  // (B, L) bool
+  const int64_t length = valid.size(1);
+  int64_t keep = 1;  // the refiner forces the first key on, so one column always stays
+  auto any_valid = valid.any(0);  // (L)
+  const bool* flags = any_valid.data_ptr<bool>();
+  for (int64_t j = length - 1; j >= 0; --j) {
+    if (flags[j]) {
+      keep = j + 1;
+      break;
+    }
+  }
+  TrimmedText out;
+  out.states = states.slice(1, 0, keep);
+  out.mask = valid.slice(1, 0, keep);
+  out.all_valid = out.mask.all().item<bool>();
+  return out;
+}
+
+}  // namespace tt

@@ -1,0 +1,21 @@
+// Text padding costs nothing it does not have to: columns that are padding in every sample of a
+// batch are dropped before the Transformer, and when no padding is left the attention runs without
+// a mask (SDPA can then take its flash/cuDNN paths). Exact: padded tokens only ever appear as
+// masked keys, and their own rows never reach the video output.
+#pragma once
+
+#include <torch/types.h>
+
+namespace tt {
+
+struct TrimmedText {
+  torch::Tensor states;  // (B, L', D): L' = last valid column + 1 over the batch
+  torch::Tensor mask;    // (B, L') bool
+  bool all_valid = false;  // every kept token valid in every sample: no attention mask needed
+};
+
+/// states (B, L, D) and mask (B, L) (bool or integer; nonzero = valid), on the CPU so that no
+/// device sync is needed to decide the new length. A sample with no valid token keeps its first.
+TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask);
+
+}  // namespace tt
