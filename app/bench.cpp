@@ -15,6 +15,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "model/flops.h"
+#include "model/text_padding.h"
 #include "model/transformer.h"
 
 namespace tt {
@@ -66,6 +67,7 @@ void run_bench(const BenchOptions& options) {
 
   torch::manual_seed(0);
   HunyuanVideoTransformer model(mc);
+  model->set_activation_checkpointing(o.config.model.activation_checkpointing_every_n);
   {
     // Random modulation/final weights so the timed graph is the trained one, not a zero shortcut.
     for (auto& p : model->parameters()) p.normal_(0.0, 0.02);
@@ -75,9 +77,16 @@ void run_bench(const BenchOptions& options) {
   TransformerInputs in;
   in.hidden_states = torch::randn({o.batch, mc.in_channels, lt, lh, lw}, fp32);
   in.timestep = torch::full({o.batch}, 500.0, fp32);
-  in.encoder_hidden_states = torch::randn({o.batch, o.text_tokens, mc.text_embed_dim}, fp32);
-  in.encoder_attention_mask = torch::zeros({o.batch, o.text_tokens}, fp32.dtype(torch::kBool));
-  in.encoder_attention_mask.slice(1, 0, o.text_valid).fill_(true);
+  {
+    // Text as the trainer feeds it: right padding trimmed on the host, no mask when none is left.
+    auto states = torch::randn({o.batch, o.text_tokens, mc.text_embed_dim});
+    auto mask = torch::zeros({o.batch, o.text_tokens}, torch::kBool);
+    mask.slice(1, 0, o.text_valid).fill_(true);
+    TrimmedText text = trim_text_padding(states, mask);
+    in.encoder_hidden_states = text.states.to(device);
+    in.encoder_attention_mask = text.mask.to(device);
+    in.text_all_valid = text.all_valid;
+  }
   in.pooled_projections = torch::randn({o.batch, mc.pooled_projection_dim}, fp32);
   if (mc.guidance_embeds) in.guidance = torch::full({o.batch}, 1000.0, fp32);
   auto target = torch::randn_like(in.hidden_states);

@@ -27,7 +27,6 @@ constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
 constexpr const char* kDynamicBatch = "dynamic batch sizing";
 constexpr const char* kLossScaling = "fp16 loss scaling; bf16 is used meanwhile";
-constexpr const char* kActivationCheckpointing = "activation checkpointing in the model issue";
 constexpr const char* kGraphs = "the CUDA-graph engine";
 constexpr const char* kDistributed = "multi-GPU training";
 
@@ -59,7 +58,7 @@ const ConfigField kFields[] = {
     {.path = "model.rope_theta", .kind = K::kOptFloat, .at = TT_AT(model.rope_theta), .range = kPositive},
     {.path = "model.guidance_embeds", .kind = K::kOptBool, .at = TT_AT(model.guidance_embeds)},
     {.path = "model.qk_norm", .kind = K::kOptString, .at = TT_AT(model.qk_norm), .choices = "rms_norm"},
-    {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n), .not_yet = kActivationCheckpointing},
+    {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n)},
 
     {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny", .not_yet = kVideo},
     {.path = "vae.weights", .kind = K::kOptString, .at = TT_AT(vae.weights), .not_yet = kVideo},

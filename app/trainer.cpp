@@ -15,6 +15,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/metrics.h"
+#include "model/text_padding.h"
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "pipeline/latent_dataset.h"
@@ -98,6 +99,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   model_ = HunyuanVideoTransformer(model_config_);
   model_->to(device_);
   model_->train();
+  model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
   std::vector<std::string> names;
   for (const auto& item : model_->named_parameters()) {
     names.push_back(item.key());
@@ -165,8 +167,12 @@ torch::Tensor Trainer::train_step() {
     TransformerInputs inputs;
     inputs.hidden_states = sample.noisy;
     inputs.timestep = sample.sigmas * 1000.0;
-    inputs.encoder_hidden_states = batch.text_states.to(device_);
-    inputs.encoder_attention_mask = batch.text_mask.to(device_);
+    // Padding shared by the whole batch is dropped on the host (no device sync), and attention
+    // runs unmasked when nothing is left to mask.
+    TrimmedText text = trim_text_padding(batch.text_states, batch.text_mask);
+    inputs.encoder_hidden_states = text.states.to(device_);
+    inputs.encoder_attention_mask = text.mask.to(device_);
+    inputs.text_all_valid = text.all_valid;
     inputs.pooled_projections = batch.pooled.to(device_);
     if (model_config_.guidance_embeds) {
       inputs.guidance = torch::full({x0.size(0)}, flow_options_.guidance * 1000.0, sample.sigmas.options());
@@ -203,7 +209,7 @@ void Trainer::check_finite(int64_t first_step, int64_t last_step) {
 void Trainer::save_checkpoint() {
   checkpoint::Checkpoint ckpt;
   ckpt.step = step_;
-  ckpt.model = module_weights(*model_);
+  ckpt.model = snapshot_weights(model_->diffusers_parameters());
   for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
   ckpt.state["rng.generator"] = generator_.get_state();
   ckpt.info["step"] = step_;
@@ -219,7 +225,7 @@ void Trainer::save_checkpoint() {
 
 void Trainer::resume_from(const std::string& folder) {
   checkpoint::Checkpoint ckpt = checkpoint::load(folder);
-  load_module_weights(*model_, ckpt.model, folder + "/model.safetensors");
+  load_weights_into(model_->diffusers_parameters(), ckpt.model, folder + "/model.safetensors");
   optimizer_->load_state_dict(ckpt.state);
   auto rng = ckpt.state.find("rng.generator");
   TT_CHECK(rng != ckpt.state.end(), ErrorCode::kCheckpoint, folder, ": state.safetensors has no rng.generator");

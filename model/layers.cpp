@@ -82,17 +82,13 @@ torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
 
 AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
   const int64_t hidden = options.heads * options.head_dim;
-  to_q_ = register_module("to_q", torch::nn::Linear(hidden, hidden));
-  to_k_ = register_module("to_k", torch::nn::Linear(hidden, hidden));
-  to_v_ = register_module("to_v", torch::nn::Linear(hidden, hidden));
+  if (options.input_projection) to_qkv_ = register_module("to_qkv", torch::nn::Linear(hidden, 3 * hidden));
   if (options.qk_norm) {
     norm_q_ = register_module("norm_q", RmsNorm(options.head_dim, 1e-6));
     norm_k_ = register_module("norm_k", RmsNorm(options.head_dim, 1e-6));
   }
   if (options.added_stream) {
-    add_q_ = register_module("add_q_proj", torch::nn::Linear(hidden, hidden));
-    add_k_ = register_module("add_k_proj", torch::nn::Linear(hidden, hidden));
-    add_v_ = register_module("add_v_proj", torch::nn::Linear(hidden, hidden));
+    add_qkv_ = register_module("add_qkv_proj", torch::nn::Linear(hidden, 3 * hidden));
     if (options.qk_norm) {
       norm_added_q_ = register_module("norm_added_q", RmsNorm(options.head_dim, 1e-6));
       norm_added_k_ = register_module("norm_added_k", RmsNorm(options.head_dim, 1e-6));
@@ -106,35 +102,24 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
   }
 }
 
-namespace {
-
-// (B, N, H*D) -> (B, H, N, D)
-torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
-  return x.unflatten(2, {heads, -1}).transpose(1, 2);
+std::vector<torch::Tensor> AttentionImpl::heads_and_norm(const torch::Tensor& qkv, RmsNorm& norm_q,
+                                                         RmsNorm& norm_k) {
+  // (B, N, 3*hidden) -> 3 x (B, heads, N, head_dim)
+  auto parts = qkv.unflatten(2, {3, options_.heads, options_.head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  if (options_.qk_norm) return {norm_q(parts[0]), norm_k(parts[1]), parts[2]};
+  return {parts[0], parts[1], parts[2]};
 }
 
-}  // namespace
-
 std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
-  auto q = split_heads(to_q_(x), options_.heads);
-  auto k = split_heads(to_k_(x), options_.heads);
-  auto v = split_heads(to_v_(x), options_.heads);
-  if (options_.qk_norm) {
-    q = norm_q_(q);
-    k = norm_k_(k);
-  }
-  return {q, k, v};
+  return heads_and_norm(to_qkv_(x), norm_q_, norm_k_);
 }
 
 std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) {
-  auto q = split_heads(add_q_(x), options_.heads);
-  auto k = split_heads(add_k_(x), options_.heads);
-  auto v = split_heads(add_v_(x), options_.heads);
-  if (options_.qk_norm) {
-    q = norm_added_q_(q);
-    k = norm_added_k_(k);
-  }
-  return {q, k, v};
+  return heads_and_norm(add_qkv_(x), norm_added_q_, norm_added_k_);
+}
+
+std::vector<torch::Tensor> AttentionImpl::split_and_normalize(const torch::Tensor& qkv) {
+  return heads_and_norm(qkv, norm_q_, norm_k_);
 }
 
 torch::Tensor AttentionImpl::output(const torch::Tensor& x) { return to_out_(x); }

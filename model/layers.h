@@ -75,13 +75,17 @@ struct AttentionOptions {
   int64_t head_dim = 128;
   /// QK RMSNorm (double and single blocks); the refiner has none.
   bool qk_norm = true;
-  /// Second (text) stream projections add_{q,k,v}_proj + to_add_out (double blocks).
+  /// The block projects q, k, v itself (single blocks fuse them into linear1).
+  bool input_projection = true;
+  /// Second (text) stream projections + to_add_out (double blocks).
   bool added_stream = false;
   /// Output projection to_out.0 (absent in single blocks, whose linear2 does it).
   bool output_projection = true;
 };
 
-/// Multi-head attention with diffusers' parameter names. Tensors are (B, N, hidden).
+/// Multi-head attention. Q, K and V come from one fused GEMM (`to_qkv`, and `add_qkv_proj` for the
+/// text stream); model.diffusers_parameters() exposes them under diffusers' to_q/to_k/to_v names.
+/// Tensors are (B, N, hidden).
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const AttentionOptions& options);
@@ -90,6 +94,8 @@ class AttentionImpl : public torch::nn::Module {
   std::vector<torch::Tensor> project(const torch::Tensor& x);
   /// Same for the text stream (added_stream only).
   std::vector<torch::Tensor> project_added(const torch::Tensor& x);
+  /// Splits an already projected (B, N, 3*hidden) q|k|v tensor into heads and applies QK-norm.
+  std::vector<torch::Tensor> split_and_normalize(const torch::Tensor& qkv);
   /// to_out.0 / to_add_out on (B, N, hidden).
   torch::Tensor output(const torch::Tensor& x);
   torch::Tensor output_added(const torch::Tensor& x);
@@ -97,10 +103,11 @@ class AttentionImpl : public torch::nn::Module {
   const AttentionOptions& options() const { return options_; }
 
  private:
+  std::vector<torch::Tensor> heads_and_norm(const torch::Tensor& qkv, RmsNorm& norm_q, RmsNorm& norm_k);
+
   AttentionOptions options_;
-  torch::nn::Linear to_q_{nullptr}, to_k_{nullptr}, to_v_{nullptr};
+  torch::nn::Linear to_qkv_{nullptr}, add_qkv_{nullptr};
   RmsNorm norm_q_{nullptr}, norm_k_{nullptr};
-  torch::nn::Linear add_q_{nullptr}, add_k_{nullptr}, add_v_{nullptr};
   RmsNorm norm_added_q_{nullptr}, norm_added_k_{nullptr};
   torch::nn::Linear to_out_{nullptr}, to_add_out_{nullptr};
 };

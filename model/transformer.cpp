@@ -2,6 +2,7 @@
 #include "model/transformer.h"
 
 #include "core/errors.h"
+#include "model/activation_checkpoint.h"
 
 namespace tt {
 namespace {
@@ -10,12 +11,13 @@ namespace {
 struct HolderImpl : torch::nn::Module {};
 TORCH_MODULE(Holder);
 
-AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm, bool added,
+AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm, bool input, bool added,
                                    bool output) {
   AttentionOptions options;
   options.heads = heads;
   options.head_dim = head_dim;
   options.qk_norm = qk_norm;
+  options.input_projection = input;
   options.added_stream = added;
   options.output_projection = output;
   return options;
@@ -35,7 +37,7 @@ TokenRefinerBlockImpl::TokenRefinerBlockImpl(int64_t heads, int64_t head_dim, do
   const int64_t hidden = heads * head_dim;
   auto norm_options = torch::nn::LayerNormOptions({hidden}).eps(1e-6).elementwise_affine(true);
   norm1_ = register_module("norm1", torch::nn::LayerNorm(norm_options));
-  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, false, false, true)));
+  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, false, true, false, true)));
   norm2_ = register_module("norm2", torch::nn::LayerNorm(norm_options));
   ff_ = register_module("ff", FeedForward(hidden, static_cast<int64_t>(hidden * mlp_ratio),
                                           FeedForwardActivation::kSilu));
@@ -67,7 +69,7 @@ TokenRefinerImpl::TokenRefinerImpl(int64_t text_dim, int64_t heads, int64_t head
 }
 
 torch::Tensor TokenRefinerImpl::forward(const torch::Tensor& text, const torch::Tensor& timestep,
-                                        const torch::Tensor& mask) {
+                                        const torch::Tensor& mask, bool all_valid) {
   // Masked mean over valid tokens, in fp32.
   auto mask_f = mask.to(torch::kFloat32).unsqueeze(-1);                     // (B, L, 1)
   auto pooled = (text.to(torch::kFloat32) * mask_f).sum(1) / mask_f.sum(1);  // (B, text_dim)
@@ -75,11 +77,15 @@ torch::Tensor TokenRefinerImpl::forward(const torch::Tensor& text, const torch::
   auto temb = timestep_embedder_(timestep_sinusoid(timestep).to(pooled.scalar_type())) + text_embedder_(pooled);
   auto h = proj_in_(text);
   // Pairwise mask: token i may see token j when both are valid; the first key column is forced
-  // on so that rows of padding tokens are never fully masked (no NaN from softmax).
-  const int64_t length = mask.size(1);
-  auto row = mask.view({mask.size(0), 1, 1, length});
-  auto pair_mask = row & row.transpose(2, 3);  // (B, 1, L, L)
-  pair_mask.select(3, 0).fill_(true);
+  // on so that rows of padding tokens are never fully masked (no NaN from softmax). Without
+  // padding there is nothing to mask.
+  torch::Tensor pair_mask;
+  if (!all_valid) {
+    const int64_t length = mask.size(1);
+    auto row = mask.view({mask.size(0), 1, 1, length});
+    pair_mask = row & row.transpose(2, 3);  // (B, 1, L, L)
+    pair_mask.select(3, 0).fill_(true);
+  }
   for (auto& block : blocks_) h = block(h, temb, pair_mask);
   return h;
 }
@@ -90,7 +96,7 @@ DoubleBlockImpl::DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hi
   const int64_t hidden = heads * head_dim;
   norm1_ = register_module("norm1", Modulation(hidden, 6));
   norm1_context_ = register_module("norm1_context", Modulation(hidden, 6));
-  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, true, true)));
+  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, true, true, true)));
   ff_ = register_module("ff", FeedForward(hidden, mlp_hidden, FeedForwardActivation::kGeluTanh));
   ff_context_ = register_module("ff_context", FeedForward(hidden, mlp_hidden, FeedForwardActivation::kGeluTanh));
 }
@@ -122,19 +128,21 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
 
 SingleBlockImpl::SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden) {
   const int64_t hidden = heads * head_dim;
-  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, false, false)));
+  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, false, false, false)));
   norm_ = register_module("norm", Modulation(hidden, 3));
-  proj_mlp_ = register_module("proj_mlp", torch::nn::Linear(hidden, mlp_hidden));
+  // [q; k; v; mlp_in] in one GEMM (the official linear1); diffusers' to_q/to_k/to_v/proj_mlp are views.
+  linear1_ = register_module("linear1", torch::nn::Linear(hidden, 3 * hidden + mlp_hidden));
   proj_out_ = register_module("proj_out", torch::nn::Linear(hidden + mlp_hidden, hidden));
+  hidden_ = hidden;
 }
 
 torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tokens,
                                        const torch::Tensor& vec, const torch::Tensor& key_mask,
                                        const RopeTable& rope) {
   auto m = norm_(vec);  // shift, scale, gate
-  auto normed = norm_modulate(x, m[0], m[1]);
-  auto mlp = torch::gelu(proj_mlp_(normed), "tanh");
-  auto qkv = attn_->project(normed);
+  auto fused = linear1_(norm_modulate(x, m[0], m[1]));  // (B, N+L, 3*hidden + mlp)
+  auto mlp = torch::gelu(fused.slice(2, 3 * hidden_), "tanh");
+  auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_));
   // RoPE on the video tokens only.
   auto rotate = [&](const torch::Tensor& t) {
     return torch::cat({apply_rope_qk(t.slice(2, 0, video_tokens), rope), t.slice(2, video_tokens)}, 2);
@@ -198,6 +206,51 @@ int64_t HunyuanVideoTransformerImpl::parameter_count() const {
   return count;
 }
 
+std::map<std::string, torch::Tensor> HunyuanVideoTransformerImpl::diffusers_parameters() {
+  return diffusers_view(/*gradients=*/false);
+}
+
+std::map<std::string, torch::Tensor> HunyuanVideoTransformerImpl::diffusers_gradients() {
+  return diffusers_view(/*gradients=*/true);
+}
+
+std::map<std::string, torch::Tensor> HunyuanVideoTransformerImpl::diffusers_view(bool gradients) {
+  const int64_t hidden = config_.hidden_size();
+  // Fused parameter suffix -> the diffusers names of its row blocks and their sizes.
+  struct Fused {
+    const char* suffix;
+    std::vector<std::string> parts;
+    std::vector<int64_t> sizes;
+  };
+  const std::vector<Fused> fused = {
+      {"attn.to_qkv", {"attn.to_q", "attn.to_k", "attn.to_v"}, {hidden, hidden, hidden}},
+      {"attn.add_qkv_proj", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}, {hidden, hidden, hidden}},
+      {"linear1", {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}, {hidden, hidden, hidden, config_.mlp_hidden()}},
+  };
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    const torch::Tensor tensor = gradients ? item.value().grad() : item.value();
+    bool split = false;
+    for (const auto& f : fused) {
+      for (const char* kind : {".weight", ".bias"}) {
+        const std::string tail = std::string(f.suffix) + kind;
+        if (name.size() < tail.size() || name.compare(name.size() - tail.size(), tail.size(), tail) != 0) continue;
+        const std::string prefix = name.substr(0, name.size() - tail.size());
+        int64_t begin = 0;
+        for (size_t i = 0; i < f.parts.size(); ++i) {
+          out[prefix + f.parts[i] + kind] =
+              tensor.defined() ? tensor.slice(0, begin, begin + f.sizes[i]) : torch::Tensor();
+          begin += f.sizes[i];
+        }
+        split = true;
+      }
+    }
+    if (!split) out[name] = tensor;
+  }
+  return out;
+}
+
 torch::Tensor HunyuanVideoTransformerImpl::condition_vector(const TransformerInputs& in) {
   auto pooled = in.pooled_projections;
   auto vec = timestep_embedder_(timestep_sinusoid(in.timestep).to(pooled.scalar_type())) +
@@ -221,18 +274,62 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
 
   auto vec = condition_vector(in);
   auto video = patch_embed_(x).flatten(2).transpose(1, 2);  // (B, N, hidden)
-  auto text = context_embedder_(in.encoder_hidden_states, in.timestep, in.encoder_attention_mask);
+  auto text = context_embedder_(in.encoder_hidden_states, in.timestep, in.encoder_attention_mask,
+                                in.text_all_valid);
   const int64_t n = video.size(1);
 
-  // Keys: every video token, valid text tokens only.
-  auto video_keys = torch::ones({batch, n}, in.encoder_attention_mask.options().dtype(torch::kBool));
-  auto key_mask = torch::cat({video_keys, in.encoder_attention_mask.to(torch::kBool)}, 1)
-                      .view({batch, 1, 1, -1});  // (B, 1, 1, N+L)
+  // Keys: every video token, valid text tokens only (no mask at all when every token is valid).
+  torch::Tensor key_mask;
+  if (!in.text_all_valid) {
+    auto video_keys = torch::ones({batch, n}, in.encoder_attention_mask.options().dtype(torch::kBool));
+    key_mask = torch::cat({video_keys, in.encoder_attention_mask.to(torch::kBool)}, 1)
+                   .view({batch, 1, 1, -1});  // (B, 1, 1, N+L)
+  }
   const RopeTable& rope = rope_cache_->get(t, h, w, x.device());
 
-  for (auto& block : double_blocks_) std::tie(video, text) = block(video, text, vec, key_mask, rope);
+  // Block i is recomputed in backward when activation checkpointing selects it.
+  int64_t block_index = 0;
+  auto checkpoint_this = [&]() {
+    const bool selected = checkpoint_every_n_ > 0 && block_index % checkpoint_every_n_ == 0;
+    block_index += 1;
+    return selected && is_training() && torch::GradMode::is_enabled();
+  };
+  auto with_mask = [&](std::vector<torch::Tensor> inputs) {
+    if (key_mask.defined()) inputs.push_back(key_mask);
+    return inputs;
+  };
+  // Checkpointed blocks run again during backward, after forward returned: their closures hold
+  // only values (module handles, sizes, the cached RoPE table's address), never locals by reference.
+  const RopeTable* rope_table = &rope;
+
+  for (auto& block : double_blocks_) {
+    if (checkpoint_this()) {
+      auto outputs = checkpointed(
+          [impl = block.ptr(), rope_table](const std::vector<torch::Tensor>& in_) {
+            auto mask = in_.size() > 3 ? in_[3] : torch::Tensor();
+            auto result = impl->forward(in_[0], in_[1], in_[2], mask, *rope_table);
+            return std::vector<torch::Tensor>{result.first, result.second};
+          },
+          with_mask({video, text, vec}));
+      video = outputs[0];
+      text = outputs[1];
+    } else {
+      std::tie(video, text) = block(video, text, vec, key_mask, rope);
+    }
+  }
   auto joint = torch::cat({video, text}, 1);
-  for (auto& block : single_blocks_) joint = block(joint, n, vec, key_mask, rope);
+  for (auto& block : single_blocks_) {
+    if (checkpoint_this()) {
+      joint = checkpointed(
+          [impl = block.ptr(), n, rope_table](const std::vector<torch::Tensor>& in_) {
+            auto mask = in_.size() > 2 ? in_[2] : torch::Tensor();
+            return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], mask, *rope_table)};
+          },
+          with_mask({joint, vec}))[0];
+    } else {
+      joint = block(joint, n, vec, key_mask, rope);
+    }
+  }
   video = joint.slice(1, 0, n);
 
   auto mod = norm_out_(vec);  // diffusers' AdaLayerNormContinuous: scale first, then shift

@@ -6,7 +6,9 @@
 
 #include <torch/nn.h>
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "model/hunyuan_config.h"
 #include "model/layers.h"
@@ -36,7 +38,9 @@ class TokenRefinerImpl : public torch::nn::Module {
  public:
   TokenRefinerImpl(int64_t text_dim, int64_t heads, int64_t head_dim, int64_t layers, double mlp_ratio);
   /// text: (B, L, text_dim); timestep: (B) sigma*1000; mask: (B, L) bool -> (B, L, hidden).
-  torch::Tensor forward(const torch::Tensor& text, const torch::Tensor& timestep, const torch::Tensor& mask);
+  /// all_valid: the mask is all true (no attention mask needed).
+  torch::Tensor forward(const torch::Tensor& text, const torch::Tensor& timestep, const torch::Tensor& mask,
+                        bool all_valid);
 
  private:
   MlpEmbedder timestep_embedder_{nullptr}, text_embedder_{nullptr};
@@ -73,7 +77,8 @@ class SingleBlockImpl : public torch::nn::Module {
  private:
   Attention attn_{nullptr};
   Modulation norm_{nullptr};  // (shift, scale, gate)
-  torch::nn::Linear proj_mlp_{nullptr}, proj_out_{nullptr};
+  torch::nn::Linear linear1_{nullptr}, proj_out_{nullptr};
+  int64_t hidden_ = 0;
 };
 TORCH_MODULE(SingleBlock);
 
@@ -84,6 +89,9 @@ struct TransformerInputs {
   torch::Tensor encoder_attention_mask;  // (B, L) bool, text right-padded
   torch::Tensor pooled_projections;      // (B, pooled_projection_dim)
   torch::Tensor guidance;                // (B) guidance * 1000; undefined when guidance_embeds off
+  /// Host-side promise that every text token is valid (e.g. after trim_text_padding): attention
+  /// then runs without a mask, which lets SDPA use its fastest (flash/cuDNN) kernels.
+  bool text_all_valid = false;
 };
 
 class HunyuanVideoTransformerImpl : public torch::nn::Module {
@@ -95,8 +103,20 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   const HunyuanVideoConfig& config() const { return config_; }
   int64_t parameter_count() const;
 
+  /// Every parameter under its diffusers key. Fused tensors (to_qkv, add_qkv_proj, single-block
+  /// linear1) appear as views named to_q/to_k/to_v, add_{q,k,v}_proj and proj_mlp: reading them
+  /// gives diffusers' tensors, copying into them loads diffusers weights.
+  std::map<std::string, torch::Tensor> diffusers_parameters();
+  /// The parameters' .grad() under the same names (undefined where there is none yet).
+  std::map<std::string, torch::Tensor> diffusers_gradients();
+
+  /// Recompute every n-th block (double and single, counted together) in backward instead of
+  /// keeping its activations; 0 = off.
+  void set_activation_checkpointing(int64_t every_n) { checkpoint_every_n_ = every_n; }
+
  private:
   torch::Tensor condition_vector(const TransformerInputs& inputs);
+  std::map<std::string, torch::Tensor> diffusers_view(bool gradients);
 
   HunyuanVideoConfig config_;
   torch::nn::Conv3d patch_embed_{nullptr};  // x_embedder.proj
@@ -107,6 +127,7 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   Modulation norm_out_{nullptr};  // (scale, shift) — diffusers' order
   torch::nn::Linear proj_out_{nullptr};
   std::shared_ptr<RopeCache> rope_cache_;
+  int64_t checkpoint_every_n_ = 0;
 };
 TORCH_MODULE(HunyuanVideoTransformer);
 

@@ -9,22 +9,17 @@
 
 namespace tt {
 
-safetensors::TensorMap module_weights(const torch::nn::Module& module) {
+safetensors::TensorMap snapshot_weights(const std::map<std::string, torch::Tensor>& tensors) {
   safetensors::TensorMap weights;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    weights[item.key()] = item.value().detach().to(torch::kCPU, torch::kFloat32).clone();
-  }
-  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
-    weights[item.key()] = item.value().detach().to(torch::kCPU).clone();
+  for (const auto& [name, tensor] : tensors) {
+    weights[name] = tensor.detach().to(torch::kCPU, torch::kFloat32).clone();
   }
   return weights;
 }
 
-void load_module_weights(torch::nn::Module& module, const safetensors::TensorMap& weights,
-                         const std::string& source) {
+void load_weights_into(const std::map<std::string, torch::Tensor>& destinations,
+                       const safetensors::TensorMap& weights, const std::string& source) {
   std::vector<std::string> missing, unexpected, misshaped;
-  auto params = module.named_parameters(/*recurse=*/true);
-  auto buffers = module.named_buffers(/*recurse=*/true);
   auto check = [&](const std::string& name, const torch::Tensor& target) {
     auto found = weights.find(name);
     if (found == weights.end()) {
@@ -35,10 +30,9 @@ void load_module_weights(torch::nn::Module& module, const safetensors::TensorMap
       misshaped.push_back(line.str());
     }
   };
-  for (const auto& item : params) check(item.key(), item.value());
-  for (const auto& item : buffers) check(item.key(), item.value());
+  for (const auto& [name, tensor] : destinations) check(name, tensor);
   for (const auto& [name, tensor] : weights) {
-    if (params.find(name) == nullptr && buffers.find(name) == nullptr) unexpected.push_back(name);
+    if (destinations.count(name) == 0) unexpected.push_back(name);
   }
   if (!missing.empty() || !unexpected.empty() || !misshaped.empty()) {
     std::ostringstream message;
@@ -56,8 +50,10 @@ void load_module_weights(torch::nn::Module& module, const safetensors::TensorMap
                 "the checkpoint was written for another model configuration; check tele_tron.model");
   }
   torch::NoGradGuard no_grad;
-  for (auto& item : params) item.value().copy_(weights.at(item.key()));
-  for (auto& item : buffers) item.value().copy_(weights.at(item.key()));
+  for (const auto& [name, tensor] : destinations) {
+    torch::Tensor target = tensor;  // a handle: copy_ writes the parameter (or its view) in place
+    target.copy_(weights.at(name));
+  }
 }
 
 }  // namespace tt

@@ -1,21 +1,23 @@
-// Moving a module's parameters to and from name -> tensor maps with diffusers key names, strictly:
+// Moving a model's parameters to and from in-memory name -> tensor maps with diffusers key names, strictly:
 // every missing, unexpected and mis-shaped key is reported together in one error.
 #pragma once
 
-#include <torch/nn/module.h>
+#include <torch/types.h>
 
+#include <map>
 #include <string>
 
 #include "core/safetensors.h"
 
 namespace tt {
 
-/// Parameters (and buffers) by their dotted names, as fp32 CPU copies (what checkpoints hold).
-safetensors::TensorMap module_weights(const torch::nn::Module& module);
+/// fp32 CPU copies of named tensors (e.g. model->diffusers_parameters()): what checkpoints hold.
+safetensors::TensorMap snapshot_weights(const std::map<std::string, torch::Tensor>& tensors);
 
-/// Copies `weights` into the module's parameters (converting dtype and device). Throws
-/// kCheckpoint listing all missing, unexpected and mis-shaped keys, naming `source`.
-void load_module_weights(torch::nn::Module& module, const safetensors::TensorMap& weights,
-                         const std::string& source);
+/// Copies `weights` into `destinations` (name -> tensor or view, any dtype/device), converting
+/// dtype and device. Throws kCheckpoint listing all missing, unexpected and mis-shaped keys,
+/// naming `source`, before anything is written.
+void load_weights_into(const std::map<std::string, torch::Tensor>& destinations,
+                       const safetensors::TensorMap& weights, const std::string& source);
 
 }  // namespace tt

@@ -93,7 +93,7 @@ double relative_error(const torch::Tensor& actual, const torch::Tensor& expected
 tt::HunyuanVideoTransformer build_model(const torch::Device& device) {
   const ParityFixture& f = fixture();
   tt::HunyuanVideoTransformer model(f.config);
-  tt::load_module_weights(*model, f.weights, kFixturePath);
+  tt::load_weights_into(model->diffusers_parameters(), f.weights, kFixturePath);
   model->to(device);
   return model;
 }
@@ -136,12 +136,11 @@ void check_forward_backward(const torch::Device& device, double forward_toleranc
 
   auto loss = (sample * f.loss_weights.to(device)).sum();
   loss.backward();
-  auto params = model->named_parameters();
+  auto grads = model->diffusers_gradients();
   for (const auto& [key, expected] : f.param_grads) {
-    const torch::Tensor* param = params.find(key);
-    REQUIRE(param != nullptr);
-    REQUIRE(param->grad().defined());
-    const double error = relative_error(param->grad(), expected);
+    REQUIRE(grads.count(key) == 1);
+    REQUIRE(grads.at(key).defined());
+    const double error = relative_error(grads.at(key), expected);
     INFO("grad " << key << " relative error " << error);
     CHECK(error <= grad_tolerance);
   }
@@ -186,8 +185,8 @@ TEST_CASE("parity fixture: config is not the tiny preset and every weight is use
         static_cast<double>(f.inputs.at("encoder_attention_mask").numel()));
   // load_module_weights is strict: a key in the file without a parameter throws.
   tt::HunyuanVideoTransformer model(f.config);
-  CHECK(static_cast<size_t>(model->named_parameters().size()) == f.weights.size());
-  tt::load_module_weights(*model, f.weights, kFixturePath);
+  CHECK(model->diffusers_parameters().size() == f.weights.size());
+  tt::load_weights_into(model->diffusers_parameters(), f.weights, kFixturePath);
   for (const auto& [key, value] : f.weights) {
     INFO(key);
     CHECK(value.abs().min().item<float>() > 0.0f);  // nothing zero-initialised hides a path
@@ -239,9 +238,9 @@ TEST_CASE("parity with diffusers on CUDA: fp32 and bf16 autocast forward", "[par
     // must be finite and reach the parameter.
     auto loss = (sample.to(torch::kFloat32) * f.loss_weights.to(device)).sum();
     loss.backward();
-    auto params = model->named_parameters();
+    auto grads = model->diffusers_gradients();
     for (const auto& [key, expected] : f.param_grads) {
-      const torch::Tensor& grad = params[key].grad();
+      const torch::Tensor& grad = grads.at(key);
       REQUIRE(grad.defined());
       const double error = relative_error(grad, expected);
       INFO("bf16 grad " << key << " relative error " << error);

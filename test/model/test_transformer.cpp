@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "model/rope.h"
+#include "model/text_padding.h"
 #include "model/transformer.h"
 #include "model/weights.h"
 
@@ -52,7 +53,7 @@ void randomise(tt::HunyuanVideoTransformer& model) {
 TEST_CASE("parameter names are diffusers' keys", "[model]") {
   tt::HunyuanVideoTransformer model(small_config());
   std::set<std::string> names;
-  for (const auto& item : model->named_parameters()) names.insert(item.key());
+  for (const auto& item : model->diffusers_parameters()) names.insert(item.first);
   const char* expected[] = {
       "x_embedder.proj.weight",
       "x_embedder.proj.bias",
@@ -199,9 +200,9 @@ TEST_CASE("weights round trip and strict mismatch report", "[model]") {
   auto c = small_config();
   tt::HunyuanVideoTransformer model(c);
   randomise(model);
-  auto weights = tt::module_weights(*model);
+  auto weights = tt::snapshot_weights(model->diffusers_parameters());
   tt::HunyuanVideoTransformer other(c);
-  tt::load_module_weights(*other, weights, "memory");
+  tt::load_weights_into(other->diffusers_parameters(), weights, "memory");
   auto in = make_inputs(c, 2, 6);
   CHECK(torch::equal(model->forward(in), other->forward(in)));
 
@@ -210,7 +211,7 @@ TEST_CASE("weights round trip and strict mismatch report", "[model]") {
   broken["extra.weight"] = torch::zeros({1});
   broken["norm_out.linear.weight"] = torch::zeros({3, 3});
   try {
-    tt::load_module_weights(*other, broken, "broken.safetensors");
+    tt::load_weights_into(other->diffusers_parameters(), broken, "broken.safetensors");
     FAIL("expected a checkpoint error");
   } catch (const tt::Error& error) {
     CHECK(error.code() == tt::ErrorCode::kCheckpoint);
@@ -229,4 +230,78 @@ TEST_CASE("presets: 1b is about one billion parameters, configs validate", "[mod
   bad.rope_axes_dim = {8, 8, 8};
   CHECK_THROWS_AS(tt::validate_hunyuan_config(bad, "tele_tron.model."), tt::Error);
   CHECK_THROWS_AS(tt::hunyuan_preset("7b"), tt::Error);
+}
+
+TEST_CASE("trimmed text padding gives the same output as the masked full text", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  auto in = make_inputs(c, 2, 6);
+  in.encoder_attention_mask[1].slice(0, 5).fill_(false);  // sample 1: 5 valid, sample 0: 3 valid
+  auto reference = model->forward(in);
+
+  auto trimmed = tt::trim_text_padding(in.encoder_hidden_states, in.encoder_attention_mask);
+  CHECK(trimmed.states.size(1) == 5);
+  CHECK_FALSE(trimmed.all_valid);
+  auto batch_in = in;
+  batch_in.encoder_hidden_states = trimmed.states;
+  batch_in.encoder_attention_mask = trimmed.mask;
+  CHECK(torch::allclose(model->forward(batch_in), reference, 1e-5, 1e-5));
+
+  // One sample alone: no padding left, attention runs without a mask.
+  auto single = tt::trim_text_padding(in.encoder_hidden_states.slice(0, 0, 1), in.encoder_attention_mask.slice(0, 0, 1));
+  CHECK(single.states.size(1) == 3);
+  CHECK(single.all_valid);
+  tt::TransformerInputs one;
+  one.hidden_states = in.hidden_states.slice(0, 0, 1);
+  one.timestep = in.timestep.slice(0, 0, 1);
+  one.encoder_hidden_states = single.states;
+  one.encoder_attention_mask = single.mask;
+  one.pooled_projections = in.pooled_projections.slice(0, 0, 1);
+  one.guidance = in.guidance.slice(0, 0, 1);
+  one.text_all_valid = true;
+  CHECK(torch::allclose(model->forward(one), reference.slice(0, 0, 1), 1e-5, 1e-5));
+}
+
+TEST_CASE("activation checkpointing changes no output and no gradient", "[model][checkpoint]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  model->train();
+  auto in = make_inputs(c, 2, 6);
+  auto run = [&](int64_t every_n) {
+    model->set_activation_checkpointing(every_n);
+    model->zero_grad();
+    auto out = model->forward(in);
+    out.pow(2).mean().backward();
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& [name, grad] : model->diffusers_gradients()) grads[name] = grad.clone();
+    return std::make_pair(out.detach(), grads);
+  };
+  auto plain = run(0);
+  for (int64_t every_n : {1, 2}) {
+    auto saved = run(every_n);
+    CHECK(torch::allclose(saved.first, plain.first, 1e-6, 1e-6));
+    for (const auto& [name, grad] : plain.second) {
+      INFO(name << " with every_n " << every_n);
+      CHECK(torch::allclose(saved.second.at(name), grad, 1e-5, 1e-6));
+    }
+  }
+}
+
+TEST_CASE("diffusers views write through to the fused QKV parameters", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  auto views = model->diffusers_parameters();
+  {
+    torch::NoGradGuard no_grad;
+    views.at("transformer_blocks.0.attn.to_k.weight").fill_(2.0);
+    views.at("single_transformer_blocks.0.proj_mlp.bias").fill_(-1.0);
+  }
+  auto again = model->diffusers_parameters();
+  CHECK(again.at("transformer_blocks.0.attn.to_k.weight").eq(2.0).all().item<bool>());
+  CHECK_FALSE(again.at("transformer_blocks.0.attn.to_q.weight").eq(2.0).all().item<bool>());
+  CHECK(again.at("single_transformer_blocks.0.proj_mlp.bias").eq(-1.0).all().item<bool>());
+  CHECK(again.at("single_transformer_blocks.0.attn.to_v.weight").size(0) == c.hidden_size());
+  CHECK(again.at("single_transformer_blocks.0.proj_mlp.weight").size(0) == c.mlp_hidden());
 }
