@@ -13,7 +13,7 @@ ctest_rc=$?
 set -e
 
 "$tt" synth-data configs/quickstart.yaml --output /tmp/tt_qs --samples 64 >"$out/quickstart_data.log" 2>&1
-"$tt" train configs/quickstart.yaml --device cuda --output "$out/quickstart_cuda" \
+"$tt" train configs/quickstart.yaml --device cuda --output /tmp/tt_runs/quickstart_cuda \
   --set data.manifest=/tmp/tt_qs/manifest.jsonl >"$out/quickstart_cuda.log" 2>&1
 
 cat >/tmp/tt_1b.yaml <<'YAML'
@@ -26,15 +26,17 @@ tele_tron:
   train: {device: cuda, max_steps: 30, log_every: 5, checkpoint_every: 30, keep_checkpoints: 1}
 YAML
 "$tt" synth-data /tmp/tt_1b.yaml --output /tmp/tt_1b --samples 8 --text-length 256 >"$out/1b_data.log" 2>&1
-"$tt" train /tmp/tt_1b.yaml --output "$out/run_1b" >"$out/1b_train.log" 2>&1
+"$tt" train /tmp/tt_1b.yaml --output /tmp/tt_runs/run_1b >"$out/1b_train.log" 2>&1
+cp /tmp/tt_runs/quickstart_cuda/metrics.jsonl "$out/quickstart_cuda_metrics.jsonl"
+cp /tmp/tt_runs/run_1b/metrics.jsonl "$out/1b_metrics.jsonl"
 
 python3 - "$out" "$build_s" "$ctest_rc" <<'PY'
 import json, sys
 out, build_s, ctest_rc = sys.argv[1], sys.argv[2], sys.argv[3]
 def rows(path):
     return [json.loads(l) for l in open(path) if l.strip()]
-q = rows(f"{out}/quickstart_cuda/metrics.jsonl")
-b = rows(f"{out}/run_1b/metrics.jsonl")
+q = rows(f"{out}/quickstart_cuda_metrics.jsonl")
+b = rows(f"{out}/1b_metrics.jsonl")
 first = sum(r["loss"] for r in q[:10]) / 10
 last = sum(r["loss"] for r in q[-10:]) / 10
 print("| check | result |")
@@ -51,4 +53,4 @@ print(f"| 1b: loss first -> last log | {b[0]['loss']:.4f} -> {b[-1]['loss']:.4f}
 PY
 tail -5 "$out/ctest.log"
 grep -E "Skipped|Failed|fused flow-matching" "$out/ctest.log" | head -20 || true
-exit "$ctest_rc"
+[ "$ctest_rc" -eq 0 ] || exit "$ctest_rc"
