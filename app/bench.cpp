@@ -112,6 +112,8 @@ void run_bench(const BenchOptions& options) {
     optimizer.step();
   };
 
+  const std::string attention = configure_attention_backend();
+  spdlog::info("bench: attention backend {} (TELETRON_SDPA)", attention);
   spdlog::info("bench: {} | {} | batch {}, latents [{}, {}, {}, {}], {} video + {} text tokens ({} valid)",
                describe_device(device), autocast ? "bf16 autocast, fp32 master weights" : "fp32",
                o.batch, mc.in_channels, lt, lh, lw, video_tokens, o.text_tokens, o.text_valid);
@@ -144,6 +146,7 @@ void run_bench(const BenchOptions& options) {
   }
   if (!o.json_path.empty()) {
     nlohmann::json row = {{"device", describe_device(device)},
+                          {"attention_backend", attention},
                           {"parameters", model->parameter_count()},
                           {"batch", o.batch},
                           {"video_tokens", video_tokens},

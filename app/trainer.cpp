@@ -121,6 +121,8 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
 }
 
 void Trainer::announce() const {
+  const std::string attention = configure_attention_backend();
+  if (attention != "auto") spdlog::info("attention backend: {} (TELETRON_SDPA)", attention);
   spdlog::info("teletron train: device {}, precision {}", describe_device(device_),
                autocast_ ? "bf16 autocast, fp32 master weights" : "fp32");
   spdlog::info("model: HunyuanVideo {} preset, {:.3f} M parameters; {}", config_.model.preset,

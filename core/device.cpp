@@ -2,6 +2,8 @@
 #include "core/device.h"
 
 #include <sys/resource.h>
+
+#include <cstdlib>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -36,6 +38,21 @@ std::string describe_device(const torch::Device& device) {
   }
 #endif
   return device.str();
+}
+
+std::string configure_attention_backend() {
+  const char* value = std::getenv("TELETRON_SDPA");
+  const std::string choice = value != nullptr && *value != '\0' ? value : "auto";
+  if (choice == "auto") return choice;
+  TT_CHECK(choice == "flash" || choice == "cudnn" || choice == "efficient" || choice == "math",
+           ErrorCode::kConfig, "environment variable TELETRON_SDPA: expected auto, flash, cudnn, efficient or math, got `",
+           choice, "`");
+  auto& context = at::globalContext();
+  context.setSDPUseFlash(choice == "flash");
+  context.setSDPUseCuDNN(choice == "cudnn");
+  context.setSDPUseMemEfficient(choice == "efficient");
+  context.setSDPUseMath(choice == "math");
+  return choice;
 }
 
 double peak_memory_gb(const torch::Device& device) {

@@ -15,6 +15,11 @@ torch::Device resolve_device(const std::string& request, const std::string& key)
 /// "NVIDIA H200 (139.8 GiB)" or "CPU (2 threads)".
 std::string describe_device(const torch::Device& device);
 
+/// Applies TELETRON_SDPA (auto | flash | cudnn | efficient | math): restricts
+/// scaled_dot_product_attention to one backend, for benchmarking and debugging. Returns the
+/// choice ("auto" when unset); an unknown value throws kConfig naming the variable.
+std::string configure_attention_backend();
+
 /// Peak memory in GiB since the last reset_peak_memory (GPU) or process start (CPU).
 double peak_memory_gb(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);

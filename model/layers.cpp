@@ -55,6 +55,10 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  if (x.is_cuda()) {
+    // One fused kernel (fp32 accumulation inside), input and output in x's dtype.
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight.to(x.scalar_type()), eps_));
+  }
   auto x32 = x.to(torch::kFloat32);
   auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return (normed * weight.to(torch::kFloat32)).to(x.scalar_type());
@@ -72,12 +76,15 @@ std::vector<torch::Tensor> ModulationImpl::forward(const torch::Tensor& vec) {
 }
 
 torch::Tensor layer_norm_plain(const torch::Tensor& x) {
-  return torch::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
+  // native_layer_norm rather than layer_norm: autocast would run layer_norm with an fp32 output,
+  // doubling the traffic of the largest activations; this one accumulates in fp32 and returns
+  // x's dtype.
+  return std::get<0>(at::native_layer_norm(x, {x.size(-1)}, {}, {}, 1e-6));
 }
 
 torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
                             const torch::Tensor& scale) {
-  return layer_norm_plain(x) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+  return torch::addcmul(shift.unsqueeze(1), layer_norm_plain(x), 1 + scale.unsqueeze(1));
 }
 
 AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {

@@ -29,16 +29,15 @@ RopeTable build_rope_table(int64_t frames, int64_t height, int64_t width,
     parts.push_back(axis_angles(grids[axis].reshape({-1}), axes_dim[axis], theta));
   }
   auto angles = torch::cat(parts, 1);  // (N, head_dim)
-  return RopeTable{torch::cos(angles).contiguous(), torch::sin(angles).contiguous()};
+  auto pair_angles = angles.slice(1, 0, angles.size(1), 2);  // (N, head_dim/2)
+  auto freqs = torch::polar(torch::ones_like(pair_angles), pair_angles).contiguous();
+  return RopeTable{torch::cos(angles).contiguous(), torch::sin(angles).contiguous(), freqs};
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table) {
-  auto x32 = x.to(torch::kFloat32);
-  auto pairs = x32.unflatten(-1, {-1, 2});  // (..., D/2, 2)
-  auto real = pairs.select(-1, 0);
-  auto imag = pairs.select(-1, 1);
-  auto rotated = torch::stack({-imag, real}, -1).flatten(-2);  // (..., D)
-  return (x32 * table.cos + rotated * table.sin).to(x.scalar_type());
+  // (x_r + i x_i)(cos + i sin) = (x_r cos - x_i sin) + i (x_i cos + x_r sin)
+  auto pairs = torch::view_as_complex(x.to(torch::kFloat32).unflatten(-1, {-1, 2}));  // (..., D/2)
+  return torch::view_as_real(pairs * table.freqs).flatten(-2).to(x.scalar_type());
 }
 
 const RopeTable& RopeCache::get(int64_t frames, int64_t height, int64_t width,

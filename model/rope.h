@@ -14,8 +14,9 @@
 namespace tt {
 
 struct RopeTable {
-  torch::Tensor cos;  // (T'*H'*W', head_dim) fp32
-  torch::Tensor sin;  // (T'*H'*W', head_dim) fp32
+  torch::Tensor cos;    // (T'*H'*W', head_dim) fp32, each pair's angle repeated
+  torch::Tensor sin;    // (T'*H'*W', head_dim) fp32
+  torch::Tensor freqs;  // (T'*H'*W', head_dim/2) complex64 = cos + i sin, one per pair
 };
 
 /// Builds the table for a (frames, height, width) token grid (row-major T, H, W order, the order
@@ -24,7 +25,8 @@ RopeTable build_rope_table(int64_t frames, int64_t height, int64_t width,
                            const std::vector<int64_t>& axes_dim, double theta,
                            const torch::Device& device);
 
-/// Rotates x (B, H, N, D) by the table (N, D); math in fp32, result in x's dtype.
+/// Rotates x (B, H, N, D) by the table: each pair (x_2j, x_2j+1) as one complex number times
+/// freqs (one fp32 complex multiply instead of cos/sin/stack arithmetic); result in x's dtype.
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table);
 
 /// Thread-safe per-(grid, device) cache of RoPE tables.

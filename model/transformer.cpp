@@ -119,10 +119,11 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   auto video_attn = attn_->output(joint.slice(1, 0, n));
   auto text_attn = attn_->output_added(joint.slice(1, n));
 
-  auto video_out = video + video_attn * m[2].unsqueeze(1);
-  auto text_out = text + text_attn * c[2].unsqueeze(1);
-  video_out = video_out + ff_(norm_modulate(video_out, m[3], m[4])) * m[5].unsqueeze(1);
-  text_out = text_out + ff_context_(norm_modulate(text_out, c[3], c[4])) * c[5].unsqueeze(1);
+  // Gated residuals, one kernel each: x + f(x) * gate.
+  auto video_out = torch::addcmul(video, video_attn, m[2].unsqueeze(1));
+  auto text_out = torch::addcmul(text, text_attn, c[2].unsqueeze(1));
+  video_out = torch::addcmul(video_out, ff_(norm_modulate(video_out, m[3], m[4])), m[5].unsqueeze(1));
+  text_out = torch::addcmul(text_out, ff_context_(norm_modulate(text_out, c[3], c[4])), c[5].unsqueeze(1));
   return {video_out, text_out};
 }
 
@@ -148,7 +149,7 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
     return torch::cat({apply_rope_qk(t.slice(2, 0, video_tokens), rope), t.slice(2, video_tokens)}, 2);
   };
   auto attn = attend(rotate(qkv[0]), rotate(qkv[1]), qkv[2], key_mask);
-  return x + proj_out_(torch::cat({attn, mlp}, 2)) * m[2].unsqueeze(1);
+  return torch::addcmul(x, proj_out_(torch::cat({attn, mlp}, 2)), m[2].unsqueeze(1));
 }
 
 // ---------------------------------------------------------------- the model
