@@ -8,6 +8,7 @@
 
 #include "app/bench.h"
 #include "app/config.h"
+#include "app/model_check.h"
 #include "app/options.h"
 #include "app/synth_data.h"
 #include "app/trainer.h"
@@ -102,6 +103,19 @@ int run_bench_command(BenchArgs& args) {
   return 0;
 }
 
+struct ModelCheckArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  ModelCheckOptions options;
+};
+
+int run_model_check_command(ModelCheckArgs& args) {
+  args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", args.sets)
+                                            : load_config(args.config, args.sets);
+  run_model_check(args.options);
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -164,6 +178,23 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_flag("--no-optimizer", bench.no_optimizer, "Skip timing the full step with AdamW");
   bench_cmd->add_option("--json", bench.options.json_path, "Also write the results as JSON here");
 
+  ModelCheckArgs check;
+  auto* check_cmd = app.add_subcommand(
+      "model-check", "One forward pass on named inputs (diffusers' forward convention), written as `sample`");
+  check_cmd->add_option("config", check.config, "YAML config (architecture when the weights have no config.json)");
+  add_set_option(check_cmd, &check.sets);
+  check_cmd->add_option("--weights", check.options.weights,
+                        "diffusers folder (config.json + safetensors), safetensors file/index, or official file")
+      ->required();
+  check_cmd->add_option("--inputs", check.options.inputs,
+                        "safetensors with hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, "
+                        "pooled_projections, guidance")
+      ->required();
+  check_cmd->add_option("--output", check.options.output, "Where to write `sample`")->required();
+  check_cmd->add_option("--device", check.options.device, "Device")->check(CLI::IsMember({"cpu", "cuda"}));
+  check_cmd->add_option("--dtype", check.options.dtype, "fp32, or bf16 autocast (CUDA)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
@@ -181,6 +212,7 @@ int run_cli(int argc, char** argv) {
   if (config_cmd->parsed()) return run_config(config_path, config_sets);
   if (synth_cmd->parsed()) return run_synth(synth);
   if (bench_cmd->parsed()) return run_bench_command(bench);
+  if (check_cmd->parsed()) return run_model_check_command(check);
   return 0;
 }
 

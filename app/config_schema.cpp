@@ -21,7 +21,6 @@ constexpr ConfigRange kZeroStage = {0, 3, false, false};             // 0..3
 constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (and even: config.cpp)
 
 // The features a key waits for; "tele_tron.<key>: has no effect yet (arrives with <feature>)".
-constexpr const char* kWeights = "initial-weight loading";
 constexpr const char* kVideo = "the video data pipeline";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
@@ -40,7 +39,7 @@ using K = ConfigKind;
 // clang-format off
 const ConfigField kFields[] = {
     {.path = "model.preset", .kind = K::kString, .at = TT_AT(model.preset), .choices = "tiny|1b|13b"},
-    {.path = "model.weights", .kind = K::kOptString, .at = TT_AT(model.weights), .not_yet = kWeights},
+    {.path = "model.weights", .kind = K::kOptString, .at = TT_AT(model.weights)},
     {.path = "model.num_attention_heads", .kind = K::kOptInt, .at = TT_AT(model.num_attention_heads), .range = kAtLeastOne},
     {.path = "model.attention_head_dim", .kind = K::kOptInt, .at = TT_AT(model.attention_head_dim), .range = kAtLeastOne},
     {.path = "model.num_layers", .kind = K::kOptInt, .at = TT_AT(model.num_layers), .range = kAtLeastOne},

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "app/autocast.h"
+#include "app/model_setup.h"
 #include "app/options.h"
 #include "core/adamw.h"
 #include "core/checkpoint.h"
@@ -61,6 +62,8 @@ class Trainer {
   torch::Device device_{torch::kCPU};
   bool autocast_ = false;
   HunyuanVideoConfig model_config_;
+  std::string model_origin_;
+  std::optional<WeightSource> initial_weights_;
   HunyuanVideoTransformer model_{nullptr};
   std::vector<torch::Tensor> params_;
   std::unique_ptr<AdamW> optimizer_;
@@ -81,7 +84,10 @@ class Trainer {
 Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume) {
   device_ = resolve_device(config_.train.device, "tele_tron.train.device");
   autocast_ = device_.is_cuda() && config_.mixed_precision.enabled;
-  model_config_ = model_config_from(config_.model);
+  ModelChoice choice = choose_model(config_.model, config_.model.weights);
+  model_config_ = choice.config;
+  model_origin_ = choice.origin;
+  initial_weights_ = choice.weights;
   flow_options_ = flow_matching_options_from(config_.flow_matching);
   run_dir_ = fs::path(config_.train.output_dir);
 
@@ -125,7 +131,7 @@ void Trainer::announce() const {
   if (attention != "auto") spdlog::info("attention backend: {} (TELETRON_SDPA)", attention);
   spdlog::info("teletron train: device {}, precision {}", describe_device(device_),
                autocast_ ? "bf16 autocast, fp32 master weights" : "fp32");
-  spdlog::info("model: HunyuanVideo {} preset, {:.3f} M parameters; {}", config_.model.preset,
+  spdlog::info("model: HunyuanVideo from {}, {:.3f} M parameters; {}", model_origin_,
                model_->parameter_count() / 1e6, describe_hunyuan_config(model_config_));
   const auto& shape = dataset_->latent_shape();
   spdlog::info("data: {} ({} samples, latents [{}, {}, {}, {}], {} text tokens)", config_.data.manifest,
@@ -267,11 +273,18 @@ void Trainer::run() {
                     "pass a folder like runs/train/checkpoints/step_0000500, a run folder, or --resume auto",
                     "--resume ", resume_, ": not a complete checkpoint folder and no checkpoints inside it");
     }
-    if (folder) resume_from(*folder);
+    if (folder) {
+      resume_from(*folder);
+      initial_weights_.reset();  // the checkpoint's weights win
+    }
   } else {
     TT_CHECK_HINT(!checkpoint::find_latest(checkpoints.string()).has_value(), ErrorCode::kCheckpoint,
                   "pass --resume auto to continue that run, or --output DIR for a new one",
                   "output folder ", run_dir_.string(), " already holds checkpoints of an earlier run");
+  }
+  if (initial_weights_) {
+    load_weights(*initial_weights_, model_->diffusers_parameters());
+    spdlog::info("initial weights: {}", initial_weights_->description);
   }
   {
     std::ofstream resolved(run_dir_ / "config.resolved.yaml");

@@ -222,3 +222,21 @@ TEST_CASE("non-finite data stops with TT_ERR_NAN and leaves no poisoned checkpoi
   CHECK_THAT(result.output, ContainsSubstring("TT_ERR_NAN"));
   CHECK(tt::checkpoint::list_complete(run + "/checkpoints").empty());
 }
+
+TEST_CASE("train starts from initial weights (model.weights) and checks them strictly", "[train][weights]") {
+  Workspace ws(4);
+  const std::string first = ws.dir / "first";
+  REQUIRE(run_teletron("train " + ws.config + " --output " + first + " --max-steps 4").exit_code == 0);
+  const std::string weights = first + "/checkpoints/step_0000004/model.safetensors";
+  auto second = run_teletron("train " + ws.config + " --output " + (ws.dir / "second") +
+                             " --max-steps 1 --set model.weights=" + weights);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, ContainsSubstring("initial weights"));
+  // The same file for a wider model: every mis-shaped key is reported, as TT_ERR_CHECKPOINT.
+  auto wrong = run_teletron("train " + ws.config + " --output " + (ws.dir / "third") + " --max-steps 1 --set model.weights=" +
+                            weights + " --set model.attention_head_dim=24 --set model.rope_axes_dim=[4,10,10]");
+  INFO(wrong.output);
+  CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kCheckpoint));
+  CHECK_THAT(wrong.output, ContainsSubstring("mis-shaped"));
+}

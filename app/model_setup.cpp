@@ -1,0 +1,60 @@
+// Architecture + initial weights resolution (see model_setup.h).
+#include "app/model_setup.h"
+
+#include "app/options.h"
+#include "core/errors.h"
+#include "model/diffusers_config.h"
+
+namespace tt {
+namespace {
+
+// An explicit YAML override must match the value config.json gives.
+template <typename T>
+void require_same(const std::optional<T>& override_value, const T& from_json, const char* key,
+                  const std::string& json_path) {
+  if (!override_value || *override_value == from_json) return;
+  throw Error(ErrorCode::kConfig,
+              str_cat("tele_tron.model.", key, " disagrees with ", json_path, ", which defines the architecture of ",
+                      "these weights"),
+              "remove the override from the YAML file (the weights' config.json decides)");
+}
+
+}  // namespace
+
+ModelChoice choose_model(const ModelSection& model, const std::optional<std::string>& weights_path) {
+  ModelChoice choice;
+  if (!weights_path) {
+    choice.config = model_config_from(model);
+    choice.origin = "preset " + model.preset;
+    return choice;
+  }
+  choice.weights = open_weights(*weights_path);
+  auto json = diffusers_config_json(*choice.weights);
+  if (!json) {
+    choice.config = model_config_from(model);
+    choice.origin = "preset " + model.preset + " (the weights have no config.json)";
+    return choice;
+  }
+  const std::string& json_path = choice.weights->config_path;
+  HunyuanVideoConfig c = hunyuan_config_from_diffusers_json(*json, json_path);
+  require_same(model.num_attention_heads, c.num_attention_heads, "num_attention_heads", json_path);
+  require_same(model.attention_head_dim, c.attention_head_dim, "attention_head_dim", json_path);
+  require_same(model.num_layers, c.num_layers, "num_layers", json_path);
+  require_same(model.num_single_layers, c.num_single_layers, "num_single_layers", json_path);
+  require_same(model.num_refiner_layers, c.num_refiner_layers, "num_refiner_layers", json_path);
+  require_same(model.patch_size, c.patch_size, "patch_size", json_path);
+  require_same(model.patch_size_t, c.patch_size_t, "patch_size_t", json_path);
+  require_same(model.in_channels, c.in_channels, "in_channels", json_path);
+  require_same(model.out_channels, c.out_channels, "out_channels", json_path);
+  require_same(model.text_embed_dim, c.text_embed_dim, "text_embed_dim", json_path);
+  require_same(model.pooled_projection_dim, c.pooled_projection_dim, "pooled_projection_dim", json_path);
+  require_same(model.mlp_ratio, c.mlp_ratio, "mlp_ratio", json_path);
+  require_same(model.rope_theta, c.rope_theta, "rope_theta", json_path);
+  require_same(model.rope_axes_dim, c.rope_axes_dim, "rope_axes_dim", json_path);
+  require_same(model.guidance_embeds, c.guidance_embeds, "guidance_embeds", json_path);
+  choice.config = c;
+  choice.origin = "config.json " + json_path;
+  return choice;
+}
+
+}  // namespace tt

@@ -1,0 +1,26 @@
+// Building the Transformer a command asks for: the architecture from the config's model section,
+// or from a diffusers config.json next to model.weights, then the initial weights loaded
+// (streamed, strict) when model.weights names a file or folder.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "app/config.h"
+#include "model/hunyuan_config.h"
+#include "model/weight_io.h"
+
+namespace tt {
+
+struct ModelChoice {
+  HunyuanVideoConfig config;
+  std::optional<WeightSource> weights;  // set when there are initial weights to load
+  std::string origin;                   // "preset 1b" or "config.json of /path"
+};
+
+/// Resolves the architecture. When `weights_path` is a diffusers folder with config.json, that
+/// file decides the architecture; explicit model.* overrides in the YAML must then agree with it
+/// (a disagreement is a kConfig error naming the key). Otherwise the preset + overrides decide.
+ModelChoice choose_model(const ModelSection& model, const std::optional<std::string>& weights_path);
+
+}  // namespace tt
