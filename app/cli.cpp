@@ -71,7 +71,7 @@ int run_synth(const SynthArgs& args) {
   SynthDataOptions options;
   options.output = args.output;
   options.samples = args.samples;
-  options.channels = model.in_channels;
+  options.channels = model.out_channels;  // latents as the VAE writes them (16), also for image-to-video
   options.frames = (bucket.frames - 1) / 4 + 1;  // the VAE's 4x temporal compression (causal first frame)
   options.height = bucket.height / 8;
   options.width = bucket.width / 8;

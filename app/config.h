@@ -21,6 +21,7 @@ struct ModelSection {
   std::optional<std::vector<int64_t>> rope_axes_dim;
   std::optional<bool> guidance_embeds;
   std::optional<std::string> qk_norm;  // rms_norm
+  std::optional<std::string> image_condition_type;  // null (text-to-video) | latent_concat
   int64_t activation_checkpointing_every_n = 0;  // false -> 0, true -> 1, {every_n: k} -> k
 
   bool operator==(const ModelSection&) const = default;

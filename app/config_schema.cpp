@@ -57,6 +57,7 @@ const ConfigField kFields[] = {
     {.path = "model.rope_theta", .kind = K::kOptFloat, .at = TT_AT(model.rope_theta), .range = kPositive},
     {.path = "model.guidance_embeds", .kind = K::kOptBool, .at = TT_AT(model.guidance_embeds)},
     {.path = "model.qk_norm", .kind = K::kOptString, .at = TT_AT(model.qk_norm), .choices = "rms_norm"},
+    {.path = "model.image_condition_type", .kind = K::kOptString, .at = TT_AT(model.image_condition_type), .choices = "latent_concat"},
     {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n)},
 
     {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny", .not_yet = kVideo},

@@ -23,6 +23,10 @@ HunyuanVideoConfig model_config_from(const ModelSection& model) {
   if (model.rope_axes_dim) config.rope_axes_dim = *model.rope_axes_dim;
   if (model.guidance_embeds) config.guidance_embeds = *model.guidance_embeds;
   if (model.qk_norm) config.qk_norm = *model.qk_norm;
+  if (model.image_condition_type) {
+    config.image_condition_type = *model.image_condition_type;
+    if (!model.in_channels) config.in_channels = 2 * config.out_channels + 1;
+  }
   validate_hunyuan_config(config, "tele_tron.model.");
   return config;
 }

@@ -46,6 +46,11 @@ struct DataPosition {
 
 class Trainer {
  public:
+  /// The model input for the configured conditioning: the noisy latent itself (text-to-video), or
+  /// for latent_concat cat(noisy, first-frame latent with later frames zeroed, first-frame mask),
+  /// the layout of diffusers' HunyuanVideo image-to-video pipeline.
+  torch::Tensor image_condition(const torch::Tensor& noisy, const torch::Tensor& x0) const;
+
   explicit Trainer(const TrainRequest& request);
   void run();
 
@@ -96,7 +101,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
                 "tele_tron.data.source: `", config_.data.source, "` is not built yet");
   LatentDatasetOptions data_options;
   data_options.manifest = config_.data.manifest;
-  data_options.latent_channels = model_config_.in_channels;
+  data_options.latent_channels = model_config_.out_channels;  // what the VAE wrote (16)
   data_options.text_dim = model_config_.text_embed_dim;
   data_options.pooled_dim = model_config_.pooled_projection_dim;
   dataset_ = std::make_unique<LatentDataset>(data_options);
@@ -161,6 +166,15 @@ std::vector<int64_t> Trainer::next_indices(int64_t count) {
   return indices;
 }
 
+torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::Tensor& x0) const {
+  if (model_config_.image_condition_type.empty()) return noisy;
+  auto first_frame = torch::zeros_like(x0);
+  first_frame.slice(2, 0, 1).copy_(x0.slice(2, 0, 1));
+  auto mask = torch::zeros({x0.size(0), 1, x0.size(2), x0.size(3), x0.size(4)}, x0.options());
+  mask.slice(2, 0, 1).fill_(1.0);
+  return torch::cat({noisy, first_frame.to(noisy.scalar_type()), mask.to(noisy.scalar_type())}, 1);
+}
+
 torch::Tensor Trainer::train_step() {
   optimizer_->zero_grad();
   const int64_t micro_steps = config_.gradient_accumulation;
@@ -173,7 +187,7 @@ torch::Tensor Trainer::train_step() {
     auto x0 = batch.latents.to(device_);
     FlowMatchingSample sample = make_flow_matching_sample(x0, flow_options_, generator_);
     TransformerInputs inputs;
-    inputs.hidden_states = sample.noisy;
+    inputs.hidden_states = image_condition(sample.noisy, x0);
     inputs.timestep = sample.sigmas * 1000.0;
     // Padding shared by the whole batch is dropped on the host (no device sync), and attention
     // runs unmasked when nothing is left to mask.

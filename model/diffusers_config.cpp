@@ -135,9 +135,13 @@ HunyuanVideoConfig hunyuan_config_from_diffusers_json(const nlohmann::json& conf
   reader.read_int_list("rope_axes_dim", &c.rope_axes_dim);
 
   auto image_condition = config.find("image_condition_type");
-  if (image_condition != config.end() && !image_condition->is_null())
-    reader.fail("image_condition_type",
-                str_cat("teletron trains text-to-video only (null); got ", image_condition->dump()));
+  if (image_condition != config.end() && !image_condition->is_null()) {
+    if (!image_condition->is_string() || image_condition->get<std::string>() != "latent_concat")
+      reader.fail("image_condition_type",
+                  str_cat("expected null (text-to-video) or \"latent_concat\" (image-to-video); got ",
+                          image_condition->dump()));
+    c.image_condition_type = "latent_concat";
+  }
   const char* positive[] = {"in_channels", "out_channels", "num_attention_heads", "attention_head_dim",
                             "patch_size",  "patch_size_t", "text_embed_dim",      "pooled_projection_dim"};
   const int64_t values[] = {c.in_channels, c.out_channels, c.num_attention_heads, c.attention_head_dim,
@@ -174,7 +178,11 @@ nlohmann::json hunyuan_config_to_diffusers_json(const HunyuanVideoConfig& c) {
   json["pooled_projection_dim"] = c.pooled_projection_dim;
   json["rope_theta"] = c.rope_theta;
   json["rope_axes_dim"] = c.rope_axes_dim;
-  json["image_condition_type"] = nullptr;
+  if (c.image_condition_type.empty()) {
+    json["image_condition_type"] = nullptr;
+  } else {
+    json["image_condition_type"] = c.image_condition_type;
+  }
   return json;
 }
 

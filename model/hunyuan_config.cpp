@@ -46,6 +46,15 @@ void validate_hunyuan_config(const HunyuanVideoConfig& config, const std::string
                 config.attention_head_dim);
   TT_CHECK(config.qk_norm == "rms_norm", ErrorCode::kConfig, p,
            "qk_norm: only rms_norm is supported, got ", config.qk_norm);
+  if (!config.image_condition_type.empty()) {
+    TT_CHECK_HINT(config.image_condition_type == "latent_concat", ErrorCode::kConfig,
+                  "token_replace (the other image-to-video variant) is not supported; use latent_concat",
+                  p, "image_condition_type: expected null or latent_concat, got ", config.image_condition_type);
+    TT_CHECK_HINT(config.in_channels == 2 * config.out_channels + 1, ErrorCode::kConfig,
+                  "leave in_channels unset: latent_concat sets it to 2 * out_channels + 1",
+                  p, "in_channels: latent_concat needs 2 * out_channels + 1 = ", 2 * config.out_channels + 1,
+                  " (noisy latent, first-frame latent, mask), got ", config.in_channels);
+  }
   TT_CHECK(config.mlp_hidden() > 0, ErrorCode::kConfig, p, "mlp_ratio: gives an empty MLP");
   TT_CHECK(config.num_layers + config.num_single_layers > 0, ErrorCode::kConfig, p,
            "num_layers + num_single_layers must be > 0");
@@ -57,7 +66,8 @@ std::string describe_hunyuan_config(const HunyuanVideoConfig& c) {
                  " single blocks, ", c.num_refiner_layers, " refiner blocks, mlp ", c.mlp_hidden(),
                  ", patch [", c.patch_size_t, ",", c.patch_size, ",", c.patch_size, "], in ",
                  c.in_channels, " out ", c.out_channels, ", text ", c.text_embed_dim, "/",
-                 c.pooled_projection_dim, ", guidance ", c.guidance_embeds ? "on" : "off");
+                 c.pooled_projection_dim, ", guidance ", c.guidance_embeds ? "on" : "off",
+                 c.image_condition_type.empty() ? "" : ", image condition " + c.image_condition_type);
 }
 
 }  // namespace tt

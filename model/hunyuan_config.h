@@ -38,6 +38,10 @@ struct HunyuanVideoConfig {
   bool guidance_embeds = true;
   /// Only "rms_norm" (QK RMSNorm before RoPE) is supported.
   std::string qk_norm = "rms_norm";
+  /// "" (text-to-video) or "latent_concat" (image-to-video: the input is the noisy latent, the
+  /// first-frame latent with later frames zeroed, and a first-frame mask, so in_channels =
+  /// 2 * out_channels + 1 = 33).
+  std::string image_condition_type;
 
   int64_t hidden_size() const { return num_attention_heads * attention_head_dim; }
   int64_t mlp_hidden() const { return static_cast<int64_t>(hidden_size() * mlp_ratio); }

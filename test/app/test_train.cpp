@@ -240,3 +240,20 @@ TEST_CASE("train starts from initial weights (model.weights) and checks them str
   CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kCheckpoint));
   CHECK_THAT(wrong.output, ContainsSubstring("mis-shaped"));
 }
+
+TEST_CASE("image-to-video (latent_concat): 33-channel input from 16-channel latents trains", "[train][i2v]") {
+  Workspace ws(4, "");
+  auto run = run_teletron("train " + ws.config + " --output " + (ws.dir / "i2v") +
+                          " --max-steps 3 --set model.image_condition_type=latent_concat");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("in 33 out 16"));
+  CHECK_THAT(run.output, ContainsSubstring("image condition latent_concat"));
+  auto header = tt::safetensors::read_header(ws.dir / "i2v/checkpoints/step_0000003/model.safetensors");
+  CHECK(header.tensors.at("x_embedder.proj.weight").shape[1] == 33);
+  // An inconsistent explicit in_channels is refused before step 0.
+  auto bad = run_teletron("train " + ws.config + " --output " + (ws.dir / "bad") +
+                          " --set model.image_condition_type=latent_concat --set model.in_channels=16");
+  CHECK(bad.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(bad.output, ContainsSubstring("in_channels"));
+}

@@ -649,7 +649,19 @@ TEST_CASE("config.json round trip and strict parsing", "[weights]") {
     CHECK(error.code() == tt::ErrorCode::kConfig);
     CHECK_THAT(std::string(error.what()), ContainsSubstring(std::string("/m/config.json: ") + field));
   };
-  rejected("image_condition_type", "latent_concat");
+  rejected("image_condition_type", "token_replace");
+
+  // Image-to-video (latent_concat): 33 = 16 noisy + 16 first-frame + 1 mask input channels.
+  nlohmann::json i2v = released;
+  i2v["in_channels"] = 33;
+  i2v["out_channels"] = 16;
+  i2v["image_condition_type"] = "latent_concat";
+  tt::HunyuanVideoConfig image = tt::hunyuan_config_from_diffusers_json(i2v);
+  CHECK(image.image_condition_type == "latent_concat");
+  CHECK(image.in_channels == 33);
+  CHECK(tt::hunyuan_config_to_diffusers_json(image)["image_condition_type"] == "latent_concat");
+  i2v["in_channels"] = 16;  // inconsistent with latent_concat
+  CHECK_THROWS_AS(tt::hunyuan_config_from_diffusers_json(i2v), tt::Error);
   rejected("num_layers", "2");
   rejected("mlp_ratio", "wide");
   rejected("qk_norm", "layer_norm");
