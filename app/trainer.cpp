@@ -136,8 +136,8 @@ void Trainer::announce() const {
   if (attention != "auto") spdlog::info("attention backend: {} (TELETRON_SDPA)", attention);
   spdlog::info("teletron train: device {}, precision {}", describe_device(device_),
                autocast_ ? "bf16 autocast, fp32 master weights" : "fp32");
-  spdlog::info("model: HunyuanVideo from {}, {:.3f} M parameters; {}", model_origin_,
-               model_->parameter_count() / 1e6, describe_hunyuan_config(model_config_));
+  spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
+               model_->parameter_count(), model_->parameter_count() / 1e9, describe_hunyuan_config(model_config_));
   const auto& shape = dataset_->latent_shape();
   spdlog::info("data: {} ({} samples, latents [{}, {}, {}, {}], {} text tokens)", config_.data.manifest,
                dataset_->size(), shape[0], shape[1], shape[2], shape[3], dataset_->text_length());

@@ -12,6 +12,27 @@ double attention(double n, double d) { return 4.0 * n * n * d; }
 
 }  // namespace
 
+int64_t transformer_parameter_count(const HunyuanVideoConfig& c) {
+  const int64_t h = c.hidden_size(), m = c.mlp_hidden(), d = c.attention_head_dim;
+  const int64_t patch = c.patch_size_t * c.patch_size * c.patch_size;
+  auto linear = [](int64_t in, int64_t out) { return in * out + out; };
+  auto embedder = [&](int64_t in) { return linear(in, h) + linear(h, h); };  // linear_1, linear_2
+  int64_t n = linear(c.in_channels * patch, h);                              // x_embedder
+  n += embedder(256) + embedder(c.pooled_projection_dim);                    // time_text_embed
+  if (c.guidance_embeds) n += embedder(256);
+  n += embedder(256) + embedder(c.text_embed_dim) + linear(c.text_embed_dim, h);  // context_embedder
+  const int64_t refiner_block = 2 * h + linear(h, 3 * h) + linear(h, h) + 2 * h + linear(h, 4 * h) +
+                                linear(4 * h, h) + linear(h, 2 * h);
+  n += c.num_refiner_layers * refiner_block;
+  const int64_t double_block = 2 * linear(h, 6 * h) + 2 * linear(h, 3 * h) + 4 * d + 2 * linear(h, h) +
+                               2 * (linear(h, m) + linear(m, h));
+  n += c.num_layers * double_block;
+  const int64_t single_block = linear(h, 3 * h + m) + 2 * d + linear(h, 3 * h) + linear(h + m, h);
+  n += c.num_single_layers * single_block;
+  n += linear(h, 2 * h) + linear(h, patch * c.out_channels);  // norm_out, proj_out
+  return n;
+}
+
 FlopBreakdown transformer_flops(const HunyuanVideoConfig& c, int64_t batch, int64_t video_tokens,
                                 int64_t text_tokens) {
   const double h = static_cast<double>(c.hidden_size());

@@ -20,6 +20,10 @@ struct FlopBreakdown {
   double training = 0;   // 3 × forward
 };
 
+/// Exact parameter count of the Transformer for `config`, without building it (the 13b preset
+/// gives about 12.8 B).
+int64_t transformer_parameter_count(const HunyuanVideoConfig& config);
+
 /// FLOPs for `batch` samples of `video_tokens` patched latent tokens and `text_tokens` text tokens.
 FlopBreakdown transformer_flops(const HunyuanVideoConfig& config, int64_t batch, int64_t video_tokens,
                                 int64_t text_tokens);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/errors.h"
+#include "model/flops.h"
 #include "model/rope.h"
 #include "model/text_padding.h"
 #include "model/transformer.h"
@@ -304,4 +305,20 @@ TEST_CASE("diffusers views write through to the fused QKV parameters", "[model]"
   CHECK(again.at("single_transformer_blocks.0.proj_mlp.bias").eq(-1.0).all().item<bool>());
   CHECK(again.at("single_transformer_blocks.0.attn.to_v.weight").size(0) == c.hidden_size());
   CHECK(again.at("single_transformer_blocks.0.proj_mlp.weight").size(0) == c.mlp_hidden());
+}
+
+TEST_CASE("parameter count: built models match the formula; 13b is the released size", "[model]") {
+  for (auto c : {small_config(), tt::hunyuan_preset("tiny")}) {
+    tt::HunyuanVideoTransformer model(c);
+    CHECK(model->parameter_count() == tt::transformer_parameter_count(c));
+  }
+  auto i2v = small_config();
+  i2v.in_channels = 33;
+  i2v.image_condition_type = "latent_concat";
+  CHECK(tt::HunyuanVideoTransformer(i2v)->parameter_count() == tt::transformer_parameter_count(i2v));
+  // The released HunyuanVideo transformer has 12.82 B parameters; the 1b preset 1.10 B.
+  const double thirteen = static_cast<double>(tt::transformer_parameter_count(tt::hunyuan_preset("13b")));
+  CHECK(thirteen > 12.7e9);
+  CHECK(thirteen < 12.9e9);
+  CHECK(tt::transformer_parameter_count(tt::hunyuan_preset("1b")) == 1'103'361'600);
 }
