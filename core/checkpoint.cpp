@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 
 namespace tt::checkpoint {
 namespace {
@@ -28,42 +29,6 @@ const char kModelFile[] = "model.safetensors";
 const char kStateFile[] = "state.safetensors";
 const char kInfoFile[] = "state.json";
 const char kTempPrefix[] = ".tmp_";
-
-// Flushes a file's or a folder's data and metadata to disk; a rename is only durable once the
-// folder holding it has been fsynced too.
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  TT_CHECK(fd >= 0, ErrorCode::kIo, "cannot open ", path, " to fsync it: ", std::strerror(errno));
-  int rc = ::fsync(fd);
-  int saved = errno;
-  ::close(fd);
-  TT_CHECK(rc == 0, ErrorCode::kIo, "fsync of ", path, " failed: ", std::strerror(saved), " (disk full?)");
-}
-
-// Writes a small text file through one fd, checking every call, then fsyncs it.
-void write_text_synced(const std::string& path, const std::string& text) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TT_CHECK(fd >= 0, ErrorCode::kIo, "cannot create ", path, ": ", std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int saved = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      throw Error(ErrorCode::kIo, str_cat("short write to ", path, " after ", done, " bytes: ",
-                                          std::strerror(saved), " (disk full?)"));
-    }
-    done += static_cast<size_t>(n);
-  }
-  int rc = ::fsync(fd);
-  int saved = errno;
-  if (::close(fd) != 0 && rc == 0) {
-    rc = -1;
-    saved = errno;
-  }
-  TT_CHECK(rc == 0, ErrorCode::kIo, "cannot finish writing ", path, ": ", std::strerror(saved), " (disk full?)");
-}
 
 std::string join(const std::string& folder, const std::string& name) { return (fs::path(folder) / name).string(); }
 
@@ -76,12 +41,6 @@ bool is_file(const std::string& path) {
 bool is_dir(const std::string& path) {
   std::error_code ignored;
   return fs::is_directory(path, ignored);
-}
-
-void rename_or_throw(const std::string& from, const std::string& to) {
-  std::error_code error;
-  fs::rename(from, to, error);
-  TT_CHECK(!error, ErrorCode::kIo, "cannot rename ", from, " to ", to, ": ", error.message());
 }
 
 // Deletes a folder tree, ignoring errors. Deliberately not fs::remove_all: the LibTorch wheel

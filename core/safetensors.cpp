@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 
 namespace tt::safetensors {
 namespace {
@@ -57,14 +58,6 @@ std::string supported_dtype_list() {
   return out;
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
 
 // Opens `path` for reading and returns the fd; *size receives its length. Only regular files:
 // a directory or device would make mmap fail with a confusing message.

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 #include "core/safetensors.h"
 #include "core/torch_save.h"
 #include "model/key_map.h"
@@ -76,43 +77,30 @@ nlohmann::json read_json(const std::string& path) {
   return json;
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  TT_CHECK(fd >= 0, ErrorCode::kIo, "cannot open ", path, " to fsync it: ", std::strerror(errno));
-  int rc = ::fsync(fd);
-  int saved = errno;
-  ::close(fd);
-  TT_CHECK(rc == 0, ErrorCode::kIo, "fsync of ", path, " failed: ", std::strerror(saved), " (disk full?)");
-}
-
 std::string temp_name(const std::string& path) {
   fs::path p(path);
   return (p.parent_path() / str_cat(".", p.filename().string(), ".tmp-", ::getpid())).string();
 }
 
 void rename_into_place(const std::string& temp, const std::string& path) {
-  std::error_code error;
-  fs::rename(temp, path, error);
-  if (error) {
-    fs::remove(temp, error);
-    throw Error(ErrorCode::kIo, str_cat("cannot rename ", temp, " to ", path, ": ", error.message()));
+  try {
+    rename_or_throw(temp, path);
+  } catch (const Error&) {
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    throw;
   }
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
   std::string temp = temp_name(path);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    TT_CHECK(out.good(), ErrorCode::kIo, "cannot create ", temp, ": ", std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out.good()) {
-      std::error_code ignored;
-      fs::remove(temp, ignored);
-      throw Error(ErrorCode::kIo, str_cat("short write to ", temp, " (disk full?)"));
-    }
+  try {
+    write_text_synced(temp, text);
+  } catch (const Error&) {
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    throw;
   }
-  fsync_path(temp, false);
   rename_into_place(temp, path);
 }
 
@@ -120,12 +108,6 @@ void write_safetensors_atomic(const std::string& path, const safetensors::Tensor
   std::string temp = temp_name(path);
   safetensors::save(temp, tensors, {{"format", "pt"}});  // fsyncs; removes the partial file on failure
   rename_into_place(temp, path);
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 std::string list_lines(const char* label, const std::vector<std::string>& lines) {
@@ -382,8 +364,8 @@ void check_plan(const WeightSource& source, const Plan& plan,
       TT_CHECK(found->second.defined(), ErrorCode::kInternal, "load_weights: destination ", step.key,
                " is undefined");
       if (found->second.sizes().vec() != step.shape)
-        misshaped.push_back(str_cat(step.key, " is ", shape_text(step.shape), " in the checkpoint, ",
-                                    shape_text(found->second.sizes().vec()), " in the model"));
+        misshaped.push_back(str_cat(step.key, " is ", shape_string(step.shape), " in the checkpoint, ",
+                                    shape_string(found->second.sizes().vec()), " in the model"));
     }
   }
   for (const auto& [key, tensor] : destinations)

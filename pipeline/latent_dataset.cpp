@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace tt {
@@ -35,14 +36,6 @@ struct RowContext {
   throw Error(ErrorCode::kData, where + problem, hint);
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
 
 std::string dtype_list(const std::vector<torch::Dtype>& dtypes) {
   std::string out;

@@ -1,6 +1,7 @@
 // Implementation of the shared test helpers (see test_util.h).
 #include "test/test_util.h"
 
+#include <catch2/catch_test_macros.hpp>
 #include <torch/cuda.h>
 
 #include <array>
@@ -57,6 +58,16 @@ std::string read_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+tt::Error expect_error(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const tt::Error& error) {
+    return error;
+  }
+  FAIL("expected a tt::Error");
+  return tt::Error(tt::ErrorCode::kInternal, "unreachable");
 }
 
 bool has_cuda() { return torch::cuda::is_available(); }

@@ -2,7 +2,10 @@
 // small file utilities, GPU detection for [gpu] tests.
 #pragma once
 
+#include <functional>
 #include <string>
+
+#include "core/errors.h"
 
 namespace tt::test {
 
@@ -32,6 +35,9 @@ CommandResult run_command(const std::string& command);
 
 void write_file(const std::string& path, const std::string& content);
 std::string read_file(const std::string& path);
+
+/// Runs `body`, which must throw a tt::Error, and returns that error (FAILs the test otherwise).
+tt::Error expect_error(const std::function<void()>& body);
 
 /// True when LibTorch sees a CUDA device. [gpu] tests call SKIP() when false.
 bool has_cuda();

@@ -21,16 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-tt::Error expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const tt::Error& error) {
-    return error;
-  }
-  FAIL("expected a tt::Error");
-  throw std::logic_error("unreachable");
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A checkpoint whose contents are a function of `variant`, so a loaded one can be verified.
@@ -160,16 +150,16 @@ TEST_CASE("checkpoint readers ignore the debris of an interrupted write", "[chec
   CHECK(loaded.step == 5);
   check_same(loaded.model, make_checkpoint(5, 1).model);
 
-  tt::Error no_marker = expect_error([&] { ckpt::load(broken); });
+  tt::Error no_marker = tt::test::expect_error([&] { ckpt::load(broken); });
   CHECK(no_marker.code() == tt::ErrorCode::kCheckpoint);
   CHECK(contains(no_marker.what(), broken));
   CHECK(contains(no_marker.what(), "state.json is missing"));
 
-  tt::Error not_complete = expect_error([&] { ckpt::load(unmarked); });
+  tt::Error not_complete = tt::test::expect_error([&] { ckpt::load(unmarked); });
   CHECK(not_complete.code() == tt::ErrorCode::kCheckpoint);
   CHECK(contains(not_complete.what(), "\"complete\": true"));
 
-  tt::Error bad_model = expect_error([&] { ckpt::load(damaged); });
+  tt::Error bad_model = tt::test::expect_error([&] { ckpt::load(damaged); });
   INFO(bad_model.what());
   CHECK(bad_model.code() == tt::ErrorCode::kCheckpoint);
   CHECK(contains(bad_model.what(), damaged));
@@ -179,25 +169,25 @@ TEST_CASE("checkpoint readers ignore the debris of an interrupted write", "[chec
 
 TEST_CASE("checkpoint load errors for missing folders and files", "[checkpoint]") {
   tt::test::TempDir dir;
-  tt::Error missing = expect_error([&] { ckpt::load(dir / "step_0000001"); });
+  tt::Error missing = tt::test::expect_error([&] { ckpt::load(dir / "step_0000001"); });
   CHECK(missing.code() == tt::ErrorCode::kCheckpoint);
   CHECK(contains(missing.what(), "does not exist"));
 
   std::string folder = ckpt::save(dir.path(), make_checkpoint(2));
   fs::remove(folder + "/state.safetensors");
   CHECK_FALSE(ckpt::is_complete(folder));
-  tt::Error no_state = expect_error([&] { ckpt::load(folder); });
+  tt::Error no_state = tt::test::expect_error([&] { ckpt::load(folder); });
   CHECK(no_state.code() == tt::ErrorCode::kCheckpoint);
   CHECK(contains(no_state.what(), "state.safetensors is missing"));
 
   tt::test::write_file(folder + "/state.json", "{not json");
-  CHECK(contains(expect_error([&] { ckpt::load(folder); }).what(), "not a valid JSON"));
+  CHECK(contains(tt::test::expect_error([&] { ckpt::load(folder); }).what(), "not a valid JSON"));
 }
 
 TEST_CASE("checkpoint save into an unwritable place is kIo", "[checkpoint]") {
   tt::test::TempDir dir;
   tt::test::write_file(dir / "a_file", "x");
-  tt::Error error = expect_error([&] { ckpt::save(dir / "a_file/checkpoints", make_checkpoint(1)); });
+  tt::Error error = tt::test::expect_error([&] { ckpt::save(dir / "a_file/checkpoints", make_checkpoint(1)); });
   CHECK(error.code() == tt::ErrorCode::kIo);
 }
 

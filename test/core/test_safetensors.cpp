@@ -20,16 +20,6 @@ namespace st = tt::safetensors;
 namespace {
 
 // Runs `fn`, which must throw tt::Error, and returns the error for inspection.
-tt::Error expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const tt::Error& error) {
-    return error;
-  }
-  FAIL("expected a tt::Error");
-  throw std::logic_error("unreachable");
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string le64(uint64_t value) {
@@ -131,7 +121,7 @@ TEST_CASE("safetensors reads headers alone and subsets of tensors", "[safetensor
   REQUIRE(only_b.size() == 1);
   CHECK(torch::equal(only_b["b"], torch::ones({5}, torch::kInt64)));
 
-  tt::Error error = expect_error([&] { st::load(path, {"b", "missing_weight"}); });
+  tt::Error error = tt::test::expect_error([&] { st::load(path, {"b", "missing_weight"}); });
   CHECK(error.code() == tt::ErrorCode::kData);
   CHECK(contains(error.what(), "missing_weight"));
   CHECK(contains(error.what(), path));
@@ -200,10 +190,10 @@ TEST_CASE("safetensors loads bytes written by Python's safetensors 0.8.0", "[saf
 TEST_CASE("safetensors dtype names", "[safetensors]") {
   CHECK(st::dtype_name(torch::kBFloat16) == "BF16");
   CHECK(st::dtype_from_name("U8") == torch::kUInt8);
-  tt::Error error = expect_error([] { st::dtype_from_name("F8_E4M3"); });
+  tt::Error error = tt::test::expect_error([] { st::dtype_from_name("F8_E4M3"); });
   CHECK(error.code() == tt::ErrorCode::kData);
   CHECK(contains(error.what(), "F8_E4M3"));
-  CHECK(expect_error([] { st::dtype_name(torch::kComplexFloat); }).code() == tt::ErrorCode::kData);
+  CHECK(tt::test::expect_error([] { st::dtype_name(torch::kComplexFloat); }).code() == tt::ErrorCode::kData);
 }
 
 TEST_CASE("safetensors read errors name the path and the problem", "[safetensors]") {
@@ -211,23 +201,23 @@ TEST_CASE("safetensors read errors name the path and the problem", "[safetensors
   auto check_data_error = [&](const std::string& name, const std::string& bytes, const std::string& part) {
     std::string path = dir / name;
     tt::test::write_file(path, bytes);
-    tt::Error error = expect_error([&] { st::load(path); });
+    tt::Error error = tt::test::expect_error([&] { st::load(path); });
     INFO(error.what());
     CHECK(error.code() == tt::ErrorCode::kData);
     CHECK(contains(error.what(), path));
     CHECK(contains(error.what(), part));
-    CHECK(expect_error([&] { st::read_header(path); }).code() == tt::ErrorCode::kData);
+    CHECK(tt::test::expect_error([&] { st::read_header(path); }).code() == tt::ErrorCode::kData);
   };
 
   SECTION("missing file is kIo") {
     std::string path = dir / "nope.safetensors";
-    tt::Error error = expect_error([&] { st::load(path); });
+    tt::Error error = tt::test::expect_error([&] { st::load(path); });
     CHECK(error.code() == tt::ErrorCode::kIo);
     CHECK(contains(error.what(), path));
-    CHECK(expect_error([&] { st::read_header(path); }).code() == tt::ErrorCode::kIo);
+    CHECK(tt::test::expect_error([&] { st::read_header(path); }).code() == tt::ErrorCode::kIo);
   }
   SECTION("a directory is kIo") {
-    CHECK(expect_error([&] { st::load(dir.path()); }).code() == tt::ErrorCode::kIo);
+    CHECK(tt::test::expect_error([&] { st::load(dir.path()); }).code() == tt::ErrorCode::kIo);
   }
   SECTION("zero-length file") { check_data_error("zero.safetensors", "", "too short"); }
   SECTION("header length beyond the file") {
@@ -262,7 +252,7 @@ TEST_CASE("safetensors read errors name the path and the problem", "[safetensors
     std::string path = dir / "cut.safetensors";
     st::save(path, {{"w", torch::randn({64})}});
     std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4);
-    tt::Error error = expect_error([&] { st::load(path); });
+    tt::Error error = tt::test::expect_error([&] { st::load(path); });
     CHECK(error.code() == tt::ErrorCode::kData);
     CHECK(contains(error.what(), "truncated"));
   }
@@ -270,7 +260,7 @@ TEST_CASE("safetensors read errors name the path and the problem", "[safetensors
     std::string path = dir / "cut_header.safetensors";
     st::save(path, {{"w", torch::randn({64})}});
     std::filesystem::resize_file(path, 12);
-    CHECK(expect_error([&] { st::load(path); }).code() == tt::ErrorCode::kData);
+    CHECK(tt::test::expect_error([&] { st::load(path); }).code() == tt::ErrorCode::kData);
   }
 }
 
@@ -278,14 +268,14 @@ TEST_CASE("safetensors write errors are kIo", "[safetensors]") {
   SECTION("missing folder") {
     tt::test::TempDir dir;
     std::string path = dir / "no/such/folder/x.safetensors";
-    tt::Error error = expect_error([&] { st::save(path, {{"w", torch::ones({2})}}); });
+    tt::Error error = tt::test::expect_error([&] { st::save(path, {{"w", torch::ones({2})}}); });
     CHECK(error.code() == tt::ErrorCode::kIo);
     CHECK(contains(error.what(), path));
   }
   SECTION("disk full (/dev/full)") {
     struct stat before {};
     if (::stat("/dev/full", &before) != 0 || !S_ISCHR(before.st_mode)) SKIP("no /dev/full device");
-    tt::Error error = expect_error([] { st::save("/dev/full", {{"w", torch::ones({1024})}}); });
+    tt::Error error = tt::test::expect_error([] { st::save("/dev/full", {{"w", torch::ones({1024})}}); });
     CHECK(error.code() == tt::ErrorCode::kIo);
     CHECK(contains(error.what(), "/dev/full"));
     CHECK(contains(error.what(), "short write"));
@@ -297,6 +287,6 @@ TEST_CASE("safetensors write errors are kIo", "[safetensors]") {
   SECTION("unsupported dtype is kData") {
     tt::test::TempDir dir;
     auto save_complex = [&] { st::save(dir / "c.safetensors", {{"z", torch::ones({2}, torch::kComplexFloat)}}); };
-    CHECK(expect_error(save_complex).code() == tt::ErrorCode::kData);
+    CHECK(tt::test::expect_error(save_complex).code() == tt::ErrorCode::kData);
   }
 }

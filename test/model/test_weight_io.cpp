@@ -88,16 +88,6 @@ torch::Tensor forward(tt::HunyuanVideoTransformer& model) {
   return model->forward(make_inputs(model->config()));
 }
 
-tt::Error expect_error(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const tt::Error& error) {
-    return error;
-  }
-  FAIL("expected a tt::Error");
-  return tt::Error(tt::ErrorCode::kInternal, "unreachable");
-}
-
 // ---- a torch.save writer that emits what Python's torch.save writes --------------------------
 // Protocol-2 pickle of {"module": OrderedDict(state) with _metadata (BUILD), plus DeepSpeed-style
 // extras (a version string, torch.Size lists, an opaque config object, numbers)}; every tensor is
@@ -335,7 +325,7 @@ TEST_CASE("key map: every diffusers key has an official home and comes back unch
   CHECK(tt::official_to_diffusers_key("double_blocks.0.img_attn_qkv.weight", 3 * h, h).size() == 3);
   CHECK(tt::official_to_diffusers_key("double_blocks.0.img_norm1.weight", h, h).empty());
   CHECK_FALSE(tt::diffusers_to_official_key("transformer_blocks.0.attn.to_q.lora_A.weight").has_value());
-  CHECK(expect_error([&] {
+  CHECK(tt::test::expect_error([&] {
           tt::official_to_diffusers_key("double_blocks.0.img_attn_qkv.weight", 3 * h + 1, h);
         }).code() == tt::ErrorCode::kCheckpoint);
 }
@@ -446,7 +436,7 @@ TEST_CASE("strict loading lists missing, unexpected and mis-shaped keys together
   auto model = random_model(c, 9);
   TensorMap before = detached_copy(parameters_of(model));
   tt::Error error =
-      expect_error([&] { tt::load_weights(tt::open_weights(dir / "bad"), parameters_of(model)); });
+      tt::test::expect_error([&] { tt::load_weights(tt::open_weights(dir / "bad"), parameters_of(model)); });
   CHECK(error.code() == tt::ErrorCode::kCheckpoint);
   std::string message = error.what();
   CHECK_THAT(message, ContainsSubstring("1 missing, 1 unexpected, 1 mis-shaped"));
@@ -461,14 +451,14 @@ TEST_CASE("strict loading lists missing, unexpected and mis-shaped keys together
   // Long lists are capped at 20 lines.
   tt::save_diffusers_weights(dir / "one",
                              {{"proj_out.bias", weights.at("transformer_blocks.0.attn.to_q.bias")}});
-  error = expect_error([&] { tt::load_weights(tt::open_weights(dir / "one"), parameters_of(model)); });
+  error = tt::test::expect_error([&] { tt::load_weights(tt::open_weights(dir / "one"), parameters_of(model)); });
   CHECK_THAT(std::string(error.what()), ContainsSubstring("missing: ... and "));
 
   // Official keys without a diffusers counterpart are unexpected, under their own name.
   TensorMap official = tt::diffusers_to_official(detached_copy(parameters_of(reference)));
   official["double_blocks.0.img_norm1.weight"] = torch::ones({32});
   tt::safetensors::save(dir / "official_extra.safetensors", official);
-  error = expect_error(
+  error = tt::test::expect_error(
       [&] { tt::load_weights(tt::open_weights(dir / "official_extra.safetensors"), parameters_of(model)); });
   CHECK_THAT(std::string(error.what()), ContainsSubstring("unexpected: double_blocks.0.img_norm1.weight"));
 }
@@ -491,7 +481,7 @@ TEST_CASE("corrupt sharded checkpoints are checkpoint errors", "[weights]") {
     tt::save_diffusers_weights(dir / "m", weights, nullptr, 60'000);
     std::string shard = shard_names().at(1);
     fs::remove(dir / ("m/" + shard));
-    tt::Error error = expect_error([&] { tt::open_weights(dir / "m"); });
+    tt::Error error = tt::test::expect_error([&] { tt::open_weights(dir / "m"); });
     CHECK(error.code() == tt::ErrorCode::kCheckpoint);
     CHECK_THAT(std::string(error.what()), ContainsSubstring("shard " + shard));
     CHECK_THAT(std::string(error.what()), ContainsSubstring("does not exist"));
@@ -503,7 +493,7 @@ TEST_CASE("corrupt sharded checkpoints are checkpoint errors", "[weights]") {
     std::string other = shard == shard_names().at(0) ? shard_names().at(1) : shard_names().at(0);
     json["weight_map"]["proj_out.weight"] = other;
     tt::test::write_file(index, json.dump());
-    tt::Error error = expect_error([&] { tt::open_weights(index); });
+    tt::Error error = tt::test::expect_error([&] { tt::open_weights(index); });
     CHECK(error.code() == tt::ErrorCode::kCheckpoint);
     CHECK_THAT(std::string(error.what()), ContainsSubstring("index puts proj_out.weight in " + other));
     CHECK_THAT(std::string(error.what()),
@@ -512,15 +502,15 @@ TEST_CASE("corrupt sharded checkpoints are checkpoint errors", "[weights]") {
   SECTION("the index is not JSON or has no weight_map") {
     fs::create_directories(dir / "m");
     tt::test::write_file(index, "{\"metadata\": ");
-    CHECK(expect_error([&] { tt::open_weights(dir / "m"); }).code() == tt::ErrorCode::kCheckpoint);
+    CHECK(tt::test::expect_error([&] { tt::open_weights(dir / "m"); }).code() == tt::ErrorCode::kCheckpoint);
     tt::test::write_file(index, "{\"metadata\": {}}");
-    CHECK_THAT(std::string(expect_error([&] { tt::open_weights(index); }).what()),
+    CHECK_THAT(std::string(tt::test::expect_error([&] { tt::open_weights(index); }).what()),
                ContainsSubstring("weight_map"));
   }
   SECTION("a truncated shard") {
     tt::save_diffusers_weights(dir / "m", weights, nullptr, 60'000);
     fs::resize_file(dir / ("m/" + shard_names().at(0)), 1000);
-    CHECK(expect_error([&] { tt::open_weights(dir / "m"); }).code() == tt::ErrorCode::kCheckpoint);
+    CHECK(tt::test::expect_error([&] { tt::open_weights(dir / "m"); }).code() == tt::ErrorCode::kCheckpoint);
   }
 }
 
@@ -567,18 +557,18 @@ TEST_CASE("folder layouts: save_pretrained, pipeline, re-saving, nothing there",
 
   fs::create_directories(dir / "empty");
   tt::test::write_file(dir / "empty/README.md", "nothing");
-  tt::Error error = expect_error([&] { tt::open_weights(dir / "empty"); });
+  tt::Error error = tt::test::expect_error([&] { tt::open_weights(dir / "empty"); });
   CHECK(error.code() == tt::ErrorCode::kCheckpoint);
   CHECK_THAT(std::string(error.what()), ContainsSubstring("README.md"));
-  CHECK(expect_error([&] { tt::open_weights(dir / "nope"); }).code() == tt::ErrorCode::kCheckpoint);
+  CHECK(tt::test::expect_error([&] { tt::open_weights(dir / "nope"); }).code() == tt::ErrorCode::kCheckpoint);
 
   tt::safetensors::save(dir / "other.safetensors", {{"encoder.conv_in.weight", torch::zeros({2})}});
-  CHECK_THAT(std::string(expect_error([&] { tt::open_weights(dir / "other.safetensors"); }).what()),
+  CHECK_THAT(std::string(tt::test::expect_error([&] { tt::open_weights(dir / "other.safetensors"); }).what()),
              ContainsSubstring("no HunyuanVideo Transformer weights"));
   TensorMap mixed = {{"double_blocks.0.img_mod.linear.weight", torch::zeros({2})},
                      {"transformer_blocks.0.norm1.linear.weight", torch::zeros({2})}};
   tt::safetensors::save(dir / "mixed.safetensors", mixed);
-  CHECK_THAT(std::string(expect_error([&] { tt::open_weights(dir / "mixed.safetensors"); }).what()),
+  CHECK_THAT(std::string(tt::test::expect_error([&] { tt::open_weights(dir / "mixed.safetensors"); }).what()),
              ContainsSubstring("mixes official and diffusers"));
 }
 
@@ -587,7 +577,7 @@ TEST_CASE("torch.save files that cannot be read say why and how to convert", "[w
   // A legacy (pre-1.6) torch.save file starts with a bare pickle, not a zip archive.
   tt::test::write_file(dir / "legacy.pt",
                        std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14));
-  tt::Error error = expect_error([&] { tt::open_weights(dir / "legacy.pt"); });
+  tt::Error error = tt::test::expect_error([&] { tt::open_weights(dir / "legacy.pt"); });
   CHECK(error.code() == tt::ErrorCode::kCheckpoint);
   CHECK_THAT(error.hint(), ContainsSubstring("safetensors"));
   CHECK_THAT(error.hint(), ContainsSubstring("python -c"));
@@ -599,7 +589,7 @@ TEST_CASE("torch.save files that cannot be read say why and how to convert", "[w
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());
     writer.writeEndOfFile();
   }
-  error = expect_error([&] { tt::open_weights(dir / "empty.pt"); });
+  error = tt::test::expect_error([&] { tt::open_weights(dir / "empty.pt"); });
   CHECK(error.code() == tt::ErrorCode::kCheckpoint);
   CHECK_THAT(std::string(error.what()), ContainsSubstring("no tensors"));
 
@@ -610,7 +600,7 @@ TEST_CASE("torch.save files that cannot be read say why and how to convert", "[w
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());
     writer.writeEndOfFile();
   }
-  CHECK(expect_error([&] { tt::open_weights(dir / "odd.pt"); }).code() == tt::ErrorCode::kCheckpoint);
+  CHECK(tt::test::expect_error([&] { tt::open_weights(dir / "odd.pt"); }).code() == tt::ErrorCode::kCheckpoint);
 }
 
 TEST_CASE("config.json round trip and strict parsing", "[weights]") {
@@ -645,7 +635,7 @@ TEST_CASE("config.json round trip and strict parsing", "[weights]") {
   auto rejected = [&](const char* field, nlohmann::json value) {
     nlohmann::json bad = json;
     bad[field] = std::move(value);
-    tt::Error error = expect_error([&] { tt::hunyuan_config_from_diffusers_json(bad, "/m/config.json"); });
+    tt::Error error = tt::test::expect_error([&] { tt::hunyuan_config_from_diffusers_json(bad, "/m/config.json"); });
     CHECK(error.code() == tt::ErrorCode::kConfig);
     CHECK_THAT(std::string(error.what()), ContainsSubstring(std::string("/m/config.json: ") + field));
   };

@@ -20,16 +20,6 @@ namespace st = tt::safetensors;
 
 namespace {
 
-tt::Error expect_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const tt::Error& error) {
-    return error;
-  }
-  FAIL("expected a tt::Error");
-  throw std::logic_error("unreachable");
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Small dimensions: C = 4, latents (4, 2, 3, 5), L = 7, text_dim = 8, pooled_dim = 6.
@@ -69,7 +59,7 @@ struct Fixture {
     return construct_error();
   }
   tt::Error construct_error() {
-    return expect_error([&] { tt::LatentDataset dataset(small_options(manifest)); });
+    return tt::test::expect_error([&] { tt::LatentDataset dataset(small_options(manifest)); });
   }
 };
 
@@ -205,7 +195,7 @@ TEST_CASE("latent dataset get names the row when a file disappears", "[latent_da
   f.write_manifest("{\"latents\": \"a.safetensors\"}\n{\"latents\": \"b.safetensors\"}\n");
   tt::LatentDataset dataset(small_options(f.manifest));
   std::filesystem::remove(f.dir / "b.safetensors");
-  tt::Error error = expect_error([&] { dataset.get(1); });
+  tt::Error error = tt::test::expect_error([&] { dataset.get(1); });
   CHECK(error.code() == tt::ErrorCode::kData);
   CHECK(contains(error.what(), "train.jsonl:2: "));
   CHECK(contains(error.what(), "b.safetensors"));

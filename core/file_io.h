@@ -1,0 +1,25 @@
+// Small durable-file helpers shared by checkpoints, weight files and datasets: fsync, a checked
+// text write, rename with a clear error, and the "[2, 3, 4]" spelling of shapes in messages.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tt {
+
+/// Flushes a file's or a folder's data and metadata to disk (a rename is only durable once the
+/// folder holding it has been fsynced too). Throws kIo.
+void fsync_path(const std::string& path, bool directory);
+
+/// Writes `text` to `path` through one fd, checking every call (a full disk is a kIo error that
+/// says so), then fsyncs it.
+void write_text_synced(const std::string& path, const std::string& text);
+
+/// std::filesystem::rename, throwing kIo naming both paths.
+void rename_or_throw(const std::string& from, const std::string& to);
+
+/// "[16, 9, 60, 104]"
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace tt
