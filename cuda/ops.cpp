@@ -5,8 +5,10 @@
 #include <torch/torch.h>
 
 #ifdef TELETRON_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "cuda/colour.cuh"
 #include "cuda/flow_matching.cuh"
 #endif
 
@@ -56,6 +58,154 @@ std::pair<torch::Tensor, torch::Tensor> flow_matching_mix(const torch::Tensor& x
   return {noisy, target};
 #else
   TORCH_CHECK(false, "flow_matching_mix: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+#endif
+}
+
+// ---- colour conversion ----
+
+namespace {
+
+// Dtype, shape and device checks shared by the kernel path and the reference.
+void yuv420_check(const torch::Tensor& y, const torch::Tensor& uv, const YuvFormat& format) {
+  TORCH_CHECK(format.bit_depth == 8 || format.bit_depth == 10,
+              "yuv420_to_rgb: format.bit_depth must be 8 or 10, got ", format.bit_depth);
+  const auto expected = format.bit_depth == 8 ? torch::kUInt8 : torch::kUInt16;
+  TORCH_CHECK(y.scalar_type() == expected && uv.scalar_type() == expected, "yuv420_to_rgb: bit_depth ",
+              format.bit_depth, " expects ", expected, " planes, got y ", y.scalar_type(), " and uv ",
+              uv.scalar_type());
+  TORCH_CHECK(y.dim() == 3, "yuv420_to_rgb: expected y (T, H, W), got ", y.sizes());
+  const int64_t frames = y.size(0), height = y.size(1), width = y.size(2);
+  TORCH_CHECK(uv.dim() == 4 && uv.size(0) == frames && uv.size(1) == (height + 1) / 2 &&
+                  uv.size(2) == (width + 1) / 2 && uv.size(3) == 2,
+              "yuv420_to_rgb: expected uv (", frames, ", ", (height + 1) / 2, ", ", (width + 1) / 2,
+              ", 2) for y ", y.sizes(), ", got ", uv.sizes());
+  TORCH_CHECK(y.device() == uv.device(), "yuv420_to_rgb: y on ", y.device(), " but uv on ", uv.device());
+}
+
+// Sample values shifted down to bit_depth bits, as fp32.
+torch::Tensor yuv420_samples(const torch::Tensor& plane, int bit_depth) {
+  auto v = plane.to(torch::kInt32);
+  if (bit_depth == 10) v = torch::bitwise_right_shift(v, 6);
+  return v.to(torch::kFloat32);
+}
+
+// Chroma (T, ceil(H/2), ceil(W/2)) -> (T, H, W) by 2x2 replication.
+torch::Tensor yuv420_upsample(const torch::Tensor& c, int64_t height, int64_t width) {
+  return c.repeat_interleave(2, 1).repeat_interleave(2, 2).narrow(1, 0, height).narrow(2, 0, width);
+}
+
+}  // namespace
+
+torch::Tensor yuv420_to_rgb_reference(const torch::Tensor& y, const torch::Tensor& uv,
+                                      const YuvFormat& format) {
+  yuv420_check(y, uv, format);
+  const YuvCoefficients k = yuv_coefficients(format);
+  const int64_t height = y.size(1), width = y.size(2);
+  // Operation order (and no fused multiply-adds) as in the kernel, so both round alike.
+  auto luma = (yuv420_samples(y, format.bit_depth) - k.y_offset) * k.y_gain;     // (T, H, W) fp32
+  auto chroma = (yuv420_samples(uv, format.bit_depth) - k.c_offset) * k.c_gain;  // (T, H/2, W/2, 2) fp32
+  auto cb = yuv420_upsample(chroma.select(3, 0), height, width);                 // (T, H, W) fp32
+  auto cr = yuv420_upsample(chroma.select(3, 1), height, width);                 // (T, H, W) fp32
+  auto r = luma + cr * k.r_cr;
+  auto g = (luma - cb * k.g_cb) - cr * k.g_cr;
+  auto b = luma + cb * k.b_cb;
+  auto rgb = torch::stack({r, g, b}, -1);  // (T, H, W, 3) fp32
+  return (rgb + 0.5f).floor().clamp(0, 255).to(torch::kUInt8);
+}
+
+torch::Tensor yuv420_to_rgb(const torch::Tensor& y, const torch::Tensor& uv, const YuvFormat& format) {
+  yuv420_check(y, uv, format);
+  if (!y.is_cuda()) return yuv420_to_rgb_reference(y, uv, format);
+#ifdef TELETRON_WITH_CUDA
+  TORCH_CHECK(y.size(1) < (int64_t{1} << 30) && y.size(2) < (int64_t{1} << 30),
+              "yuv420_to_rgb: frame too large: ", y.sizes());
+  // Row-strided views (a pitch wider than the row) go to the kernel as they are; anything else is copied.
+  auto yp = y;
+  if (yp.stride(2) != 1 || yp.stride(1) < 0 || yp.stride(0) < 0) yp = y.clone(at::MemoryFormat::Contiguous);
+  auto uvp = uv;
+  if (uvp.stride(3) != 1 || uvp.stride(2) != 2 || uvp.stride(1) < 0 || uvp.stride(0) < 0) {
+    uvp = uv.clone(at::MemoryFormat::Contiguous);
+  }
+  const c10::cuda::CUDAGuard guard(y.device());
+  const int64_t es = yp.element_size();
+  auto rgb = torch::empty({y.size(0), y.size(1), y.size(2), 3}, y.options().dtype(torch::kUInt8));
+  auto stream = c10::cuda::getCurrentCUDAStream(y.device().index());
+  cudaError_t status = kernels::yuv420_to_rgb(
+      rgb.data_ptr<uint8_t>(), yp.data_ptr(), uvp.data_ptr(), y.size(0), static_cast<int>(y.size(1)),
+      static_cast<int>(y.size(2)), yp.stride(1) * es, uvp.stride(1) * es, yp.stride(0) * es,
+      uvp.stride(0) * es, format, stream.stream());
+  TORCH_CHECK(status == cudaSuccess, "yuv420_to_rgb kernel launch failed: ", cudaGetErrorString(status));
+  return rgb;
+#else
+  TORCH_CHECK(false, "yuv420_to_rgb: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+#endif
+}
+
+}  // namespace tt
+
+// ---- augmentation ----
+
+#ifdef TELETRON_WITH_CUDA
+#include "cuda/augment.cuh"
+#endif
+
+namespace tt {
+namespace {
+
+void augment_check(const torch::Tensor& rgb, const AugmentKernelArgs& args, int64_t out_h, int64_t out_w,
+                   const char* name) {
+  TORCH_CHECK(rgb.dim() == 4 && rgb.size(3) == 3 && rgb.scalar_type() == torch::kUInt8, name,
+              ": expected rgb (T, H, W, 3) uint8, got ", rgb.sizes(), " ", rgb.scalar_type());
+  TORCH_CHECK(rgb.size(1) > 0 && rgb.size(2) > 0 && out_h > 0 && out_w > 0, name, ": empty frame ", rgb.sizes(),
+              " or output ", out_h, "x", out_w);
+  TORCH_CHECK(args.crop_y >= 0 && args.crop_x >= 0 && args.crop_y + out_h <= args.resized_h &&
+                  args.crop_x + out_w <= args.resized_w,
+              name, ": crop window (", args.crop_y, ", ", args.crop_x, ") + ", out_h, "x", out_w,
+              " outside the resized frame ", args.resized_h, "x", args.resized_w);
+}
+
+}  // namespace
+
+torch::Tensor augment_clip_cuda(const torch::Tensor& rgb, const AugmentKernelArgs& args, int64_t out_h,
+                                int64_t out_w, torch::Dtype dtype) {
+  augment_check(rgb, args, out_h, out_w, "augment_clip_cuda");
+  TORCH_CHECK(rgb.is_cuda(), "augment_clip_cuda: expected a CUDA tensor; CPU clips use augment_reference");
+  TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "augment_clip_cuda: dtype must be bf16 or fp32, got ",
+              dtype);
+#ifdef TELETRON_WITH_CUDA
+  const c10::cuda::CUDAGuard guard(rgb.device());
+  auto src = rgb.contiguous();
+  const int64_t frames = src.size(0), in_h = src.size(1), in_w = src.size(2);
+  auto out = torch::empty({3, frames, out_h, out_w}, src.options().dtype(dtype));  // (3, T, out_h, out_w)
+  auto grey_sum = torch::empty({1}, src.options().dtype(torch::kInt64));           // (1) scratch
+  auto stream = c10::cuda::getCurrentCUDAStream(src.device().index()).stream();
+  auto* sum = reinterpret_cast<unsigned long long*>(grey_sum.data_ptr<int64_t>());
+  cudaError_t status = kernels::augment_grey_sum(sum, src.data_ptr<uint8_t>(), frames * in_h * in_w, stream);
+  TORCH_CHECK(status == cudaSuccess, "augment grey-sum kernel launch failed: ", cudaGetErrorString(status));
+  float* out_f32 = dtype == torch::kFloat32 ? out.data_ptr<float>() : nullptr;
+  __nv_bfloat16* out_bf16 =
+      dtype == torch::kBFloat16 ? reinterpret_cast<__nv_bfloat16*>(out.data_ptr<at::BFloat16>()) : nullptr;
+  status = kernels::augment_clip(out_f32, out_bf16, src.data_ptr<uint8_t>(), sum, frames, in_h, in_w, out_h, out_w,
+                                 args, stream);
+  TORCH_CHECK(status == cudaSuccess, "augment kernel launch failed: ", cudaGetErrorString(status));
+  return out;
+#else
+  TORCH_CHECK(false, "augment_clip_cuda: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+#endif
+}
+
+torch::Tensor augment_clip_emulated(const torch::Tensor& rgb, const AugmentKernelArgs& args, int64_t out_h,
+                                    int64_t out_w) {
+  augment_check(rgb, args, out_h, out_w, "augment_clip_emulated");
+  TORCH_CHECK(!rgb.is_cuda(), "augment_clip_emulated: expected a CPU tensor");
+#ifdef TELETRON_WITH_CUDA
+  auto src = rgb.contiguous();
+  auto out = torch::empty({3, src.size(0), out_h, out_w}, src.options().dtype(torch::kFloat32));
+  kernels::augment_clip_host(out.data_ptr<float>(), src.data_ptr<uint8_t>(), src.size(0), src.size(1), src.size(2),
+                             out_h, out_w, args);
+  return out;
+#else
+  TORCH_CHECK(false, "augment_clip_emulated: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
 #endif
 }
 

@@ -6,6 +6,8 @@
 
 #include <utility>
 
+#include "cuda/colour.h"
+
 namespace tt {
 
 /// Flow-matching mix in one pass: x0, noise (B, ...) fp32, sigmas (B) fp32 ->
@@ -20,5 +22,37 @@ std::pair<torch::Tensor, torch::Tensor> flow_matching_mix_reference(const torch:
 
 /// True when this build has the CUDA kernels compiled in.
 bool kernels_built();
+
+// ---- colour conversion ----
+
+/// YUV 4:2:0 -> RGB. y (T, H, W) and interleaved uv (T, ceil(H/2), ceil(W/2), 2): uint8 when
+/// format.bit_depth is 8 (NV12), uint16 holding the value in the high 10 bits when it is 10 (P010).
+/// Returns (T, H, W, 3) uint8 RGB, chroma replicated 2x2, rounded and clamped. CUDA tensors run the
+/// kernel on the current stream and are read in place when rows are unit-stride (pitched views of
+/// NVDEC surfaces included); CPU tensors run the reference.
+torch::Tensor yuv420_to_rgb(const torch::Tensor& y, const torch::Tensor& uv, const YuvFormat& format);
+
+/// The plain-torch reference of yuv420_to_rgb (any device, same math and rounding).
+torch::Tensor yuv420_to_rgb_reference(const torch::Tensor& y, const torch::Tensor& uv,
+                                      const YuvFormat& format);
+
+}  // namespace tt
+
+// ---- augmentation ----
+
+#include "cuda/augment_args.h"
+
+namespace tt {
+
+/// The fused augmentation kernel (see pipeline/augment.h for the definition and how args are made):
+/// rgb (T, H, W, 3) uint8 CUDA -> (3, T, out_h, out_w) `dtype` (bf16 or fp32) in [-1, 1], on the
+/// current stream. Refuses CPU tensors: the CPU path is pipeline's augment_reference.
+torch::Tensor augment_clip_cuda(const torch::Tensor& rgb, const AugmentKernelArgs& args, int64_t out_h,
+                                int64_t out_w, torch::Dtype dtype);
+
+/// The kernel's per-pixel code run on the host: rgb (T, H, W, 3) uint8 CPU -> (3, T, out_h, out_w)
+/// fp32. Lets machines without a GPU test the kernel's arithmetic; needs kernels_built().
+torch::Tensor augment_clip_emulated(const torch::Tensor& rgb, const AugmentKernelArgs& args, int64_t out_h,
+                                    int64_t out_w);
 
 }  // namespace tt
