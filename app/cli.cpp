@@ -10,9 +10,11 @@
 #include "app/config.h"
 #include "app/model_check.h"
 #include "app/options.h"
+#include "app/probe.h"
 #include "app/synth_data.h"
 #include "app/trainer.h"
 #include "core/errors.h"
+#include "model/flops.h"
 
 #ifndef TELETRON_VERSION
 #define TELETRON_VERSION "0.0.0"
@@ -58,8 +60,12 @@ int run_train(const TrainArgs& args) {
 
 int run_config(const std::string& path, const std::vector<std::string>& sets) {
   Config config = load_config(path, sets);
-  model_config_from(config.model);  // cross-field model checks belong to "is this config valid"
+  // Cross-field model checks belong to "is this config valid"; the resolved architecture is
+  // printed as a comment because the model keys above show only what the file overrides.
+  HunyuanVideoConfig model = model_config_from(config.model);
   std::cout << config_to_yaml(config);
+  std::cout << "# model (preset " << config.model.preset << " + overrides): " << describe_hunyuan_config(model)
+            << ", " << transformer_parameter_count(model) << " parameters\n";
   for (const auto& note : config.not_yet_implemented) std::cerr << "warning: " << note << "\n";
   return 0;
 }
@@ -195,6 +201,19 @@ int run_cli(int argc, char** argv) {
   check_cmd->add_option("--dtype", check.options.dtype, "fp32, or bf16 autocast (CUDA)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
 
+  ProbeOptions probe;
+  auto* probe_cmd = app.add_subcommand(
+      "probe", "What the data pipeline sees in one video: streams, codec, size, rotation, colour, frames, decode path");
+  probe_cmd->add_option("video", probe.path, "Video file")->required();
+  probe_cmd->add_option("--frames", probe.frames, "Frame indices to decode, e.g. 0,9,389")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("all frames when --dump is given");
+  probe_cmd->add_option("--dump", probe.dump, "Write `frames` (T, H, W, 3) uint8 after rotation and `indices` here");
+  probe_cmd->add_option("--rgb", probe.rgb, "YUV to RGB converter: kernel (the pipeline's) or swscale (as ffmpeg)")
+      ->check(CLI::IsMember({"kernel", "swscale"}));
+  probe_cmd->add_option("--device", probe.device, "Decode path to ask for")->check(CLI::IsMember({"cpu", "cuda"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
@@ -213,6 +232,10 @@ int run_cli(int argc, char** argv) {
   if (synth_cmd->parsed()) return run_synth(synth);
   if (bench_cmd->parsed()) return run_bench_command(bench);
   if (check_cmd->parsed()) return run_model_check_command(check);
+  if (probe_cmd->parsed()) {
+    run_probe(probe);
+    return 0;
+  }
   return 0;
 }
 

@@ -1,0 +1,98 @@
+// `teletron probe` (see probe.h): a VideoReader report plus an optional RGB dump.
+#include "app/probe.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "core/errors.h"
+#include "core/safetensors.h"
+#include "pipeline/video_reader.h"
+
+namespace tt {
+namespace {
+
+std::string seconds_text(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.3f", value);
+  return buffer;
+}
+
+// Only the CPU path exists so far; the reason is printed so that logs say which path ran.
+std::string decode_path(const std::string& device) {
+  if (device == "cuda") return "cpu (NVDEC path not built yet)";
+  return "cpu (--device cpu)";
+}
+
+}  // namespace
+
+void run_probe(const ProbeOptions& options) {
+  VideoReader reader(options.path);
+  const VideoInfo& info = reader.info();
+  const FrameIndex& index = reader.index();
+  std::ostream& out = std::cout;
+  out << "file:        " << info.path << "\n";
+  out << "container:   " << info.container << "\n";
+  out << "streams:\n";
+  for (const StreamSummary& stream : info.streams) {
+    out << "  #" << stream.index << " " << stream.type << " " << stream.codec;
+    if (stream.type == "video") out << " " << stream.width << "x" << stream.height;
+    if (stream.index == info.stream_index) out << "  <- decoded (best video stream)";
+    out << "\n";
+  }
+  out << "codec:       " << info.codec << (info.profile.empty() ? "" : " (" + info.profile + ")")
+      << ", decoder " << info.decoder << "\n";
+  out << "size:        " << info.width << "x" << info.height << " coded";
+  if (info.rotation == 90 || info.rotation == 270)
+    out << ", " << info.height << "x" << info.width << " displayed";
+  out << "\n";
+  out << "rotation:    " << info.rotation << " degrees clockwise (display matrix)\n";
+  out << "pixels:      " << info.pixel_format << ", " << info.bit_depth << "-bit\n";
+  out << "colour:      matrix " << video_matrix_name(info.matrix) << " (tag " << info.color_space_tag << "), range "
+      << (info.full_range ? "full" : "limited") << " (tag " << info.color_range_tag << "), primaries "
+      << info.color_primaries_tag << ", transfer " << info.color_transfer_tag << "\n";
+  out << "frame rate:  " << info.frame_rate << " fps (average)\n";
+  out << "duration:    " << seconds_text(info.duration_seconds) << " s\n";
+  out << "frames:      " << info.frame_count << " (frame index)";
+  if (info.header_frame_count > 0) out << ", header says " << info.header_frame_count;
+  else out << ", none in the header";
+  out << "\n";
+  int64_t keyframes = 0;
+  for (uint8_t key : index.keyframe) keyframes += key;
+  out << "keyframes:   " << keyframes << "\n";
+  out << "first/last:  t=" << seconds_text(index.seconds(0)) << " s / t=" << seconds_text(index.seconds(index.size() - 1))
+      << " s\n";
+  out << "decode path: " << decode_path(options.device) << "\n";
+
+  if (options.dump.empty() && options.frames.empty()) return;
+  std::vector<int64_t> wanted = options.frames;
+  if (wanted.empty())
+    for (int64_t i = 0; i < index.size(); ++i) wanted.push_back(i);
+  std::vector<int64_t> unique = wanted;
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  const RgbConverter converter = options.rgb == "swscale" ? RgbConverter::kSwscale : RgbConverter::kColourKernel;
+  torch::Tensor rgb = reader.decode_rgb(unique, converter);  // (U, H', W', 3) uint8, rotated
+  // Back to the order (and repeats) the user asked for.
+  std::vector<int64_t> positions;
+  for (int64_t frame : wanted)
+    positions.push_back(std::lower_bound(unique.begin(), unique.end(), frame) - unique.begin());
+  torch::Tensor frames = rgb.index_select(0, torch::tensor(positions, torch::kInt64)).contiguous();
+  out << "decoded:     " << frames.size(0) << " frames -> " << frames.size(2) << "x" << frames.size(1)
+      << " RGB after rotation (" << reader.last_seek_count() << " seeks, "
+      << (converter == RgbConverter::kSwscale ? "libswscale" : "colour kernel reference") << ")\n";
+  if (!options.dump.empty()) {
+    std::vector<double> seconds;
+    for (int64_t frame : wanted) seconds.push_back(index.seconds(frame));
+    safetensors::save(options.dump,
+                      {{"frames", frames},
+                       {"indices", torch::tensor(wanted, torch::kInt64)},
+                       {"seconds", torch::tensor(seconds, torch::kFloat64)}},
+                      {{"source", info.path}, {"rotation", std::to_string(info.rotation)}});
+    out << "dumped:      " << options.dump << " (frames (T, H, W, 3) uint8, indices (T) int64, seconds (T) float64)\n";
+  }
+}
+
+}  // namespace tt

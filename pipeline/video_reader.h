@@ -1,0 +1,157 @@
+// The CPU decode path: one video file opened with libavformat, its best video stream described
+// (VideoInfo), a per-file frame index built by demuxing packets only (exact frame counts, frame
+// times for variable frame rate), and decode(indices), which seeks to the keyframe before the first
+// needed frame, decodes forward with frame threading and keeps only the needed frames as raw
+// 4:2:0 planes in the NV12/P010 layout that NVDEC produces, so a GPU path can slot in behind the
+// same DecodedFrames type later.
+//
+// Policies (what callers can rely on):
+// - Errors: a missing path, a directory or an unreadable file is kIo. Anything FFmpeg cannot use
+//   (not a media file, no video stream, no decoder for the codec in this FFmpeg build — e.g. AV1
+//   without dav1d/libaom —, damaged headers, a needed frame the decoder never produces) is kDecode
+//   naming the file and FFmpeg's reason (av_strerror) with a hint. Nothing in a file can crash it.
+// - Damaged data: FFmpeg's error concealment stays on, as in the ffmpeg CLI. A packet the decoder
+//   rejects, a demuxer read error mid-file (truncation) or a frame flagged corrupt is logged once
+//   per reader as a warning and decoding goes on; the frame index only lists packets that were
+//   demuxed. A needed frame that still never comes out of the decoder is kDecode. Set
+//   VideoReaderOptions::fail_on_corrupt to turn concealed (corrupt-flagged) needed frames into
+//   kDecode as well. FFmpeg's own log is set to fatal-only on first use (it would print every
+//   concealed macroblock); the reader's warnings replace it.
+//   Seen on corrupted.mp4: packet 30 of 50 is undecodable (the ffmpeg CLI also gives 49 frames);
+//   asking for frame 30 is kDecode, every other frame decodes, bit-identical to the CLI's output.
+// - Rotation: VideoInfo::rotation is the clockwise turn (0/90/180/270) that displays the frames
+//   upright, the same turn ffmpeg's autorotate applies; decode() returns frames as coded (not
+//   rotated), decode_rgb() returns them rotated. Flips in the display matrix are ignored.
+// - Colour: matrix from color_space (BT.709, BT.2020 NCL/CL, everything else — untagged, 470BG,
+//   SMPTE170M, ... — BT.601); range full for color_range JPEG or a yuvj* pixel format, else limited.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/colour.h"
+
+namespace tt {
+
+enum class VideoMatrix { kBt601, kBt709, kBt2020Ncl, kBt2020Cl };
+
+/// "bt601", "bt709", "bt2020ncl", "bt2020cl".
+const char* video_matrix_name(VideoMatrix matrix);
+
+/// How decode_rgb turns planes into RGB.
+enum class RgbConverter {
+  kColourKernel,  // tt::yuv420_to_rgb (cuda/ops.h): the pipeline's converter (CPU: its reference)
+  kSwscale,       // libswscale, bicubic chroma: equals the ffmpeg CLI's rgb24 output
+};
+
+struct VideoReaderOptions {
+  /// Stream to read; -1 picks the best video stream (av_find_best_stream).
+  int stream_index = -1;
+  /// Decoder threads (frame threading); 0 lets FFmpeg choose from the CPU count.
+  int thread_count = 0;
+  /// When true, a needed frame that FFmpeg flags as corrupt (concealed) is kDecode, not a warning.
+  bool fail_on_corrupt = false;
+};
+
+/// One stream of the container, for `teletron probe`.
+struct StreamSummary {
+  int index = 0;
+  std::string type;   // "video", "audio", "subtitle", "data", ...
+  std::string codec;  // "h264", "aac", ...
+  int width = 0;      // video only
+  int height = 0;
+};
+
+struct VideoInfo {
+  std::string path;
+  std::string container;     // libavformat's name, e.g. "mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm"
+  int stream_index = -1;     // the stream that is decoded
+  std::vector<StreamSummary> streams;
+  std::string codec;         // codec name, e.g. "h264"
+  std::string decoder;       // the libavcodec decoder used, e.g. "h264", "libdav1d"
+  std::string profile;       // e.g. "High", "Main 10"; empty when unknown
+  int width = 0;             // coded frame size (before rotation)
+  int height = 0;
+  std::string pixel_format;  // e.g. "yuv420p", "yuvj420p", "yuv420p10le"
+  int bit_depth = 8;         // luma bits per sample of the stream
+  int rotation = 0;          // clockwise degrees to display upright: 0, 90, 180 or 270
+  VideoMatrix matrix = VideoMatrix::kBt601;
+  bool full_range = false;
+  std::string color_space_tag;  // FFmpeg's names of the raw tags, "unknown" when untagged
+  std::string color_range_tag;
+  std::string color_primaries_tag;
+  std::string color_transfer_tag;
+  double frame_rate = 0.0;        // average frames per second (0 when unknown)
+  double duration_seconds = 0.0;  // stream (or container) duration, 0 when unknown
+  int64_t header_frame_count = 0; // what the container header says (0 = not stored, e.g. Matroska)
+  int64_t frame_count = 0;        // from the frame index: exact
+};
+
+/// Every frame of the stream in presentation order, from demuxing packets (no decoding).
+struct FrameIndex {
+  std::vector<int64_t> pts;     // (N) in stream time base, ascending
+  std::vector<uint8_t> keyframe;  // (N) 1 where the packet is a keyframe (a seek point)
+  double time_base = 0.0;       // seconds per pts tick
+  /// Seconds of frame i (pts * time_base, the same number as ffprobe's pts_time).
+  double seconds(int64_t i) const { return static_cast<double>(pts[i]) * time_base; }
+  int64_t size() const { return static_cast<int64_t>(pts.size()); }
+};
+
+/// Decoded frames in the unified 4:2:0 layout (what NVDEC gives: NV12 for 8-bit, P010 for 10-bit).
+struct DecodedFrames {
+  torch::Tensor y;        // (T, H, W) uint8, or uint16 holding the 10-bit value << 6 (P010)
+  torch::Tensor uv;       // (T, ceil(H/2), ceil(W/2), 2) same dtype, U then V interleaved
+  torch::Tensor indices;  // (T) int64 frame indices (presentation order)
+  torch::Tensor seconds;  // (T) float64 frame times (pts * time_base)
+  int bit_depth = 8;      // 8 or 10: the meaning of the values in y/uv
+  VideoMatrix matrix = VideoMatrix::kBt601;
+  bool full_range = false;
+};
+
+class VideoReader {
+ public:
+  /// Opens the file, picks the stream, opens its decoder and builds the frame index.
+  explicit VideoReader(const std::string& path, VideoReaderOptions options = {});
+  ~VideoReader();
+  VideoReader(const VideoReader&) = delete;
+  VideoReader& operator=(const VideoReader&) = delete;
+
+  const VideoInfo& info() const;
+  const FrameIndex& index() const;
+
+  /// Frames `indices` (sorted, unique, each in [0, frame_count)) as raw 4:2:0 planes, not rotated.
+  /// Seeks (AVSEEK_FLAG_BACKWARD) to the keyframe at or before the first needed frame, decodes
+  /// forward matching each frame's best_effort_timestamp against the index, converts only the
+  /// needed frames, and seeks again when the next needed frame lies in a later GOP than the one
+  /// being decoded. If a demuxer lands after the wanted frame, it retries from the keyframe before.
+  /// An index out of range is kData.
+  DecodedFrames decode(const std::vector<int64_t>& indices);
+
+  /// Frames `indices` as (T, H', W', 3) uint8 RGB after display rotation (H', W' swapped for
+  /// 90/270), converted with the stream's matrix and range set explicitly.
+  torch::Tensor decode_rgb(const std::vector<int64_t>& indices,
+                           RgbConverter converter = RgbConverter::kColourKernel);
+
+  /// How many decoder seeks the last decode() made (for tests and benchmarks).
+  int last_seek_count() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Raw planes → (T, H, W, 3) uint8 RGB with libswscale (bicubic chroma upsampling, the ffmpeg
+/// CLI's default, so the result matches `ffmpeg -pix_fmt rgb24` with the same matrix and range).
+torch::Tensor yuv420_to_rgb_swscale(const DecodedFrames& frames);
+
+/// The colour description of decoded planes for cuda/colour.h (BT.2020 CL is treated as NCL).
+YuvFormat yuv_format(const DecodedFrames& frames);
+
+/// Applies a clockwise display rotation (0/90/180/270) to (T, H, W, C) frames.
+torch::Tensor rotate_frames(const torch::Tensor& frames, int rotation);
+
+}  // namespace tt
