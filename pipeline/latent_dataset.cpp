@@ -11,6 +11,7 @@
 
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "pipeline/sample_rng.h"
 #include "core/safetensors.h"
 
 namespace tt {
@@ -216,35 +217,12 @@ LatentBatch LatentDataset::get_batch(const std::vector<int64_t>& indices) const 
   return {torch::stack(latents), torch::stack(states), torch::stack(masks), torch::stack(pooled)};
 }
 
-namespace {
-
-// SplitMix64 (Steele, Lea, Flood 2014): tiny, fully specified by uint64 arithmetic, so the order
-// is identical on every platform and independent of torch's global generator.
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, bound) without modulo bias: reject the top sliver that does not divide evenly.
-  uint64_t below(uint64_t bound) {
-    uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t value = next();
-    while (value >= limit) value = next();
-    return value % bound;
-  }
-};
-
-}  // namespace
-
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(std::max<int64_t>(n, 0)));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   // Mix seed and epoch through one SplitMix step each so that nearby seeds/epochs diverge.
-  SplitMix64 mixer{seed};
-  SplitMix64 rng{mixer.next() ^ (static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ULL)};
+  SampleRng mixer{seed};
+  SampleRng rng{mixer.next() ^ (static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ULL)};
   for (size_t i = order.size(); i > 1; --i) {
     size_t j = static_cast<size_t>(rng.below(i));  // Fisher–Yates: swap slot i-1 with [0, i)
     std::swap(order[i - 1], order[j]);

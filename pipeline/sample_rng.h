@@ -13,7 +13,7 @@ namespace tt {
 inline constexpr uint64_t kRngFrameSampler = 0x6672616D65ULL;  // "frame"
 inline constexpr uint64_t kRngAugment = 0x6175676DULL;         // "augm"
 
-// SplitMix64 (Steele, Lea, Flood 2014), the same generator as LatentDataset's epoch_order.
+// SplitMix64 (Steele, Lea, Flood 2014); LatentDataset's epoch_order shuffles with it too.
 struct SampleRng {
   uint64_t state = 0;
 
