@@ -14,7 +14,7 @@ as_root() {
 }
 
 # --- system packages -------------------------------------------------------------------------
-packages=(g++ cmake ninja-build ccache pkg-config python3 ffmpeg libyaml-cpp-dev libcli11-dev libspdlog-dev
+packages=(g++ cmake ninja-build ccache pkg-config python3 python3-pip python3-venv ffmpeg libyaml-cpp-dev libcli11-dev libspdlog-dev
           libfmt-dev nlohmann-json3-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev)
 missing=()
 if command -v dpkg >/dev/null; then
