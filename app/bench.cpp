@@ -9,7 +9,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "app/autocast.h"
+#include "core/autocast.h"
 #include "app/options.h"
 #include "core/adamw.h"
 #include "core/device.h"

@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include "app/autocast.h"
+#include "core/autocast.h"
 #include "app/model_setup.h"
 #include "core/device.h"
 #include "core/errors.h"

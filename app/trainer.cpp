@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "app/autocast.h"
+#include "core/autocast.h"
 #include "app/model_setup.h"
 #include "app/options.h"
 #include "core/adamw.h"

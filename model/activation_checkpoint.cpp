@@ -5,6 +5,8 @@
 #include <torch/autograd.h>
 #include <torch/custom_class.h>
 
+#include "core/autocast.h"
+
 namespace tt {
 namespace {
 
@@ -41,15 +43,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     std::vector<torch::Tensor> outputs;
     {
       torch::AutoGradMode grad_on(true);
-      const bool previous = at::autocast::is_autocast_enabled(at::kCUDA);
-      const at::ScalarType previous_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-      at::autocast::set_autocast_enabled(at::kCUDA, holder->autocast_cuda);
-      at::autocast::set_autocast_dtype(at::kCUDA, holder->autocast_dtype);
-      if (holder->autocast_cuda) at::autocast::increment_nesting();
+      AutocastScope autocast(holder->autocast_cuda, holder->autocast_dtype);
       outputs = holder->fn(inputs);
-      if (holder->autocast_cuda && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-      at::autocast::set_autocast_enabled(at::kCUDA, previous);
-      at::autocast::set_autocast_dtype(at::kCUDA, previous_dtype);
     }
     // Backpropagate through the recomputed block: parameter grads accumulate as usual; the
     // inputs' grads land on the detached leaves.

@@ -22,6 +22,7 @@
 #include "core/safetensors.h"
 #include "core/torch_save.h"
 #include "model/key_map.h"
+#include "model/weights.h"
 
 namespace tt {
 namespace {
@@ -34,9 +35,6 @@ const char kIndexFile[] = "diffusion_pytorch_model.safetensors.index.json";
 const char kConfigFile[] = "config.json";
 const char kOfficialTorchFile[] = "mp_rank_00_model_states.pt";
 
-const char kMismatchHint[] =
-    "the checkpoint was written for another model configuration: compare its config.json with "
-    "tele_tron.model";
 
 // Wrapper prefixes some tools put in front of every key; stripped when all keys carry one.
 const char* const kWrapperPrefixes[] = {"model.diffusion_model.", "diffusion_model.", "module.", "model."};
@@ -110,13 +108,6 @@ void write_safetensors_atomic(const std::string& path, const safetensors::Tensor
   rename_into_place(temp, path);
 }
 
-std::string list_lines(const char* label, const std::vector<std::string>& lines) {
-  std::string out;
-  size_t shown = std::min<size_t>(lines.size(), 20);
-  for (size_t i = 0; i < shown; ++i) out += str_cat("\n  ", label, ": ", lines[i]);
-  if (lines.size() > shown) out += str_cat("\n  ", label, ": ... and ", lines.size() - shown, " more");
-  return out;
-}
 
 // ---- indexing files ------------------------------------------------------------------------
 
@@ -370,13 +361,7 @@ void check_plan(const WeightSource& source, const Plan& plan,
   }
   for (const auto& [key, tensor] : destinations)
     if (!produced.count(key)) missing.push_back(key);
-  if (missing.empty() && unexpected.empty() && misshaped.empty()) return;
-  throw Error(ErrorCode::kCheckpoint,
-              str_cat(source.description, ": weights do not match the model (", missing.size(), " missing, ",
-                      unexpected.size(), " unexpected, ", misshaped.size(), " mis-shaped)",
-                      list_lines("missing", missing), list_lines("unexpected", unexpected),
-                      list_lines("mis-shaped", misshaped)),
-              kMismatchHint);
+  throw_if_weights_mismatch(source.description, missing, unexpected, misshaped);
 }
 
 // A read-only mapping of one weight file, unmapped on destruction.

@@ -3,9 +3,9 @@
 
 #include <torch/torch.h>
 
-#include <sstream>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 
 namespace tt {
 
@@ -17,38 +17,42 @@ safetensors::TensorMap snapshot_weights(const std::map<std::string, torch::Tenso
   return weights;
 }
 
+std::string list_lines(const char* label, const std::vector<std::string>& lines) {
+  std::string out;
+  const size_t shown = std::min<size_t>(lines.size(), 20);
+  for (size_t i = 0; i < shown; ++i) out += str_cat("\n  ", label, ": ", lines[i]);
+  if (lines.size() > shown) out += str_cat("\n  ", label, ": ... and ", lines.size() - shown, " more");
+  return out;
+}
+
+void throw_if_weights_mismatch(const std::string& source, const std::vector<std::string>& missing,
+                               const std::vector<std::string>& unexpected,
+                               const std::vector<std::string>& misshaped) {
+  if (missing.empty() && unexpected.empty() && misshaped.empty()) return;
+  throw Error(ErrorCode::kCheckpoint,
+              str_cat(source, ": weights do not match the model (", missing.size(), " missing, ", unexpected.size(),
+                      " unexpected, ", misshaped.size(), " mis-shaped)", list_lines("missing", missing),
+                      list_lines("unexpected", unexpected), list_lines("mis-shaped", misshaped)),
+              "the checkpoint was written for another model configuration: compare its config.json (or the "
+              "run's config.resolved.yaml) with tele_tron.model");
+}
+
 void load_weights_into(const std::map<std::string, torch::Tensor>& destinations,
                        const safetensors::TensorMap& weights, const std::string& source) {
   std::vector<std::string> missing, unexpected, misshaped;
-  auto check = [&](const std::string& name, const torch::Tensor& target) {
+  for (const auto& [name, target] : destinations) {
     auto found = weights.find(name);
     if (found == weights.end()) {
       missing.push_back(name);
     } else if (found->second.sizes() != target.sizes()) {
-      std::ostringstream line;
-      line << name << " " << found->second.sizes() << " (expected " << target.sizes() << ")";
-      misshaped.push_back(line.str());
+      misshaped.push_back(str_cat(name, " is ", shape_string(found->second.sizes().vec()), " in the checkpoint, ",
+                                  shape_string(target.sizes().vec()), " in the model"));
     }
-  };
-  for (const auto& [name, tensor] : destinations) check(name, tensor);
+  }
   for (const auto& [name, tensor] : weights) {
     if (destinations.count(name) == 0) unexpected.push_back(name);
   }
-  if (!missing.empty() || !unexpected.empty() || !misshaped.empty()) {
-    std::ostringstream message;
-    message << source << ": weights do not match the model (" << missing.size() << " missing, "
-            << unexpected.size() << " unexpected, " << misshaped.size() << " mis-shaped)";
-    auto list = [&](const char* label, const std::vector<std::string>& names) {
-      const size_t shown = std::min<size_t>(names.size(), 20);
-      for (size_t i = 0; i < shown; ++i) message << "\n  " << label << ": " << names[i];
-      if (names.size() > shown) message << "\n  " << label << ": ... and " << names.size() - shown << " more";
-    };
-    list("missing", missing);
-    list("unexpected", unexpected);
-    list("mis-shaped", misshaped);
-    throw Error(ErrorCode::kCheckpoint, message.str(),
-                "the checkpoint was written for another model configuration; check tele_tron.model");
-  }
+  throw_if_weights_mismatch(source, missing, unexpected, misshaped);
   torch::NoGradGuard no_grad;
   for (const auto& [name, tensor] : destinations) {
     torch::Tensor target = tensor;  // a handle: copy_ writes the parameter (or its view) in place

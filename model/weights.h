@@ -6,10 +6,20 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/safetensors.h"
 
 namespace tt {
+
+/// "\n  <label>: <line>" for each line, capped at 20 with "... and N more".
+std::string list_lines(const char* label, const std::vector<std::string>& lines);
+
+/// Throws the one strict-loading error (kCheckpoint): every missing, unexpected and mis-shaped key
+/// together, naming `source`. Does nothing when all three lists are empty.
+void throw_if_weights_mismatch(const std::string& source, const std::vector<std::string>& missing,
+                               const std::vector<std::string>& unexpected,
+                               const std::vector<std::string>& misshaped);
 
 /// fp32 CPU copies of named tensors (e.g. model->diffusers_parameters()): what checkpoints hold.
 safetensors::TensorMap snapshot_weights(const std::map<std::string, torch::Tensor>& tensors);
