@@ -11,43 +11,19 @@
 #include "model/text_padding.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "test/model/small_model.h"
 
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-tt::HunyuanVideoConfig small_config() {
-  tt::HunyuanVideoConfig c = tt::hunyuan_preset("tiny");
-  c.num_attention_heads = 2;
-  c.attention_head_dim = 16;
-  c.rope_axes_dim = {4, 6, 6};
-  c.num_layers = 1;
-  c.num_single_layers = 1;
-  c.num_refiner_layers = 1;
-  c.text_embed_dim = 12;
-  c.pooled_projection_dim = 8;
-  return c;
-}
+tt::HunyuanVideoConfig small_config() { return tt::test::small_model_config(); }
 
 tt::TransformerInputs make_inputs(const tt::HunyuanVideoConfig& c, int64_t batch, int64_t length) {
-  torch::manual_seed(7);
-  tt::TransformerInputs in;
-  in.hidden_states = torch::randn({batch, c.in_channels, 2, 4, 6});
-  in.timestep = torch::tensor({250.0f, 900.0f}).slice(0, 0, batch);
-  in.encoder_hidden_states = torch::randn({batch, length, c.text_embed_dim});
-  in.encoder_attention_mask = torch::ones({batch, length}, torch::kBool);
-  in.encoder_attention_mask[0].slice(0, length / 2).fill_(false);  // right padding in sample 0
-  in.pooled_projections = torch::randn({batch, c.pooled_projection_dim});
-  in.guidance = torch::full({batch}, 1000.0f);
-  return in;
+  return tt::test::small_model_inputs(c, batch, length);
 }
 
-// Random values for every parameter, so the zero-initialised modulations do not hide paths.
-void randomise(tt::HunyuanVideoTransformer& model) {
-  torch::NoGradGuard no_grad;
-  torch::manual_seed(3);
-  for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
-}
+void randomise(tt::HunyuanVideoTransformer& model) { tt::test::randomise_weights(model, 3); }
 
 }  // namespace
 

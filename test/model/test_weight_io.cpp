@@ -17,6 +17,7 @@
 #include "model/key_map.h"
 #include "model/transformer.h"
 #include "model/weight_io.h"
+#include "test/model/small_model.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::ContainsSubstring;
@@ -27,37 +28,17 @@ namespace {
 
 // Small, with a fractional mlp_ratio (hidden 32 -> MLP 80) so that linear1's split is uneven.
 tt::HunyuanVideoConfig small_config() {
-  tt::HunyuanVideoConfig c = tt::hunyuan_preset("tiny");
-  c.num_attention_heads = 2;
-  c.attention_head_dim = 16;
-  c.rope_axes_dim = {4, 6, 6};
-  c.num_layers = 1;
+  tt::HunyuanVideoConfig c = tt::test::small_model_config();
   c.num_single_layers = 2;
-  c.num_refiner_layers = 1;
-  c.text_embed_dim = 12;
-  c.pooled_projection_dim = 8;
   c.mlp_ratio = 2.5;
   return c;
 }
 
-tt::TransformerInputs make_inputs(const tt::HunyuanVideoConfig& c) {
-  torch::manual_seed(7);
-  tt::TransformerInputs in;
-  in.hidden_states = torch::randn({2, c.in_channels, 2, 4, 6});
-  in.timestep = torch::tensor({250.0f, 900.0f});
-  in.encoder_hidden_states = torch::randn({2, 6, c.text_embed_dim});
-  in.encoder_attention_mask = torch::ones({2, 6}, torch::kBool);
-  in.encoder_attention_mask[0].slice(0, 3).fill_(false);
-  in.pooled_projections = torch::randn({2, c.pooled_projection_dim});
-  in.guidance = torch::full({2}, 1000.0f);
-  return in;
-}
+tt::TransformerInputs make_inputs(const tt::HunyuanVideoConfig& c) { return tt::test::small_model_inputs(c, 2, 6); }
 
 tt::HunyuanVideoTransformer random_model(const tt::HunyuanVideoConfig& c, uint64_t seed) {
   tt::HunyuanVideoTransformer model(c);
-  torch::NoGradGuard no_grad;
-  torch::manual_seed(seed);
-  for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+  tt::test::randomise_weights(model, seed);
   return model;
 }
 

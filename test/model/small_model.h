@@ -1,0 +1,47 @@
+// A small HunyuanVideo configuration, inputs for it and randomised weights, shared by the model
+// tests (every block kind present, cheap on two CPU cores).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "model/transformer.h"
+
+namespace tt::test {
+
+/// hidden 32 (2 heads x 16), RoPE (4, 6, 6), 1 double + 1 single + 1 refiner block, text 12/8.
+inline HunyuanVideoConfig small_model_config() {
+  HunyuanVideoConfig c = hunyuan_preset("tiny");
+  c.num_attention_heads = 2;
+  c.attention_head_dim = 16;
+  c.rope_axes_dim = {4, 6, 6};
+  c.num_layers = 1;
+  c.num_single_layers = 1;
+  c.num_refiner_layers = 1;
+  c.text_embed_dim = 12;
+  c.pooled_projection_dim = 8;
+  return c;
+}
+
+/// Latents (batch, C, 2, 4, 6), `length` text tokens with sample 0 right-padded to length / 2.
+inline TransformerInputs small_model_inputs(const HunyuanVideoConfig& c, int64_t batch, int64_t length) {
+  torch::manual_seed(7);
+  TransformerInputs in;
+  in.hidden_states = torch::randn({batch, c.in_channels, 2, 4, 6});
+  in.timestep = torch::tensor({250.0f, 900.0f}).slice(0, 0, batch);
+  in.encoder_hidden_states = torch::randn({batch, length, c.text_embed_dim});
+  in.encoder_attention_mask = torch::ones({batch, length}, torch::kBool);
+  in.encoder_attention_mask[0].slice(0, length / 2).fill_(false);  // right padding in sample 0
+  in.pooled_projections = torch::randn({batch, c.pooled_projection_dim});
+  in.guidance = torch::full({batch}, 1000.0f);
+  return in;
+}
+
+/// Random values for every parameter (N(0, 0.2²) from `seed`), so the zero-initialised
+/// modulations and final layer do not hide any path.
+inline void randomise_weights(HunyuanVideoTransformer& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+}
+
+}  // namespace tt::test
