@@ -33,6 +33,7 @@ void run_model_check(const ModelCheckOptions& o) {
   torch::NoGradGuard no_grad;
   TT_CHECK(o.dtype == "fp32" || o.dtype == "bf16", ErrorCode::kConfig, "--dtype: expected fp32 or bf16, got ", o.dtype);
   const torch::Device device = resolve_device(o.device, "--device");
+  TT_CHECK(o.dtype == "fp32" || device.is_cuda(), ErrorCode::kConfig, "--dtype bf16 needs --device cuda");
   ModelChoice choice = choose_model(o.config.model, o.weights);
   HunyuanVideoTransformer model(choice.config);
   model->eval();
@@ -64,8 +65,7 @@ void run_model_check(const ModelCheckOptions& o) {
 
   torch::Tensor sample;
   {
-    AutocastScope autocast(o.dtype == "bf16" && device.is_cuda());
-    TT_CHECK(o.dtype == "fp32" || device.is_cuda(), ErrorCode::kConfig, "--dtype bf16 needs --device cuda");
+    AutocastScope autocast(o.dtype == "bf16");
     sample = model->forward(in);
   }
   safetensors::save(o.output, {{"sample", sample.to(torch::kFloat32).cpu()}},
