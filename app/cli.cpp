@@ -7,12 +7,14 @@
 #include <iostream>
 
 #include "app/bench.h"
+#include "app/bench_video.h"
 #include "app/config.h"
 #include "app/model_check.h"
 #include "app/options.h"
 #include "app/probe.h"
 #include "app/synth_data.h"
 #include "app/trainer.h"
+#include "app/validate_data.h"
 #include "core/errors.h"
 #include "model/flops.h"
 
@@ -214,6 +216,40 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"kernel", "swscale"}));
   probe_cmd->add_option("--device", probe.device, "Decode path to ask for")->check(CLI::IsMember({"cpu", "cuda"}));
 
+  ValidateDataOptions validate;
+  auto* validate_cmd = app.add_subcommand(
+      "validate-data", "Check every sample of a video manifest: readable, decodable on the configured path, long and "
+                       "large enough for the buckets, embeddings present; table by reason, JSON report");
+  validate_cmd->add_option("input", validate.input, "YAML config (.yaml/.yml: uses data.manifest) or a manifest (JSONL)")
+      ->required();
+  add_set_option(validate_cmd, &validate.sets);
+  validate_cmd->add_option("--jobs", validate.jobs, "Samples checked at once")
+      ->default_str("min(CPU cores, 8)")
+      ->check(CLI::NonNegativeNumber);
+  validate_cmd->add_option("--report", validate.report, "Write a JSON report here");
+  validate_cmd->add_option("--device", validate.device, "Decode for this device (cuda: NVDEC where possible)")
+      ->default_str("train.device (auto)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+
+  BenchVideoOptions bench_video;
+  auto* bench_video_cmd = app.add_subcommand(
+      "bench-video", "Time the video data pipeline on real clips: decode-only ceiling, GPU path (NVDEC + kernels), "
+                     "CPU path; decoded frames/s and clips/s");
+  bench_video_cmd->add_option("clips", bench_video.clips, "Video files")->required();
+  bench_video_cmd->add_option("--mode", bench_video.mode, "What runs")
+      ->check(CLI::IsMember({"decode-only", "gpu", "cpu"}));
+  bench_video_cmd->add_option("--workers", bench_video.workers, "Clips in flight at once")->check(CLI::PositiveNumber);
+  bench_video_cmd->add_option("--passes", bench_video.passes, "Times each clip is processed")->check(CLI::PositiveNumber);
+  bench_video_cmd->add_option("--frames", bench_video.frames, "Samples per clip")->check(CLI::PositiveNumber);
+  bench_video_cmd->add_option("--sampler", bench_video.sampler, "Frame sampler mode")
+      ->check(CLI::IsMember({"uniform", "stratified", "random"}));
+  bench_video_cmd->add_option("--height", bench_video.height, "Output height")->check(CLI::PositiveNumber);
+  bench_video_cmd->add_option("--width", bench_video.width, "Output width")->check(CLI::PositiveNumber);
+  bench_video_cmd->add_flag("!--no-skip", bench_video.skip_unneeded, "Decode non-reference frames nobody needs too");
+  bench_video_cmd->add_option("--device", bench_video.device, "GPU for decode-only and gpu modes");
+  bench_video_cmd->add_option("--label", bench_video.label, "Name printed with the result");
+  bench_video_cmd->add_option("--json", bench_video.json, "Append the result as one JSON line here");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
@@ -232,6 +268,11 @@ int run_cli(int argc, char** argv) {
   if (synth_cmd->parsed()) return run_synth(synth);
   if (bench_cmd->parsed()) return run_bench_command(bench);
   if (check_cmd->parsed()) return run_model_check_command(check);
+  if (validate_cmd->parsed()) return run_validate_data(validate);
+  if (bench_video_cmd->parsed()) {
+    run_bench_video(bench_video);
+    return 0;
+  }
   if (probe_cmd->parsed()) {
     run_probe(probe);
     return 0;

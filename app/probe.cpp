@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/safetensors.h"
 #include "pipeline/video_reader.h"
@@ -20,16 +21,12 @@ std::string seconds_text(double value) {
   return buffer;
 }
 
-// Only the CPU path exists so far; the reason is printed so that logs say which path ran.
-std::string decode_path(const std::string& device) {
-  if (device == "cuda") return "cpu (NVDEC path not built yet)";
-  return "cpu (--device cpu)";
-}
-
 }  // namespace
 
 void run_probe(const ProbeOptions& options) {
-  VideoReader reader(options.path);
+  VideoReaderOptions reader_options;
+  reader_options.device = resolve_device(options.device, "--device");
+  VideoReader reader(options.path, reader_options);
   const VideoInfo& info = reader.info();
   const FrameIndex& index = reader.index();
   std::ostream& out = std::cout;
@@ -64,7 +61,7 @@ void run_probe(const ProbeOptions& options) {
   out << "keyframes:   " << keyframes << "\n";
   out << "first/last:  t=" << seconds_text(index.seconds(0)) << " s / t=" << seconds_text(index.seconds(index.size() - 1))
       << " s\n";
-  out << "decode path: " << decode_path(options.device) << "\n";
+  out << "decode path: " << info.decode_path << " (" << info.decode_reason << ")\n";
 
   if (options.dump.empty() && options.frames.empty()) return;
   std::vector<int64_t> wanted = options.frames;
@@ -79,10 +76,14 @@ void run_probe(const ProbeOptions& options) {
   std::vector<int64_t> positions;
   for (int64_t frame : wanted)
     positions.push_back(std::lower_bound(unique.begin(), unique.end(), frame) - unique.begin());
-  torch::Tensor frames = rgb.index_select(0, torch::tensor(positions, torch::kInt64)).contiguous();
+  torch::Tensor frames =
+      rgb.index_select(0, torch::tensor(positions, torch::kInt64).to(rgb.device())).contiguous().cpu();
   out << "decoded:     " << frames.size(0) << " frames -> " << frames.size(2) << "x" << frames.size(1)
       << " RGB after rotation (" << reader.last_seek_count() << " seeks, "
-      << (converter == RgbConverter::kSwscale ? "libswscale" : "colour kernel reference") << ")\n";
+      << (converter == RgbConverter::kSwscale ? "libswscale"
+          : rgb.is_cuda()                     ? "CUDA colour kernel"
+                                              : "colour kernel reference")
+      << ", decoded on the " << info.decode_path << " path)\n";
   if (!options.dump.empty()) {
     std::vector<double> seconds;
     for (int64_t frame : wanted) seconds.push_back(index.seconds(frame));

@@ -14,6 +14,9 @@
 #include "core/errors.h"
 #include "cuda/ops.h"
 #include "pipeline/av_handles.h"
+#include "pipeline/nvdec.h"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 namespace tt {
 namespace {
@@ -72,6 +75,11 @@ int clockwise_rotation(const AVStream* stream) {
   return static_cast<int>(quarter * 90);
 }
 
+// NVDEC refused a file mid-way (FFmpeg dropped to software frames): decode() switches to the CPU.
+struct NvdecRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 const char* media_type_name(AVMediaType type) {
   const char* name = av_get_media_type_string(type);
   return name != nullptr ? name : "unknown";
@@ -111,21 +119,33 @@ struct VideoReader::State {
   av::FramePtr converted;  // swscale target when the stream is not yuv420p/yuvj420p/yuv420p10le
   av::SwsContextPtr converter;
   AVStream* stream = nullptr;
+  int device_index = -1;          // CUDA device of options.device, -1 for the CPU
+  bool use_nvdec = false;
+  bool nvdec_fell_back = false;   // set by the hwaccel's get_format when FFmpeg offers software only
+  void* cuda_stream = nullptr;    // the stream NVDEC pictures are written on (LibTorch pool stream)
   int seek_count = 0;
+  int64_t decoded_count = 0;
   bool warned_packet = false;
   bool warned_read = false;
   bool warned_corrupt = false;
   bool warned_convert = false;
 
   void open(const std::string& path);
+  void choose_path();
+  void open_decoder();
+  void switch_to_cpu(const std::string& reason);
+  DecodedFrames decode_frames(const std::vector<int64_t>& indices);
   void build_index();
   void seek_to_frame(int64_t frame);
   int64_t frame_of_pts(int64_t pts) const;
   int64_t keyframe_at_or_before(int64_t frame) const;
   const AVFrame* to_yuv420(const AVFrame* source);
   void store(const AVFrame* source, DecodedFrames& out, int64_t slot);
+  bool index_read_error = false;
+  std::string index_problem;
+  ScanReport scan_once();
   void warn_once(bool& flag, const std::string& message) {
-    if (!flag) spdlog::warn("{}: {} (reported once per file)", info.path, message);
+    if (!flag && !options.quiet) spdlog::warn("{}: {} (reported once per file)", info.path, message);
     flag = true;
   }
 };
@@ -139,6 +159,8 @@ void VideoReader::State::open(const std::string& path) {
                 "to the working folder)", path, ": no such file");
   TT_CHECK_HINT(!std::filesystem::is_directory(status), ErrorCode::kIo, "give a video file, not a folder",
                 path, ": is a directory, not a video file");
+  TT_CHECK_HINT(std::filesystem::file_size(path, fs_error) > 0 || fs_error, ErrorCode::kDecode, av::kDecodeHint, path,
+                ": is empty (0 bytes)");
   {
     std::FILE* file = std::fopen(path.c_str(), "rb");
     TT_CHECK_HINT(file != nullptr, ErrorCode::kIo, "check the file's permissions", path,
@@ -183,11 +205,6 @@ void VideoReader::State::open(const std::string& path) {
 
   const AVCodecParameters* par = stream->codecpar;
   info.codec = avcodec_get_name(par->codec_id);
-  const AVCodec* decoder = find_decoder(par->codec_id);
-  TT_CHECK_HINT(decoder != nullptr, ErrorCode::kDecode,
-                "install an FFmpeg built with a decoder for it (AV1: libdav1d), or re-encode the file",
-                path, ": this FFmpeg build has no decoder for codec '", info.codec, "'");
-  info.decoder = decoder->name;
   const char* profile = avcodec_profile_name(par->codec_id, par->profile);
   info.profile = profile != nullptr ? profile : "";
   info.width = par->width;
@@ -213,15 +230,73 @@ void VideoReader::State::open(const std::string& path) {
     info.duration_seconds = static_cast<double>(format->duration) / AV_TIME_BASE;
   info.header_frame_count = stream->nb_frames;
 
-  codec.reset(av::check_alloc(avcodec_alloc_context3(decoder), "a codec context"));
-  AV_CHECK(avcodec_parameters_to_context(codec.get(), par), path, "copying the stream parameters");
-  codec->thread_type = FF_THREAD_FRAME;
-  codec->thread_count = options.thread_count;
-  codec->pkt_timebase = stream->time_base;
-  AV_CHECK(avcodec_open2(codec.get(), decoder, nullptr), path,
-           str_cat("opening the ", decoder->name, " decoder"));
+  choose_path();
+  try {
+    open_decoder();
+  } catch (const Error& error) {
+    if (!use_nvdec) throw;
+    switch_to_cpu(error.what());  // NVDEC could not start on this file: the CPU path takes it
+  }
   packet.reset(av::check_alloc(av_packet_alloc(), "a packet"));
   frame.reset(av::check_alloc(av_frame_alloc(), "a frame"));
+}
+
+void VideoReader::State::choose_path() {
+  use_nvdec = false;
+  info.decode_path = "cpu";
+  if (!options.device.is_cuda()) {
+    TT_CHECK(options.device.is_cpu(), ErrorCode::kConfig, info.path, ": frames can be decoded for the CPU or a CUDA "
+             "device, not ", options.device.str());
+    info.decode_reason = "frames asked for on the CPU";
+    return;
+  }
+  TT_CHECK_HINT(torch::cuda::is_available(), ErrorCode::kConfig, "use --device cpu on machines without a GPU",
+                info.path, ": frames asked for on ", options.device.str(), " but LibTorch sees no CUDA device");
+  device_index = options.device.has_index()
+                     ? options.device.index()
+                     : c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice().index();
+  if (!options.allow_nvdec) {
+    info.decode_reason = "NVDEC turned off; CPU decode, frames copied to the GPU";
+    return;
+  }
+  const nvdec::Support support =
+      nvdec::support(avcodec_find_decoder(stream->codecpar->codec_id), *stream->codecpar, info.bit_depth, device_index);
+  use_nvdec = support.supported;
+  info.decode_path = use_nvdec ? "nvdec" : "cpu";
+  info.decode_reason = use_nvdec ? support.reason : support.reason + "; CPU decode, frames copied to the GPU";
+}
+
+// (Re)creates the codec context for the chosen path. NVDEC uses FFmpeg's native decoder (it drives
+// the hwaccel); the CPU path prefers the software AV1 decoders and uses frame threading.
+void VideoReader::State::open_decoder() {
+  const AVCodecParameters* par = stream->codecpar;
+  const AVCodec* decoder = use_nvdec ? avcodec_find_decoder(par->codec_id) : find_decoder(par->codec_id);
+  TT_CHECK_HINT(decoder != nullptr, ErrorCode::kDecode,
+                "install an FFmpeg built with a decoder for it (AV1: libdav1d), or re-encode the file",
+                info.path, ": this FFmpeg build has no decoder for codec '", info.codec, "'");
+  info.decoder = use_nvdec ? str_cat(decoder->name, " + NVDEC") : decoder->name;
+  codec.reset(av::check_alloc(avcodec_alloc_context3(decoder), "a codec context"));
+  AV_CHECK(avcodec_parameters_to_context(codec.get(), par), info.path, "copying the stream parameters");
+  codec->pkt_timebase = stream->time_base;
+  if (use_nvdec) {
+    if (cuda_stream == nullptr) cuda_stream = nvdec::pool_stream(device_index);
+    nvdec_fell_back = false;
+    nvdec::attach(codec.get(), device_index, cuda_stream, &nvdec_fell_back, info.path);
+    codec->thread_count = 1;  // the engine decodes; one thread parses
+  } else {
+    codec->thread_type = FF_THREAD_FRAME;
+    codec->thread_count = options.thread_count;
+  }
+  AV_CHECK(avcodec_open2(codec.get(), decoder, nullptr), info.path,
+           str_cat("opening the ", info.decoder, " decoder"));
+}
+
+void VideoReader::State::switch_to_cpu(const std::string& reason) {
+  spdlog::warn("{}: NVDEC could not decode this file ({}); decoding it on the CPU from now on", info.path, reason);
+  use_nvdec = false;
+  info.decode_path = "cpu";
+  info.decode_reason = str_cat("NVDEC failed on this file (", reason, "); CPU decode, frames copied to the GPU");
+  open_decoder();
 }
 
 // Packets of the chosen stream, demuxed without decoding. Packets the demuxer marks for discard
@@ -239,8 +314,10 @@ void VideoReader::State::build_index() {
     if (rc < 0) {
       TT_CHECK_HINT(!entries.empty(), ErrorCode::kDecode, av::kDecodeHint, info.path,
                     ": reading the first packet failed: ", av::error_string(rc));
-      warn_once(warned_read, str_cat("the container is damaged or truncated after ", entries.size(),
-                                     " frames (", av::error_string(rc), "); indexing what was read"));
+      index_read_error = true;
+      index_problem = str_cat("the container is damaged or truncated after ", entries.size(), " frames (",
+                              av::error_string(rc), ")");
+      warn_once(warned_read, index_problem + "; indexing what was read");
       break;
     }
     if (packet->stream_index == info.stream_index && (packet->flags & AV_PKT_FLAG_DISCARD) == 0) {
@@ -329,6 +406,14 @@ void VideoReader::State::store(const AVFrame* source, DecodedFrames& out, int64_
   TT_CHECK_HINT(source->width == info.width && source->height == info.height, ErrorCode::kDecode,
                 "re-encode the file at one resolution", info.path, ": frame size changes mid-stream (",
                 info.width, "x", info.height, " -> ", source->width, "x", source->height, ")");
+  if (use_nvdec) {
+    if (nvdec_fell_back || !nvdec::copy_frame(source, out.y[slot], out.uv[slot], cuda_stream)) {
+      const char* name = av_get_pix_fmt_name(static_cast<AVPixelFormat>(source->format));
+      throw NvdecRefused(str_cat("FFmpeg gave a ", name != nullptr ? name : "unknown", " frame, not an NV12/P010 "
+                                 "CUDA surface"));
+    }
+    return;
+  }
   const AVFrame* planar = to_yuv420(source);
   const int64_t height = info.height;
   const int64_t width = info.width;
@@ -379,9 +464,28 @@ VideoReader::~VideoReader() = default;
 const VideoInfo& VideoReader::info() const { return state_->info; }
 const FrameIndex& VideoReader::index() const { return state_->index; }
 int VideoReader::last_seek_count() const { return state_->seek_count; }
+int64_t VideoReader::last_decoded_count() const { return state_->decoded_count; }
 
 DecodedFrames VideoReader::decode(const std::vector<int64_t>& indices) {
   State& s = *state_;
+  if (s.use_nvdec) {
+    std::string reason;
+    try {
+      return s.decode_frames(indices);
+    } catch (const NvdecRefused& refused) {
+      reason = refused.what();
+    } catch (const Error& error) {
+      // A needed frame NVDEC did not produce: the CPU decoder gets one try before it is an error.
+      if (error.code() != ErrorCode::kDecode) throw;
+      reason = error.what();
+    }
+    s.switch_to_cpu(reason);
+  }
+  return s.decode_frames(indices);
+}
+
+DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indices) {
+  State& s = *this;
   const VideoInfo& info = s.info;
   const int64_t count = s.index.size();
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -397,13 +501,26 @@ DecodedFrames VideoReader::decode(const std::vector<int64_t>& indices) {
   out.full_range = info.full_range;
   const auto dtype = out.bit_depth == 8 ? torch::kUInt8 : torch::kUInt16;
   const auto frames = static_cast<int64_t>(indices.size());
-  out.y = torch::empty({frames, info.height, info.width}, torch::dtype(dtype));
-  out.uv = torch::empty({frames, (info.height + 1) / 2, (info.width + 1) / 2, 2}, torch::dtype(dtype));
+  // NVDEC writes straight into device tensors; the CPU path into host memory (pinned when the
+  // frames go on to a GPU), copied over once at the end.
+  const bool to_gpu = s.options.device.is_cuda();
+  const auto planes = s.use_nvdec ? torch::dtype(dtype).device(s.options.device)
+                                  : torch::dtype(dtype).pinned_memory(to_gpu);
+  out.y = torch::empty({frames, info.height, info.width}, planes);
+  out.uv = torch::empty({frames, (info.height + 1) / 2, (info.width + 1) / 2, 2}, planes);
   out.indices = torch::tensor(std::vector<int64_t>(indices.begin(), indices.end()), torch::kInt64);
   out.seconds = torch::empty({frames}, torch::kFloat64);
   for (int64_t t = 0; t < frames; ++t) out.seconds[t] = s.index.seconds(indices[t]);
   s.seek_count = 0;
-  if (frames == 0) return out;
+  s.decoded_count = 0;
+  if (frames == 0) {
+    if (to_gpu) out.y = out.y.to(s.options.device), out.uv = out.uv.to(s.options.device);
+    return out;
+  }
+  // Needed frames by index, for the per-packet skip decision.
+  std::vector<uint8_t> needed(static_cast<size_t>(count), 0);
+  for (int64_t frame_index : indices) needed[static_cast<size_t>(frame_index)] = 1;
+  if (s.use_nvdec) nvdec::wait_for_current(s.cuda_stream, s.device_index);  // the new tensors are free to write
 
   int64_t next = 0;                    // position in `indices` of the next frame to produce
   int64_t seek_frame = s.keyframe_at_or_before(indices[0]);
@@ -426,6 +543,12 @@ DecodedFrames VideoReader::decode(const std::vector<int64_t>& indices) {
         AV_CHECK(avcodec_send_packet(s.codec.get(), nullptr), info.path, "flushing the decoder");
       } else {
         if (s.packet->stream_index == info.stream_index) {
+          if (s.options.skip_unneeded_frames) {
+            // A frame nothing needs: let the decoder drop it if nothing references it either.
+            const int64_t packet_frame = s.frame_of_pts(s.packet->pts);
+            const bool skippable = packet_frame >= 0 && needed[static_cast<size_t>(packet_frame)] == 0;
+            s.codec->skip_frame = skippable ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+          }
           const int sent = avcodec_send_packet(s.codec.get(), s.packet.get());
           if (sent < 0 && sent != AVERROR(EAGAIN))
             s.warn_once(s.warned_packet, str_cat("the decoder rejected a packet (", av::error_string(sent),
@@ -448,6 +571,7 @@ DecodedFrames VideoReader::decode(const std::vector<int64_t>& indices) {
                                              "); concealing and going on"));
         break;
       }
+      ++s.decoded_count;
       const int64_t found = s.frame_of_pts(s.frame->best_effort_timestamp);
       const bool corrupt = (s.frame->flags & AV_FRAME_FLAG_CORRUPT) != 0 || s.frame->decode_error_flags != 0;
       if (found >= 0 && found >= indices[next]) {
@@ -488,16 +612,106 @@ DecodedFrames VideoReader::decode(const std::vector<int64_t>& indices) {
                     s.index.seconds(indices[next]), " s) never came out of the decoder (damaged data?)");
     }
   }
+  if (s.use_nvdec) {
+    nvdec::current_waits_for(s.cuda_stream, s.device_index);
+  } else if (to_gpu) {
+    out.y = out.y.to(s.options.device, /*non_blocking=*/true);
+    out.uv = out.uv.to(s.options.device, /*non_blocking=*/true);
+  }
   return out;
 }
 
+ScanReport VideoReader::scan() {
+  State& s = *state_;
+  if (s.use_nvdec) {
+    std::string reason;
+    try {
+      ScanReport report = s.scan_once();
+      if (report.frames_decoded == report.frames_indexed && report.decoder_errors == 0) return report;
+      reason = str_cat("NVDEC produced ", report.frames_decoded, " of ", report.frames_indexed, " frames");
+    } catch (const NvdecRefused& refused) {
+      reason = refused.what();
+    }
+    s.switch_to_cpu(reason);
+  }
+  return s.scan_once();
+}
+
+ScanReport VideoReader::State::scan_once() {
+  ScanReport report;
+  report.frames_indexed = index.size();
+  report.read_error = index_read_error;
+  if (index_read_error) report.problems.push_back(index_problem);
+  if (info.header_frame_count > index.size())
+    report.problems.push_back(str_cat("the header lists ", info.header_frame_count, " frames but only ", index.size(),
+                                      " packets were found (truncated?)"));
+  seek_count = 0;
+  seek_to_frame(0);
+  codec->skip_frame = AVDISCARD_DEFAULT;
+  bool draining = false;
+  std::string first_decoder_error;
+  for (;;) {
+    if (!draining) {
+      const int rc = av_read_frame(format.get(), packet.get());
+      if (rc < 0) {
+        draining = true;
+        AV_CHECK(avcodec_send_packet(codec.get(), nullptr), info.path, "flushing the decoder");
+      } else {
+        if (packet->stream_index == info.stream_index) {
+          const int sent = avcodec_send_packet(codec.get(), packet.get());
+          if (sent < 0 && sent != AVERROR(EAGAIN)) {
+            ++report.decoder_errors;
+            if (first_decoder_error.empty()) first_decoder_error = av::error_string(sent);
+          }
+        }
+        av_packet_unref(packet.get());
+      }
+    }
+    bool done = false;
+    for (;;) {
+      const int rc = avcodec_receive_frame(codec.get(), frame.get());
+      if (rc == AVERROR(EAGAIN)) break;
+      if (rc == AVERROR_EOF) {
+        done = true;
+        break;
+      }
+      if (rc < 0) {
+        ++report.decoder_errors;
+        if (first_decoder_error.empty()) first_decoder_error = av::error_string(rc);
+        break;
+      }
+      if (use_nvdec && (nvdec_fell_back || frame->format != AV_PIX_FMT_CUDA)) {
+        av_frame_unref(frame.get());
+        throw NvdecRefused("FFmpeg gave software frames, not CUDA surfaces");
+      }
+      ++report.frames_decoded;
+      if ((frame->flags & AV_FRAME_FLAG_CORRUPT) != 0 || frame->decode_error_flags != 0) ++report.corrupt_frames;
+      av_frame_unref(frame.get());
+    }
+    if (done) break;
+  }
+  decoded_count = report.frames_decoded;
+  if (report.decoder_errors > 0)
+    report.problems.push_back(str_cat("the decoder reported ", report.decoder_errors, " error(s) (first: ",
+                                      first_decoder_error, ")"));
+  if (report.frames_decoded < report.frames_indexed)
+    report.problems.push_back(str_cat("the decoder produced ", report.frames_decoded, " of ", report.frames_indexed,
+                                      " frames"));
+  if (report.corrupt_frames > 0)
+    report.problems.push_back(str_cat(report.corrupt_frames, " frame(s) are damaged (FFmpeg concealed them)"));
+  return report;
+}
+
 torch::Tensor VideoReader::decode_rgb(const std::vector<int64_t>& indices, RgbConverter converter) {
-  const DecodedFrames frames = decode(indices);
+  DecodedFrames frames = decode(indices);
   torch::Tensor rgb;  // (T, H, W, 3) uint8
-  if (converter == RgbConverter::kSwscale)
+  if (converter == RgbConverter::kSwscale) {
+    frames.y = frames.y.cpu();  // libswscale runs on the host
+    frames.uv = frames.uv.cpu();
     rgb = yuv420_to_rgb_swscale(frames);
-  else
+  } else {
     rgb = yuv420_to_rgb(frames.y, frames.uv, yuv_format(frames));
+  }
   return rotate_frames(rgb, state_->info.rotation);
 }
 

@@ -2,8 +2,24 @@
 // (VideoInfo), a per-file frame index built by demuxing packets only (exact frame counts, frame
 // times for variable frame rate), and decode(indices), which seeks to the keyframe before the first
 // needed frame, decodes forward with frame threading and keeps only the needed frames as raw
-// 4:2:0 planes in the NV12/P010 layout that NVDEC produces, so a GPU path can slot in behind the
-// same DecodedFrames type later.
+// 4:2:0 planes in the NV12/P010 layout that NVDEC produces. Two decode paths fill the same
+// DecodedFrames: NVDEC (FFmpeg's CUDA hwaccel; frames stay on the GPU) and the CPU path (frame
+// threading).
+//
+// Path choice (VideoInfo::decode_path / decode_reason say which and why): with options.device a
+// CUDA device, NVDEC is used when nvdec::support() says the GPU takes the stream — asked up front
+// from the driver (cuvidGetDecoderCaps), because NVDEC can fail silently (on the H200, H.264 10-bit
+// gave zero frames and no error). Otherwise — no GPU asked for, a codec/bit depth/size NVDEC does not
+// take (H200: H.264 10-bit, AV1, HEVC below 144 px), no NVDEC in this build — the CPU path decodes
+// and the frames are copied to the device once. Should NVDEC still refuse a file mid-way (FFmpeg
+// drops to software formats, or a needed frame does not come out), the reader logs the reason once,
+// switches that file to the CPU path for good and decodes the request again: no frame is lost.
+// Both paths index frames from the same demuxed packets, so frame counts are equal by construction.
+//
+// Ordering on the GPU: FFmpeg writes NVDEC pictures on a stream the reader takes from LibTorch's
+// pool (not the legacy default stream); decode() makes that stream wait for the caller's current
+// stream before writing into the new tensors, and the current stream wait for the copies before it
+// returns (CUDA events), so kernels the caller queues next see finished frames.
 //
 // Policies (what callers can rely on):
 // - Errors: a missing path, a directory or an unreadable file is kIo. Anything FFmpeg cannot use
@@ -55,6 +71,15 @@ struct VideoReaderOptions {
   int thread_count = 0;
   /// When true, a needed frame that FFmpeg flags as corrupt (concealed) is kDecode, not a warning.
   bool fail_on_corrupt = false;
+  /// Where decode() returns frames. A CUDA device selects NVDEC when the GPU supports the stream.
+  torch::Device device = torch::kCPU;
+  /// False keeps a CUDA-device reader on the CPU decode path (frames still end up on the device).
+  bool allow_nvdec = true;
+  /// Frames no request needs and nothing references (non-reference B-frames) are not decoded at
+  /// all (libavcodec's skip_frame = AVDISCARD_NONREF, set per packet).
+  bool skip_unneeded_frames = true;
+  /// No log warnings about damage; problems() still lists them (validate-data reports them itself).
+  bool quiet = false;
 };
 
 /// One stream of the container, for `teletron probe`.
@@ -89,6 +114,8 @@ struct VideoInfo {
   double duration_seconds = 0.0;  // stream (or container) duration, 0 when unknown
   int64_t header_frame_count = 0; // what the container header says (0 = not stored, e.g. Matroska)
   int64_t frame_count = 0;        // from the frame index: exact
+  std::string decode_path;        // "nvdec" or "cpu"
+  std::string decode_reason;      // why that path, e.g. the cuvidGetDecoderCaps answer
 };
 
 /// Every frame of the stream in presentation order, from demuxing packets (no decoding).
@@ -102,6 +129,19 @@ struct FrameIndex {
 };
 
 /// Decoded frames in the unified 4:2:0 layout (what NVDEC gives: NV12 for 8-bit, P010 for 10-bit).
+/// What decoding every frame of a file found (VideoReader::scan).
+struct ScanReport {
+  int64_t frames_indexed = 0;   // packets of the stream (the frame index)
+  int64_t frames_decoded = 0;   // frames the decoder produced
+  int64_t corrupt_frames = 0;   // of those, flagged corrupt (concealed) by FFmpeg
+  int64_t decoder_errors = 0;   // packets the decoder rejected or errors it reported
+  bool read_error = false;      // the demuxer stopped with an error before the end (truncated/damaged)
+  /// The file's problems in words, in the order found (empty for a clean file).
+  std::vector<std::string> problems;
+  bool clean() const { return problems.empty(); }
+};
+
+/// y and uv on the reader's device (options.device); indices and seconds on the CPU.
 struct DecodedFrames {
   torch::Tensor y;        // (T, H, W) uint8, or uint16 holding the 10-bit value << 6 (P010)
   torch::Tensor uv;       // (T, ceil(H/2), ceil(W/2), 2) same dtype, U then V interleaved
@@ -136,8 +176,15 @@ class VideoReader {
   torch::Tensor decode_rgb(const std::vector<int64_t>& indices,
                            RgbConverter converter = RgbConverter::kColourKernel);
 
+  /// Decodes every frame once without keeping them and reports damage (for `teletron
+  /// validate-data`). On NVDEC, a file that NVDEC refuses or decodes short is scanned again on the
+  /// CPU path (the reader stays there, decode_reason says so) so the report is about the file.
+  ScanReport scan();
+
   /// How many decoder seeks the last decode() made (for tests and benchmarks).
   int last_seek_count() const;
+  /// How many frames the decoder produced in the last decode() (needed or not; for benchmarks).
+  int64_t last_decoded_count() const;
 
  private:
   struct State;

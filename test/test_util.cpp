@@ -5,13 +5,18 @@
 #include <torch/cuda.h>
 
 #include <array>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace tt::test {
 
@@ -39,6 +44,102 @@ CommandResult run_command(const std::string& command) {
   while ((n = fread(chunk.data(), 1, chunk.size(), pipe)) > 0) result.output.append(chunk.data(), n);
   int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+namespace {
+
+// 64-bit FNV-1a: unlike std::hash it is the same on every compiler and machine, so a record made on one
+// machine is found on another.
+uint64_t fnv1a64(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+// An exclusive flock() on `path` (created if missing), released when the object goes out of scope.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    // O_CLOEXEC: the commands run under the lock must not inherit (and so keep holding) it.
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error("cannot open lock file " + path);
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      ::close(fd_);
+      throw std::runtime_error("flock failed on " + path);
+    }
+  }
+  ~FileLock() { ::close(fd_); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+bool has_ffmpeg_cli() {
+  static const bool found =
+      run_command("command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null").exit_code == 0;
+  return found;
+}
+
+}  // namespace
+
+const std::string& media_dir() {
+  static const std::string dir = [] {
+    const char* chosen = std::getenv("TELETRON_TEST_MEDIA");
+    if (chosen == nullptr || chosen[0] == '\0') {
+      static const TempDir fresh("tt_media");
+      return fresh.path();
+    }
+    // Absolute: ctest runs each test in the build's test folder, the commands in a shell from there.
+    std::filesystem::path path = std::filesystem::absolute(chosen).lexically_normal();
+    if (!path.has_filename()) path = path.parent_path();
+    std::filesystem::create_directories(path);
+    return path.string();
+  }();
+  return dir;
+}
+
+CommandResult media_command(const std::string& command) {
+  const std::string& dir = media_dir();
+  char key[17];
+  std::snprintf(key, sizeof(key), "%016llx", static_cast<unsigned long long>(fnv1a64(command)));
+  const std::string record = dir + "/cmd-" + key + ".txt";
+  // Held from the check to the store, so a second process waits for the first one's files instead of
+  // running the same command over them.
+  FileLock lock(dir + "/media.lock");
+  if (std::filesystem::exists(record)) {
+    // Line 1: the exit code; the rest: the output.
+    const std::string text = read_file(record);
+    const size_t end = text.find('\n');
+    if (end == std::string::npos) throw std::runtime_error("malformed media record " + record);
+    CommandResult result;
+    result.exit_code = std::stoi(text.substr(0, end));
+    result.output = text.substr(end + 1);
+    return result;
+  }
+  if (!has_ffmpeg_cli())
+    SKIP("ffmpeg CLI not found and no recorded media in $TELETRON_TEST_MEDIA (scripts/make_test_media.sh)\n"
+         "not recorded: " << command);
+  CommandResult result = run_command(replace_all(command, "{media}", dir));
+  // A failed run is not stored: the next run retries it rather than replaying a missing encoder or a
+  // full disk forever. The record is written whole, then renamed into place.
+  if (result.exit_code == 0) {
+    const std::string partial = record + ".tmp" + std::to_string(::getpid());
+    write_file(partial, std::to_string(result.exit_code) + "\n" + result.output);
+    std::filesystem::rename(partial, record);
+  }
   return result;
 }
 

@@ -1,5 +1,6 @@
-// Shared helpers for teletron's Catch2 tests: scratch folders, running the built executable,
-// small file utilities, GPU detection for [gpu] tests.
+// Shared helpers for teletron's Catch2 tests: scratch folders, running the built executable, the
+// record/replay cache for media made with the ffmpeg CLI, small file utilities, GPU detection for
+// [gpu] tests.
 #pragma once
 
 #include <functional>
@@ -32,6 +33,21 @@ struct CommandResult {
 CommandResult run_teletron(const std::string& args);
 /// Runs any shell command, capturing stdout+stderr.
 CommandResult run_command(const std::string& command);
+
+/// Folder holding the media the tests make with the ffmpeg CLI (clips, rgb24 frames, ffprobe answers).
+/// $TELETRON_TEST_MEDIA when set (made absolute, created if missing) is persistent: filled on a machine
+/// with the CLI (scripts/make_test_media.sh), carried, replayed on one without. Otherwise one fresh TempDir
+/// per test process.
+const std::string& media_dir();
+/// Runs a shell command that needs the ffmpeg CLI, with every "{media}" replaced by media_dir(), through a
+/// record/replay cache: a successful run's exit code and output are stored in media_dir() as
+/// cmd-<FNV-1a 64 of the command text before substitution>.txt, and later calls with the same text (in
+/// any process, on any machine) return them without running it; the files it wrote into {media} are
+/// there already. So binary output goes to a file in {media}, never to stdout, and output names are
+/// fixed by the clip and its parameters (no temp paths). Output is stdout+stderr merged: ffprobe
+/// commands pass `-v error`. SKIPs when nothing is recorded and there is no ffmpeg/ffprobe on PATH.
+/// Several processes (ctest -j) may share the folder: check-run-store holds a flock() on media.lock.
+CommandResult media_command(const std::string& command);
 
 void write_file(const std::string& path, const std::string& content);
 std::string read_file(const std::string& path);

@@ -1,5 +1,6 @@
 // The YUV 4:2:0 -> RGB colour conversion: the reference against known colours, a textbook per-pixel
-// formula and the ffmpeg CLI's rgb24 output (clips made at test time); the CUDA kernel against the reference.
+// formula and the ffmpeg CLI's rgb24 output (clips made with the CLI through tt::test::media_command, so
+// the GPU machine replays recorded ones); the CUDA kernel against the reference.
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -54,10 +55,6 @@ ErrorStats error_stats(const torch::Tensor& a, const torch::Tensor& b) {
   return s;
 }
 
-bool have_ffmpeg() {
-  return tt::test::run_command("command -v ffmpeg").exit_code == 0;
-}
-
 // Raw file -> uint8 tensor of `shape`.
 torch::Tensor read_raw(const std::string& path, std::vector<int64_t> shape) {
   std::string bytes = tt::test::read_file(path);
@@ -69,31 +66,34 @@ torch::Tensor read_raw(const std::string& path, std::vector<int64_t> shape) {
 
 // Makes a 5-frame testsrc2 clip (raw video in Matroska, which keeps range and colour tags), copies its planes
 // out untouched and has ffmpeg convert it to rgb24 with `scale_args` (matrix and range explicit), then
-// compares our reference and entry with that.
-void compare_with_ffmpeg(int width, int height, const std::string& pix_fmt, const std::string& tags,
-                         const std::string& scale_args, const tt::YuvFormat& format) {
-  if (!have_ffmpeg()) SKIP("ffmpeg CLI not found: clip comparison skipped");
-  tt::test::TempDir dir("tt_colour");
+// compares our reference and entry with that. The files are {media}/colour_<name>.yuv and .rgb.
+void compare_with_ffmpeg(const std::string& name, int width, int height, const std::string& pix_fmt,
+                         const std::string& tags, const std::string& scale_args,
+                         const tt::YuvFormat& format) {
   const std::string quiet = "ffmpeg -hide_banner -loglevel error -y ";
   const std::string size = std::to_string(width + 2) + "x" + std::to_string(height + 2);
   const std::string crop = "crop=" + std::to_string(width) + ":" + std::to_string(height) + ":0:0:exact=1";
-  auto run = [](const std::string& cmd) {
-    auto result = tt::test::run_command(cmd);
-    INFO(cmd << "\n" << result.output);
-    REQUIRE(result.exit_code == 0);
-  };
-  run(quiet + "-f lavfi -i testsrc2=size=" + size + ":rate=25 -frames:v 5 -vf " + crop +
-      ",format=" + pix_fmt + " " + tags + " -c:v rawvideo " + (dir / "clip.mkv"));
-  run(quiet + "-i " + (dir / "clip.mkv") + " -c:v copy -f rawvideo " + (dir / "clip.yuv"));
-  run(quiet + "-i " + (dir / "clip.mkv") + " -vf scale=" + scale_args + ",format=rgb24 -f rawvideo " +
-      (dir / "clip.rgb"));
+  const std::string clip = "'{media}/colour_" + name + ".mkv'";
+  const std::string yuv_file = "colour_" + name + ".yuv";
+  const std::string rgb_file = "colour_" + name + ".rgb";
+  // One recorded command, so the Matroska clip, needed only to make the other two, is not kept (nor carried).
+  const std::string command =
+      quiet + "-f lavfi -i testsrc2=size=" + size + ":rate=25 -frames:v 5 -vf " + crop + ",format=" +
+      pix_fmt + " " + tags + " -c:v rawvideo " + clip +
+      " && " + quiet + "-i " + clip + " -c:v copy -f rawvideo '{media}/" + yuv_file + "'" +
+      " && " + quiet + "-i " + clip + " -vf scale=" + scale_args + ",format=rgb24 -f rawvideo '{media}/" +
+      rgb_file + "'" + " && rm " + clip;
+  const auto result = tt::test::media_command(command);
+  INFO(command << "\n" << result.output);
+  REQUIRE(result.exit_code == 0);
+  const std::string& media = tt::test::media_dir();
   const int64_t t = 5, h = height, w = width, ch = (h + 1) / 2, cw = (w + 1) / 2;
-  auto yuv = read_raw(dir / "clip.yuv", {t, h * w + 2 * ch * cw});
+  auto yuv = read_raw(media + "/" + yuv_file, {t, h * w + 2 * ch * cw});
   auto y = yuv.narrow(1, 0, h * w).reshape({t, h, w});
   auto u = yuv.narrow(1, h * w, ch * cw).reshape({t, ch, cw});
   auto v = yuv.narrow(1, h * w + ch * cw, ch * cw).reshape({t, ch, cw});
   auto uv = torch::stack({u, v}, -1).contiguous();
-  auto expected = read_raw(dir / "clip.rgb", {t, h, w, 3});
+  auto expected = read_raw(media + "/" + rgb_file, {t, h, w, 3});
   auto ours = tt::yuv420_to_rgb_reference(y, uv, format);
   auto stats = error_stats(ours, expected);
   INFO(width << "x" << height << " " << scale_args << ": mean " << stats.mean << " p99 " << stats.p99
@@ -217,17 +217,18 @@ TEST_CASE("bad dtypes and shapes are refused with clear messages", "[colour]") {
 }
 
 TEST_CASE("BT.601 limited range matches the ffmpeg CLI", "[colour]") {
-  compare_with_ffmpeg(320, 240, "yuv420p", "", "in_color_matrix=bt601:in_range=tv",
+  compare_with_ffmpeg("bt601_tv", 320, 240, "yuv420p", "", "in_color_matrix=bt601:in_range=tv",
                       format_of(tt::YuvMatrix::kBt601, false));
 }
 
 TEST_CASE("BT.709 limited range (tagged clip, odd width) matches the ffmpeg CLI", "[colour]") {
-  compare_with_ffmpeg(321, 180, "yuv420p", "-color_primaries bt709 -color_trc bt709 -colorspace bt709",
+  compare_with_ffmpeg("bt709_tv_odd", 321, 180, "yuv420p",
+                      "-color_primaries bt709 -color_trc bt709 -colorspace bt709",
                       "in_color_matrix=bt709:in_range=tv", format_of(tt::YuvMatrix::kBt709, false));
 }
 
 TEST_CASE("BT.601 full range (yuvj420p) matches the ffmpeg CLI", "[colour]") {
-  compare_with_ffmpeg(320, 240, "yuvj420p", "", "in_color_matrix=bt601:in_range=pc",
+  compare_with_ffmpeg("bt601_pc", 320, 240, "yuvj420p", "", "in_color_matrix=bt601:in_range=pc",
                       format_of(tt::YuvMatrix::kBt601, true));
 }
 

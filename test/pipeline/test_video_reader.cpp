@@ -1,10 +1,11 @@
-// Tests for pipeline/video_reader (the CPU decode path) on clips the ffmpeg CLI makes at test time:
+// Tests for pipeline/video_reader (the CPU decode path) on clips made with the ffmpeg CLI:
 // H.264 / HEVC / VP9, yuv420p and yuvj420p, 10-bit, an odd size, a rotated file, variable frame
 // rate, 4:4:4 (libswscale conversion). Frame counts against `ffprobe -count_frames`, RGB against the
 // CLI's rgb24 output with matrix and range set explicitly, seeking against decoding from the
 // start, VFR timestamps against ffprobe, and broken inputs (missing, folder, empty, text,
-// truncated, byte-flipped) that must give tt::Error, never a crash. Without the ffmpeg CLI (the GPU
-// machine has none) every test SKIPs, saying so.
+// truncated, byte-flipped) that must give tt::Error, never a crash. Every CLI call goes through
+// tt::test::media_command, so the GPU machine (no ffmpeg CLI) replays the media recorded by
+// scripts/make_test_media.sh; with neither the CLI nor a record the media tests SKIP, saying so.
 #include "pipeline/video_reader.h"
 
 #include <catch2/catch_test_macros.hpp>
@@ -24,53 +25,41 @@
 
 namespace {
 
-using tt::test::run_command;
+using tt::test::media_command;
 
-bool has_ffmpeg() {
-  static const bool found = run_command("command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null").exit_code == 0;
-  return found;
-}
-
-#define REQUIRE_FFMPEG() \
-  do {                   \
-    if (!has_ffmpeg()) SKIP("ffmpeg CLI not found"); \
-  } while (0)
-
-// Every clip of the suite, made once per test run.
+// Every clip of the suite, in the media folder, made (or found recorded) once per test process.
 struct Clips {
-  tt::test::TempDir dir{"tt_video"};
-  std::string path(const std::string& name) const { return dir / name; }
+  std::string path(const std::string& name) const { return tt::test::media_dir() + "/" + name; }
 };
 
 const std::string kSource = "-f lavfi -i testsrc2=size=320x240:rate=25 ";
 const std::string kTag709 = "-color_primaries bt709 -color_trc bt709 -colorspace bt709 ";
 
-void make(const Clips& clips, const std::string& name, const std::string& args) {
-  const std::string command = "ffmpeg -v error -y " + args + " '" + clips.path(name) + "'";
-  const auto result = run_command(command);
+void make(const std::string& name, const std::string& args) {
+  const std::string command = "ffmpeg -v error -y " + args + " '{media}/" + name + "'";
+  const auto result = media_command(command);
   INFO(command << "\n" << result.output);
   REQUIRE(result.exit_code == 0);
 }
 
 const Clips& clips() {
-  static const Clips* made = [] {
-    auto* c = new Clips();
-    make(*c, "h264.mp4", kSource + "-frames:v 40 -c:v libx264 -g 12 -bf 2 -pix_fmt yuv420p " + kTag709);
-    make(*c, "h264_full.mp4", kSource + "-frames:v 12 -c:v libx264 -pix_fmt yuvj420p");
-    make(*c, "hevc.mkv", kSource + "-frames:v 20 -c:v libx265 -x265-params log-level=none:keyint=8 -pix_fmt yuv420p");
-    make(*c, "vp9.webm", kSource + "-frames:v 16 -c:v libvpx-vp9 -deadline realtime -cpu-used 8 -g 8 -pix_fmt yuv420p");
-    make(*c, "h264_10bit.mp4", kSource + "-frames:v 12 -c:v libx264 -profile:v high10 -pix_fmt yuv420p10le " + kTag709);
-    make(*c, "odd.mp4", "-f lavfi -i testsrc2=size=642x362:rate=25 -frames:v 8 -c:v libx264 -pix_fmt yuv420p");
-    make(*c, "yuv444.mp4", kSource + "-frames:v 6 -c:v libx264 -pix_fmt yuv444p");
+  static const Clips made = [] {
+    make("h264.mp4", kSource + "-frames:v 40 -c:v libx264 -g 12 -bf 2 -pix_fmt yuv420p " + kTag709);
+    make("h264_full.mp4", kSource + "-frames:v 12 -c:v libx264 -pix_fmt yuvj420p");
+    make("hevc.mkv", kSource + "-frames:v 20 -c:v libx265 -x265-params log-level=none:keyint=8 -pix_fmt yuv420p");
+    make("vp9.webm", kSource + "-frames:v 16 -c:v libvpx-vp9 -deadline realtime -cpu-used 8 -g 8 -pix_fmt yuv420p");
+    make("h264_10bit.mp4", kSource + "-frames:v 12 -c:v libx264 -profile:v high10 -pix_fmt yuv420p10le " + kTag709);
+    make("odd.mp4", "-f lavfi -i testsrc2=size=642x362:rate=25 -frames:v 8 -c:v libx264 -pix_fmt yuv420p");
+    make("yuv444.mp4", kSource + "-frames:v 6 -c:v libx264 -pix_fmt yuv444p");
     // 5.1's encoder drops `rotate` metadata; remuxing keeps it (newer ffmpeg: -display_rotation).
-    make(*c, "plain.mp4", kSource + "-frames:v 6 -c:v libx264 -pix_fmt yuv420p");
-    make(*c, "rotated.mp4", "-i '" + c->path("plain.mp4") + "' -c copy -metadata:s:v:0 rotate=90");
+    make("plain.mp4", kSource + "-frames:v 6 -c:v libx264 -pix_fmt yuv420p");
+    make("rotated.mp4", "-i '{media}/plain.mp4' -c copy -metadata:s:v:0 rotate=90");
     // 12 frames at 25 fps, then 12 at 12.5 fps.
-    make(*c, "vfr.mkv", kSource + "-frames:v 24 -vf \"setpts='(N+if(gte(N,12),N-12,0))/(25*TB)'\" -fps_mode vfr "
-                         "-c:v libx264 -pix_fmt yuv420p");
-    return c;
+    make("vfr.mkv", kSource + "-frames:v 24 -vf \"setpts='(N+if(gte(N,12),N-12,0))/(25*TB)'\" -fps_mode vfr "
+                    "-c:v libx264 -pix_fmt yuv420p");
+    return Clips();
   }();
-  return *made;
+  return made;
 }
 
 std::vector<int64_t> all_frames(const tt::VideoReader& reader) {
@@ -79,22 +68,36 @@ std::vector<int64_t> all_frames(const tt::VideoReader& reader) {
   return frames;
 }
 
-int64_t ffprobe_frame_count(const std::string& path) {
-  const auto result = run_command("ffprobe -v error -count_frames -select_streams v:0 -show_entries "
-                                  "stream=nb_read_frames -of csv=p=0 '" + path + "'");
+int64_t ffprobe_frame_count(const std::string& name) {
+  const auto result = media_command("ffprobe -v error -count_frames -select_streams v:0 -show_entries "
+                                    "stream=nb_read_frames -of csv=p=0 '{media}/" + name + "'");
   REQUIRE(result.exit_code == 0);
   return std::stoll(result.output);
 }
 
-// The CLI's rgb24 frames (after its autorotate), with matrix and range given explicitly.
-torch::Tensor ffmpeg_rgb(const std::string& path, const std::string& matrix, const std::string& range,
+// RGB is compared with the CLI on frames 0, 4, 8, ... of each clip (all of them are decoded): that still
+// spans every GOP and I, P and B frames, and keeps the carried rgb24 files (make_test_media.sh) a quarter
+// of the size.
+constexpr int64_t kRgbStride = 4;
+
+// Frames 0, kRgbStride, 2 * kRgbStride, ... of `frames` (T, H, W, 3): the ones ffmpeg_rgb gives.
+torch::Tensor compared_frames(const torch::Tensor& frames) {
+  return frames.slice(0, 0, frames.size(0), kRgbStride);
+}
+
+// The CLI's rgb24 frames 0, kRgbStride, 2 * kRgbStride, ... of clip `name` (after its autorotate), with
+// matrix and range given explicitly: (count, height, width, 3) uint8.
+torch::Tensor ffmpeg_rgb(const std::string& name, const std::string& matrix, const std::string& range,
                          int64_t height, int64_t width) {
-  const std::string raw = path + ".rgb";
-  const auto result = run_command("ffmpeg -v error -y -i '" + path + "' -map 0:v:0 -vf scale=in_color_matrix=" + matrix +
-                                  ":in_range=" + range + " -pix_fmt rgb24 -fps_mode passthrough -f rawvideo '" + raw + "'");
-  INFO(result.output);
+  const std::string raw = name + "." + matrix + "_" + range + ".rgb";
+  const std::string filters = "select='not(mod(n," + std::to_string(kRgbStride) +
+                              "))',scale=in_color_matrix=" + matrix + ":in_range=" + range;
+  const std::string command = "ffmpeg -v error -y -i '{media}/" + name + "' -map 0:v:0 -vf \"" + filters +
+                              "\" -pix_fmt rgb24 -fps_mode passthrough -f rawvideo '{media}/" + raw + "'";
+  const auto result = media_command(command);
+  INFO(command << "\n" << result.output);
   REQUIRE(result.exit_code == 0);
-  const std::string bytes = tt::test::read_file(raw);
+  const std::string bytes = tt::test::read_file(tt::test::media_dir() + "/" + raw);
   const int64_t frame_bytes = height * width * 3;
   REQUIRE(static_cast<int64_t>(bytes.size()) % frame_bytes == 0);
   const int64_t count = static_cast<int64_t>(bytes.size()) / frame_bytes;
@@ -120,7 +123,6 @@ struct RgbCase {
 }  // namespace
 
 TEST_CASE("video reader: info, frame counts and RGB match the ffmpeg CLI", "[video]") {
-  REQUIRE_FFMPEG();
   const std::vector<RgbCase> cases = {
       {"h264.mp4", "bt709", "tv"},     {"h264_full.mp4", "bt601", "pc"}, {"hevc.mkv", "bt601", "tv"},
       {"vp9.webm", "bt601", "tv"},     {"h264_10bit.mp4", "bt709", "tv"}, {"odd.mp4", "bt601", "tv"},
@@ -131,23 +133,24 @@ TEST_CASE("video reader: info, frame counts and RGB match the ffmpeg CLI", "[vid
       const std::string path = clips().path(c.name);
       tt::VideoReader reader(path);
       const tt::VideoInfo& info = reader.info();
-      CHECK(info.frame_count == ffprobe_frame_count(path));
+      CHECK(info.frame_count == ffprobe_frame_count(c.name));
       CHECK(info.rotation == 0);
-      const torch::Tensor reference = ffmpeg_rgb(path, c.matrix, c.range, info.height, info.width);
-      const torch::Tensor rgb = reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale);
+      const torch::Tensor reference = ffmpeg_rgb(c.name, c.matrix, c.range, info.height, info.width);
+      const torch::Tensor rgb =
+          compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
       CHECK(torch::equal(rgb, reference));  // same libswscale path as the CLI: bit-exact
       // The colour kernel replicates chroma 2x2. The CLI does too for 8-bit 4:2:0 → rgb24 (libswscale's
       // unscaled converter), but interpolates it for 10-bit input, so on this sharp test pattern the
       // 10-bit clip differs at chroma edges (measured: mean 1.35, p99 22) — a chroma-upsampling
       // difference, not a decode one (kSwscale above is bit-exact); the colour kernel's tests own it.
       if (info.bit_depth == 8)
-        check_close(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kColourKernel), reference);
+        check_close(compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kColourKernel)),
+                    reference);
     }
   }
 }
 
 TEST_CASE("video reader: colour metadata, bit depth, layout", "[video]") {
-  REQUIRE_FFMPEG();
   {
     tt::VideoReader reader(clips().path("h264.mp4"));
     CHECK(reader.info().codec == "h264");
@@ -194,8 +197,9 @@ TEST_CASE("video reader: colour metadata, bit depth, layout", "[video]") {
     // 4:4:4 goes through libswscale to 4:2:0 first; the result is still close to the CLI's RGB.
     tt::VideoReader reader(clips().path("yuv444.mp4"));
     CHECK(reader.info().pixel_format == "yuv444p");
-    const torch::Tensor rgb = reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale);
-    const torch::Tensor reference = ffmpeg_rgb(clips().path("yuv444.mp4"), "bt601", "tv", 240, 320);
+    const torch::Tensor rgb =
+        compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
+    const torch::Tensor reference = ffmpeg_rgb("yuv444.mp4", "bt601", "tv", 240, 320);
     REQUIRE(rgb.sizes() == reference.sizes());
     const double mean = (rgb.to(torch::kFloat32) - reference.to(torch::kFloat32)).abs().mean().item<double>();
     CHECK(mean < 3.0);  // chroma subsampling loses detail on the sharp test pattern
@@ -203,7 +207,6 @@ TEST_CASE("video reader: colour metadata, bit depth, layout", "[video]") {
 }
 
 TEST_CASE("video reader: seeking gives the pixels of decoding from the start", "[video]") {
-  REQUIRE_FFMPEG();
   for (const std::string name : {"h264.mp4", "hevc.mkv", "vp9.webm", "h264_10bit.mp4"}) {
     SECTION(name) {
       tt::VideoReader reader(clips().path(name));
@@ -227,26 +230,25 @@ TEST_CASE("video reader: seeking gives the pixels of decoding from the start", "
 }
 
 TEST_CASE("video reader: display rotation turns the frames like ffmpeg's autorotate", "[video]") {
-  REQUIRE_FFMPEG();
   const std::string path = clips().path("rotated.mp4");
   tt::VideoReader reader(path);
   CHECK((reader.info().rotation == 90 || reader.info().rotation == 270));
   CHECK(reader.info().width == 320);
   const torch::Tensor rgb = reader.decode_rgb(all_frames(reader));
   CHECK(rgb.sizes() == torch::IntArrayRef({6, 320, 240, 3}));
-  const torch::Tensor reference = ffmpeg_rgb(path, "bt601", "tv", 320, 240);
-  check_close(rgb, reference);
-  CHECK(torch::equal(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale), reference));
+  const torch::Tensor reference = ffmpeg_rgb("rotated.mp4", "bt601", "tv", 320, 240);
+  check_close(compared_frames(rgb), reference);
+  const torch::Tensor swscale = reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale);
+  CHECK(torch::equal(compared_frames(swscale), reference));
   // The same frames unrotated differ: the direction matters, not only the shape.
   const torch::Tensor other = tt::rotate_frames(rgb, 180);
   CHECK_FALSE(torch::equal(other, rgb));
 }
 
 TEST_CASE("video reader: variable frame rate timestamps match ffprobe", "[video]") {
-  REQUIRE_FFMPEG();
   const std::string path = clips().path("vfr.mkv");
-  const auto result = run_command("ffprobe -v error -select_streams v:0 -show_entries frame=pts_time -of csv=p=0 '" +
-                                  path + "'");
+  const auto result = media_command(
+      "ffprobe -v error -select_streams v:0 -show_entries frame=pts_time -of csv=p=0 '{media}/vfr.mkv'");
   REQUIRE(result.exit_code == 0);
   std::vector<double> expected;
   std::istringstream lines(result.output);
@@ -265,7 +267,6 @@ TEST_CASE("video reader: variable frame rate timestamps match ffprobe", "[video]
 }
 
 TEST_CASE("video reader: broken inputs give tt::Error, never a crash", "[video]") {
-  REQUIRE_FFMPEG();
   tt::test::TempDir dir("tt_video_broken");
   auto code_of = [](const std::string& path) {
     return tt::test::expect_error([&] {
@@ -283,7 +284,7 @@ TEST_CASE("video reader: broken inputs give tt::Error, never a crash", "[video]"
   CHECK(text_error.code() == tt::ErrorCode::kDecode);
   CHECK(std::string(text_error.what()).find("notes.mp4") != std::string::npos);
   // An audio-only file has no video stream.
-  make(clips(), "audio.m4a", "-f lavfi -i sine=duration=0.2 -c:a aac");
+  make("audio.m4a", "-f lavfi -i sine=duration=0.2 -c:a aac");
   CHECK(code_of(clips().path("audio.m4a")) == tt::ErrorCode::kDecode);
   {
     tt::VideoReader reader(clips().path("h264.mp4"));

@@ -1,0 +1,145 @@
+// `teletron bench-video` (see bench_video.h).
+#include "app/bench_video.h"
+
+#include <nlohmann/json.hpp>
+#include <sched.h>
+#include <torch/torch.h>
+
+#ifdef TELETRON_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "core/device.h"
+#include "core/errors.h"
+#include "cuda/ops.h"
+#include "pipeline/augment.h"
+#include "pipeline/frame_sampler.h"
+#include "pipeline/video_reader.h"
+
+namespace tt {
+namespace {
+
+struct Totals {
+  std::atomic<int64_t> clips{0}, decoded{0}, needed{0}, nvdec{0};
+};
+
+int allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
+  return CPU_COUNT(&set);
+}
+
+// One clip through the chosen pipeline; returns after its output exists (GPU work finished).
+void process(const BenchVideoOptions& o, const std::string& path, int64_t sample_index, Totals& totals) {
+  VideoReaderOptions reader_options;
+  reader_options.skip_unneeded_frames = o.skip_unneeded;
+  reader_options.thread_count = 1;  // parallel across clips, as the workers are
+  reader_options.device = o.mode == "cpu" ? torch::Device(torch::kCPU) : resolve_device(o.device, "--device");
+  VideoReader reader(path, reader_options);
+  if (o.mode == "decode-only") {
+    const ScanReport report = reader.scan();
+    totals.decoded += report.frames_decoded;
+    totals.needed += report.frames_decoded;
+  } else {
+    FrameSamplerOptions sampler;
+    TT_CHECK(parse_frame_sample_mode(o.sampler, &sampler.mode), ErrorCode::kConfig, "--sampler: unknown mode ", o.sampler);
+    sampler.samples = o.frames;
+    std::vector<double> times;
+    for (int64_t i = 0; i < reader.index().size(); ++i) times.push_back(reader.index().seconds(i));
+    const std::vector<int64_t> picked = sample_frames(sampler, times, 1234, 0, sample_index);
+    std::vector<int64_t> unique = picked;
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+    const DecodedFrames frames = reader.decode(unique);
+    torch::Tensor rgb = rotate_frames(yuv420_to_rgb(frames.y, frames.uv, yuv_format(frames)), reader.info().rotation);
+    if (unique.size() != picked.size()) {  // repeated frames (fps mode): gather on the frames' device
+      std::vector<int64_t> positions;
+      for (int64_t frame : picked) positions.push_back(std::lower_bound(unique.begin(), unique.end(), frame) - unique.begin());
+      rgb = rgb.index_select(0, torch::tensor(positions).to(rgb.device()));
+    }
+    AugmentOptions augment;
+    augment.flip = 0.5;
+    const AugmentParams params = draw_augment_params(augment, 1234, 0, sample_index);
+    torch::Tensor clip = augment_clip(rgb, params, o.height, o.width, torch::kBFloat16);  // (3, T, H, W)
+    TT_CHECK(clip.size(1) == o.frames, ErrorCode::kInternal, "bench-video produced ", clip.size(1), " frames");
+#ifdef TELETRON_WITH_CUDA
+    if (clip.is_cuda()) c10::cuda::getCurrentCUDAStream(clip.device().index()).synchronize();
+#endif
+    totals.decoded += reader.last_decoded_count();
+    totals.needed += static_cast<int64_t>(unique.size());
+  }
+  totals.nvdec += reader.info().decode_path == "nvdec" ? 1 : 0;
+  ++totals.clips;
+}
+
+}  // namespace
+
+void run_bench_video(const BenchVideoOptions& o) {
+  TT_CHECK(!o.clips.empty(), ErrorCode::kConfig, "bench-video needs at least one clip");
+  TT_CHECK(o.mode == "decode-only" || o.mode == "gpu" || o.mode == "cpu", ErrorCode::kConfig,
+           "--mode: decode-only, gpu or cpu, got ", o.mode);
+  if (o.mode == "cpu") at::set_num_threads(1);  // one core per worker: the workers are the parallelism
+  const int workers = std::max(1, o.workers);
+  const int64_t tasks = static_cast<int64_t>(o.clips.size()) * std::max(1, o.passes);
+
+  auto run_workers = [&](int64_t count, Totals& totals) {
+    std::atomic<int64_t> next{0};
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(workers);
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+#ifdef TELETRON_WITH_CUDA
+          std::optional<c10::cuda::CUDAStreamGuard> guard;
+          if (o.mode != "cpu" && torch::cuda::is_available()) guard.emplace(c10::cuda::getStreamFromPool(false, 0));
+#endif
+          for (int64_t t = next++; t < count; t = next++)
+            process(o, o.clips[t % o.clips.size()], t, totals);
+        } catch (const std::exception& error) {
+          errors[w] = error.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (const std::string& error : errors) TT_CHECK(error.empty(), ErrorCode::kInternal, "bench-video worker: ", error);
+  };
+
+  Totals warmup;
+  run_workers(workers, warmup);  // one clip per worker: CUDA/NVDEC start-up, allocator, page cache
+  Totals totals;
+  const auto start = std::chrono::steady_clock::now();
+  run_workers(tasks, totals);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const int cpus = allowed_cpus();
+  const double clips_per_s = static_cast<double>(totals.clips) / seconds;
+  const double decoded_per_s = static_cast<double>(totals.decoded) / seconds;
+  std::printf("bench-video %s: mode %s, %d workers, %d CPU cores, skip %s: %lld clips in %.2f s -> %.2f clips/s, "
+              "%.0f decoded frames/s (%lld decoded, %lld needed, %.1f decoded per clip; %lld of %lld clips on NVDEC)\n",
+              o.label.c_str(), o.mode.c_str(), workers, cpus, o.skip_unneeded ? "on" : "off",
+              static_cast<long long>(totals.clips.load()), seconds, clips_per_s, decoded_per_s,
+              static_cast<long long>(totals.decoded.load()), static_cast<long long>(totals.needed.load()),
+              static_cast<double>(totals.decoded) / static_cast<double>(totals.clips),
+              static_cast<long long>(totals.nvdec.load()), static_cast<long long>(totals.clips.load()));
+  if (!o.json.empty()) {
+    nlohmann::json row = {{"label", o.label},          {"mode", o.mode},
+                          {"workers", workers},        {"cpu_cores", cpus},
+                          {"skip_unneeded", o.skip_unneeded},
+                          {"frames", o.frames},        {"sampler", o.sampler},
+                          {"clips", totals.clips.load()}, {"seconds", seconds},
+                          {"clips_per_s", clips_per_s}, {"decoded_frames", totals.decoded.load()},
+                          {"needed_frames", totals.needed.load()}, {"decoded_frames_per_s", decoded_per_s},
+                          {"nvdec_clips", totals.nvdec.load()}};
+    std::ofstream out(o.json, std::ios::app);
+    out << row.dump() << "\n";
+  }
+}
+
+}  // namespace tt

@@ -1,0 +1,33 @@
+// `teletron bench-video CLIP...`: times the video data pipeline on real files, for BENCHMARKS.md.
+// Modes: decode-only (every frame, VideoReader::scan, no conversion: the decoder's ceiling), gpu
+// (NVDEC where the GPU takes the stream -> sampled frames -> CUDA colour kernel -> fused augment
+// kernel -> (3, T, H, W) bf16 per clip on the GPU) and cpu (CPU decode -> colour reference ->
+// torch resize/crop/normalise on the host: every stage on the CPU). Workers are threads, each
+// with its own reader per clip (one NVDEC session each) and, on the GPU, its own stream. Reports
+// decoded frames/s (every frame the decoder produced, needed or not), clips/s (a clip = every
+// frame its sample needs decoded and augmented) and the CPU cores the process may run on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tt {
+
+struct BenchVideoOptions {
+  std::vector<std::string> clips;
+  std::string mode = "gpu";    // decode-only | gpu | cpu
+  int workers = 4;             // concurrent clips (NVDEC sessions on the GPU)
+  int passes = 2;              // each clip is processed this many times (after one warm-up clip per worker)
+  int64_t frames = 33;         // samples per clip
+  std::string sampler = "stratified";
+  int64_t height = 480, width = 832;
+  bool skip_unneeded = true;   // skip_frame NONREF on frames no sample needs
+  std::string device = "cuda"; // for decode-only and gpu
+  std::string label;           // printed with the result
+  std::string json;            // append a JSON line here
+};
+
+void run_bench_video(const BenchVideoOptions& options);
+
+}  // namespace tt
