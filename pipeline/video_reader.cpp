@@ -521,6 +521,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   std::vector<uint8_t> needed(static_cast<size_t>(count), 0);
   for (int64_t frame_index : indices) needed[static_cast<size_t>(frame_index)] = 1;
   if (s.use_nvdec) nvdec::wait_for_current(s.cuda_stream, s.device_index);  // the new tensors are free to write
+  const int64_t reseek_gap = s.options.reseek_gap >= 0 ? s.options.reseek_gap : (s.use_nvdec ? 48 : 1);
 
   int64_t next = 0;                    // position in `indices` of the next frame to produce
   int64_t seek_frame = s.keyframe_at_or_before(indices[0]);
@@ -598,10 +599,10 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
       if (found >= 0) last_frame = std::max(last_frame, found);
       av_frame_unref(s.frame.get());
       if (restart || next >= frames) break;
-      // Re-seek when the next needed frame lies in a later GOP than the one being decoded: every
-      // frame up to that GOP's keyframe would be decoded for nothing.
+      // Re-seek when the next needed frame lies in a later GOP far enough ahead that decoding up
+      // to its keyframe costs more than a seek (options.reseek_gap).
       const int64_t target_key = s.keyframe_at_or_before(indices[next]);
-      if (last_frame >= 0 && target_key > last_frame + 1) {
+      if (last_frame >= 0 && target_key > last_frame + 1 && target_key - last_frame - 1 >= reseek_gap) {
         seek_frame = target_key;
         need_seek = true;
         break;

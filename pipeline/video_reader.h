@@ -78,6 +78,13 @@ struct VideoReaderOptions {
   /// Frames no request needs and nothing references (non-reference B-frames) are not decoded at
   /// all (libavcodec's skip_frame = AVDISCARD_NONREF, set per packet).
   bool skip_unneeded_frames = true;
+  /// A later GOP is reached by seeking only when at least this many frames lie between the last
+  /// decoded frame and that GOP's keyframe; shorter gaps are decoded through (unneeded
+  /// non-reference frames skipped). A seek flushes the decoder, and FFmpeg's H.264/HEVC decoders
+  /// then rebuild their state on the next picture — with NVDEC, destroying and creating the hardware
+  /// decoder, which the driver serialises across sessions. -1 (auto): 48 frames on NVDEC, 1 on
+  /// the CPU path, where rebuilding the software decoder is cheaper than decoding the gap.
+  int64_t reseek_gap = -1;
   /// No log warnings about damage; problems() still lists them (validate-data reports them itself).
   bool quiet = false;
 };

@@ -209,7 +209,9 @@ TEST_CASE("video reader: colour metadata, bit depth, layout", "[video]") {
 TEST_CASE("video reader: seeking gives the pixels of decoding from the start", "[video]") {
   for (const std::string name : {"h264.mp4", "hevc.mkv", "vp9.webm", "h264_10bit.mp4"}) {
     SECTION(name) {
-      tt::VideoReader reader(clips().path(name));
+      tt::VideoReaderOptions always_seek;
+      always_seek.reseek_gap = 1;  // re-seek into every later GOP: exercises the re-seek path
+      tt::VideoReader reader(clips().path(name), always_seek);
       const int64_t count = reader.info().frame_count;
       const tt::DecodedFrames all = reader.decode(all_frames(reader));
       const int64_t middle = count / 2 + 1;
@@ -225,6 +227,14 @@ TEST_CASE("video reader: seeking gives the pixels of decoding from the start", "
         CHECK(torch::equal(some.uv[i], all.uv[sparse[i]]));
       }
       CHECK(torch::equal(reader.decode({0}).y[0], all.y[0]));
+      // A larger gap (NVDEC's default) decodes through short gaps instead: one seek, same pixels.
+      tt::VideoReaderOptions decode_through;
+      decode_through.reseek_gap = 48;
+      tt::VideoReader through(clips().path(name), decode_through);
+      const tt::DecodedFrames same = through.decode(sparse);
+      if (name == "h264.mp4") CHECK(through.last_seek_count() == 1);
+      CHECK(torch::equal(same.y, some.y));
+      CHECK(torch::equal(same.uv, some.uv));
     }
   }
 }
