@@ -12,6 +12,21 @@ struct YuvFormat {
   int bit_depth = 8;        /// 8 (NV12, uint8) or 10 (P010, uint16 with the value in the high bits)
 };
 
+/// Chroma upsampling, chosen to match the ffmpeg CLI's rgb24 output (the reference this project is
+/// held to), which takes a different libswscale path per bit depth (details in colour.cu):
+/// - 8-bit: chroma replicated 2x2 (swscale's unscaled yuv2rgb converter);
+/// - 10-bit: replicated horizontally, and vertically a 4-tap cubic (Keys, a = -0.6, swscale's
+///   SWS_BICUBIC) with chroma rows sited between luma rows (MPEG-2 / H.264 default siting): luma
+///   row 2k sits at chroma position k - 1/4, row 2k + 1 at k + 1/4; edge rows repeat.
+/// Tap j (0..3) of luma row 2k on chroma rows k-2 .. k+1; row 2k + 1 uses the mirrored taps on
+/// rows k-1 .. k+2. Keys' kernel at distances 1.75, 0.75, 0.25, 1.25 (constexpr: the CUDA kernel
+/// uses it too).
+constexpr float chroma_cubic_tap(bool odd_row, int j) {
+  constexpr float taps[4] = {-0.028125f, 0.240625f, 0.871875f, -0.084375f};
+  return taps[odd_row ? 3 - j : j];
+}
+inline bool chroma_vertical_cubic(const YuvFormat& format) { return format.bit_depth == 10; }
+
 /// rgb (0-255 scale) = y' + matrix * (cb', cr'), with y' = (Y - y_offset) * y_gain and
 /// c' = (C - c_offset) * c_gain on the sample values (already shifted down to bit_depth bits).
 struct YuvCoefficients {

@@ -89,9 +89,30 @@ torch::Tensor yuv420_samples(const torch::Tensor& plane, int bit_depth) {
   return v.to(torch::kFloat32);
 }
 
-// Chroma (T, ceil(H/2), ceil(W/2)) -> (T, H, W) by 2x2 replication.
-torch::Tensor yuv420_upsample(const torch::Tensor& c, int64_t height, int64_t width) {
-  return c.repeat_interleave(2, 1).repeat_interleave(2, 2).narrow(1, 0, height).narrow(2, 0, width);
+// Chroma (T, ceil(H/2), ceil(W/2)) -> (T, H, W): replicated 2x2, or (10-bit) filtered vertically
+// with the cubic taps of cuda/colour.h and replicated horizontally. The taps are summed left to
+// right, one rounding per multiply and add, as the kernel does.
+torch::Tensor yuv420_upsample(const torch::Tensor& c, int64_t height, int64_t width, bool vertical_cubic) {
+  torch::Tensor rows;  // (T, 2 * ceil(H/2), ceil(W/2))
+  if (!vertical_cubic) {
+    rows = c.repeat_interleave(2, 1);
+  } else {
+    const int64_t chroma_h = c.size(1);
+    auto taps = [&](bool odd_row, int64_t first) {
+      // first: offset of the first tap from the chroma row (-2 for even luma rows, -1 for odd)
+      torch::Tensor sum;
+      for (int j = 0; j < 4; ++j) {
+        auto index = (torch::arange(chroma_h, torch::kInt64) + (first + j)).clamp(0, chroma_h - 1).to(c.device());
+        auto term = c.index_select(1, index) * chroma_cubic_tap(odd_row, j);
+        sum = j == 0 ? term : sum + term;
+      }
+      return sum;
+    };
+    auto even = taps(false, -2);
+    auto odd = taps(true, -1);
+    rows = torch::stack({even, odd}, 2).flatten(1, 2);
+  }
+  return rows.repeat_interleave(2, 2).narrow(1, 0, height).narrow(2, 0, width);
 }
 
 }  // namespace
@@ -104,8 +125,9 @@ torch::Tensor yuv420_to_rgb_reference(const torch::Tensor& y, const torch::Tenso
   // Operation order (and no fused multiply-adds) as in the kernel, so both round alike.
   auto luma = (yuv420_samples(y, format.bit_depth) - k.y_offset) * k.y_gain;     // (T, H, W) fp32
   auto chroma = (yuv420_samples(uv, format.bit_depth) - k.c_offset) * k.c_gain;  // (T, H/2, W/2, 2) fp32
-  auto cb = yuv420_upsample(chroma.select(3, 0), height, width);                 // (T, H, W) fp32
-  auto cr = yuv420_upsample(chroma.select(3, 1), height, width);                 // (T, H, W) fp32
+  const bool cubic = chroma_vertical_cubic(format);
+  auto cb = yuv420_upsample(chroma.select(3, 0).contiguous(), height, width, cubic);  // (T, H, W) fp32
+  auto cr = yuv420_upsample(chroma.select(3, 1).contiguous(), height, width, cubic);  // (T, H, W) fp32
   auto r = luma + cr * k.r_cr;
   auto g = (luma - cb * k.g_cb) - cr * k.g_cr;
   auto b = luma + cb * k.b_cb;

@@ -27,7 +27,8 @@ bool kernels_built();
 
 /// YUV 4:2:0 -> RGB. y (T, H, W) and interleaved uv (T, ceil(H/2), ceil(W/2), 2): uint8 when
 /// format.bit_depth is 8 (NV12), uint16 holding the value in the high 10 bits when it is 10 (P010).
-/// Returns (T, H, W, 3) uint8 RGB, chroma replicated 2x2, rounded and clamped. CUDA tensors run the
+/// Returns (T, H, W, 3) uint8 RGB, chroma upsampled as cuda/colour.h says (8-bit: replicated 2x2;
+/// 10-bit: vertical cubic, as the ffmpeg CLI), rounded and clamped. CUDA tensors run the
 /// kernel on the current stream and are read in place when rows are unit-stride (pitched views of
 /// NVDEC surfaces included); CPU tensors run the reference.
 torch::Tensor yuv420_to_rgb(const torch::Tensor& y, const torch::Tensor& uv, const YuvFormat& format);

@@ -139,13 +139,9 @@ TEST_CASE("video reader: info, frame counts and RGB match the ffmpeg CLI", "[vid
       const torch::Tensor rgb =
           compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
       CHECK(torch::equal(rgb, reference));  // same libswscale path as the CLI: bit-exact
-      // The colour kernel replicates chroma 2x2. The CLI does too for 8-bit 4:2:0 → rgb24 (libswscale's
-      // unscaled converter), but interpolates it for 10-bit input, so on this sharp test pattern the
-      // 10-bit clip differs at chroma edges (measured: mean 1.35, p99 22) — a chroma-upsampling
-      // difference, not a decode one (kSwscale above is bit-exact); the colour kernel's tests own it.
-      if (info.bit_depth == 8)
-        check_close(compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kColourKernel)),
-                    reference);
+      // The colour kernel's reference upsamples chroma as the CLI does for each bit depth (cuda/colour.h).
+      check_close(compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kColourKernel)),
+                  reference);
     }
   }
 }
