@@ -27,7 +27,7 @@ namespace tt {
 namespace {
 
 struct Totals {
-  std::atomic<int64_t> clips{0}, decoded{0}, needed{0}, nvdec{0}, seeks{0};
+  std::atomic<int64_t> clips{0}, decoded{0}, needed{0}, nvdec{0}, seeks{0}, inits{0};
 };
 
 int allowed_cpus() {
@@ -77,6 +77,7 @@ void process(const BenchVideoOptions& o, const std::string& path, int64_t sample
   }
   totals.nvdec += reader.info().decode_path == "nvdec" ? 1 : 0;
   totals.seeks += reader.last_seek_count();
+  totals.inits += reader.nvdec_decoder_inits();
   ++totals.clips;
 }
 
@@ -123,13 +124,14 @@ void run_bench_video(const BenchVideoOptions& o) {
   const double clips_per_s = static_cast<double>(totals.clips) / seconds;
   const double decoded_per_s = static_cast<double>(totals.decoded) / seconds;
   std::printf("bench-video %s: mode %s, %d workers, %d CPU cores, skip %s: %lld clips in %.2f s -> %.2f clips/s, "
-              "%.0f decoded frames/s (%lld decoded, %lld needed, %.1f decoded and %.1f seeks per clip; %lld of %lld clips on "
-              "NVDEC)\n",
+              "%.0f decoded frames/s (%lld decoded, %lld needed, %.1f decoded, %.1f seeks and %.1f NVDEC decoder inits per "
+              "clip; %lld of %lld clips on NVDEC)\n",
               o.label.c_str(), o.mode.c_str(), workers, cpus, o.skip_unneeded ? "on" : "off",
               static_cast<long long>(totals.clips.load()), seconds, clips_per_s, decoded_per_s,
               static_cast<long long>(totals.decoded.load()), static_cast<long long>(totals.needed.load()),
               static_cast<double>(totals.decoded) / static_cast<double>(totals.clips),
               static_cast<double>(totals.seeks) / static_cast<double>(totals.clips),
+              static_cast<double>(totals.inits) / static_cast<double>(totals.clips),
               static_cast<long long>(totals.nvdec.load()), static_cast<long long>(totals.clips.load()));
   if (!o.json.empty()) {
     nlohmann::json row = {{"label", o.label},          {"mode", o.mode},
@@ -139,7 +141,7 @@ void run_bench_video(const BenchVideoOptions& o) {
                           {"clips", totals.clips.load()}, {"seconds", seconds},
                           {"clips_per_s", clips_per_s}, {"decoded_frames", totals.decoded.load()},
                           {"needed_frames", totals.needed.load()}, {"decoded_frames_per_s", decoded_per_s},
-                          {"nvdec_clips", totals.nvdec.load()}, {"seeks", totals.seeks.load()}};
+                          {"nvdec_clips", totals.nvdec.load()}, {"seeks", totals.seeks.load()}, {"nvdec_inits", totals.inits.load()}};
     std::ofstream out(o.json, std::ios::app);
     out << row.dump() << "\n";
   }

@@ -24,15 +24,20 @@ namespace {
 // purpose instead of silently decoding on the CPU (seen on a 128x128 HEVC file, which also lost a
 // frame).
 AVPixelFormat pick_cuda(AVCodecContext* codec, const AVPixelFormat* offered) {
-  for (const AVPixelFormat* format = offered; *format != AV_PIX_FMT_NONE; ++format)
-    if (*format == AV_PIX_FMT_CUDA) return AV_PIX_FMT_CUDA;
-  if (codec->opaque != nullptr) *static_cast<bool*>(codec->opaque) = true;
+  auto* events = static_cast<FormatEvents*>(codec->opaque);
+  for (const AVPixelFormat* format = offered; *format != AV_PIX_FMT_NONE; ++format) {
+    if (*format == AV_PIX_FMT_CUDA) {
+      if (events != nullptr) ++events->inits;
+      return AV_PIX_FMT_CUDA;
+    }
+  }
+  if (events != nullptr) events->fell_back = true;
   return offered[0];
 }
 
 }  // namespace
 
-void attach(AVCodecContext* codec, int device_index, void* stream, bool* fell_back, const std::string& path) {
+void attach(AVCodecContext* codec, int device_index, void* stream, FormatEvents* events, const std::string& path) {
   std::string error;
   void* context = primary_context(device_index, &error);
   TT_CHECK(context != nullptr, ErrorCode::kDecode, path, ": NVDEC: ", error);
@@ -48,7 +53,7 @@ void attach(AVCodecContext* codec, int device_index, void* stream, bool* fell_ba
   if (rc < 0) av_buffer_unref(&device);
   AV_CHECK(rc, path, "initialising the NVDEC (CUDA) device");
   codec->hw_device_ctx = device;  // the codec context owns the reference now
-  codec->opaque = fell_back;
+  codec->opaque = events;
   codec->get_format = pick_cuda;
 }
 
@@ -118,7 +123,7 @@ void* pool_stream(int) { return nullptr; }
 void wait_for_current(void*, int) {}
 void current_waits_for(void*, int) {}
 
-void attach(AVCodecContext*, int, void*, bool*, const std::string& path) {
+void attach(AVCodecContext*, int, void*, FormatEvents*, const std::string& path) {
   throw Error(ErrorCode::kInternal, str_cat(path, ": NVDEC requested from a build without it"));
 }
 

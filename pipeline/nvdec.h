@@ -35,10 +35,16 @@ Support support(const AVCodec* decoder, const AVCodecParameters& stream, int bit
 /// uses), retained once per process; nullptr with *error set when the driver cannot give it.
 void* primary_context(int device_index, std::string* error);
 
+/// What FFmpeg's get_format callback saw on one codec context.
+struct FormatEvents {
+  bool fell_back = false;  // FFmpeg offered software formats only (the hwaccel could not start)
+  int64_t inits = 0;       // hardware-decoder (re)initialisations: one per first picture after a flush
+};
+
 /// Attaches a CUDA device context (the primary context of `device_index`, FFmpeg's copies on
 /// `stream`, a cudaStream_t) and a get_format that takes AV_PIX_FMT_CUDA, before avcodec_open2.
-/// `fell_back` is set when FFmpeg later refuses the hwaccel and offers only software formats.
-void attach(AVCodecContext* codec, int device_index, void* stream, bool* fell_back, const std::string& path);
+/// `events` (outliving the codec context) records what get_format sees.
+void attach(AVCodecContext* codec, int device_index, void* stream, FormatEvents* events, const std::string& path);
 
 /// Copies a decoded AV_PIX_FMT_CUDA frame (NV12 or P010 surface) into y (H, W) and uv
 /// (ceil(H/2), ceil(W/2), 2) CUDA tensors on `stream`. Returns false when the frame is not a CUDA

@@ -121,7 +121,7 @@ struct VideoReader::State {
   AVStream* stream = nullptr;
   int device_index = -1;          // CUDA device of options.device, -1 for the CPU
   bool use_nvdec = false;
-  bool nvdec_fell_back = false;   // set by the hwaccel's get_format when FFmpeg offers software only
+  nvdec::FormatEvents nvdec_events;  // what the hwaccel's get_format saw (fallback, decoder inits)
   void* cuda_stream = nullptr;    // the stream NVDEC pictures are written on (LibTorch pool stream)
   int seek_count = 0;
   int64_t decoded_count = 0;
@@ -280,8 +280,8 @@ void VideoReader::State::open_decoder() {
   codec->pkt_timebase = stream->time_base;
   if (use_nvdec) {
     if (cuda_stream == nullptr) cuda_stream = nvdec::pool_stream(device_index);
-    nvdec_fell_back = false;
-    nvdec::attach(codec.get(), device_index, cuda_stream, &nvdec_fell_back, info.path);
+    nvdec_events.fell_back = false;
+    nvdec::attach(codec.get(), device_index, cuda_stream, &nvdec_events, info.path);
     codec->thread_count = 1;  // the engine decodes; one thread parses
   } else {
     codec->thread_type = FF_THREAD_FRAME;
@@ -407,7 +407,7 @@ void VideoReader::State::store(const AVFrame* source, DecodedFrames& out, int64_
                 "re-encode the file at one resolution", info.path, ": frame size changes mid-stream (",
                 info.width, "x", info.height, " -> ", source->width, "x", source->height, ")");
   if (use_nvdec) {
-    if (nvdec_fell_back || !nvdec::copy_frame(source, out.y[slot], out.uv[slot], cuda_stream)) {
+    if (nvdec_events.fell_back || !nvdec::copy_frame(source, out.y[slot], out.uv[slot], cuda_stream)) {
       const char* name = av_get_pix_fmt_name(static_cast<AVPixelFormat>(source->format));
       throw NvdecRefused(str_cat("FFmpeg gave a ", name != nullptr ? name : "unknown", " frame, not an NV12/P010 "
                                  "CUDA surface"));
@@ -465,6 +465,7 @@ const VideoInfo& VideoReader::info() const { return state_->info; }
 const FrameIndex& VideoReader::index() const { return state_->index; }
 int VideoReader::last_seek_count() const { return state_->seek_count; }
 int64_t VideoReader::last_decoded_count() const { return state_->decoded_count; }
+int64_t VideoReader::nvdec_decoder_inits() const { return state_->nvdec_events.inits; }
 
 DecodedFrames VideoReader::decode(const std::vector<int64_t>& indices) {
   State& s = *state_;
@@ -681,7 +682,7 @@ ScanReport VideoReader::State::scan_once() {
         if (first_decoder_error.empty()) first_decoder_error = av::error_string(rc);
         break;
       }
-      if (use_nvdec && (nvdec_fell_back || frame->format != AV_PIX_FMT_CUDA)) {
+      if (use_nvdec && (nvdec_events.fell_back || frame->format != AV_PIX_FMT_CUDA)) {
         av_frame_unref(frame.get());
         throw NvdecRefused("FFmpeg gave software frames, not CUDA surfaces");
       }

@@ -192,6 +192,9 @@ class VideoReader {
   int last_seek_count() const;
   /// How many frames the decoder produced in the last decode() (needed or not; for benchmarks).
   int64_t last_decoded_count() const;
+  /// How many times NVDEC's hardware decoder was set up for this file so far (FFmpeg re-creates it
+  /// on the first picture after every seek's flush; 0 on the CPU path). For benchmarks.
+  int64_t nvdec_decoder_inits() const;
 
  private:
   struct State;

@@ -210,3 +210,23 @@ TEST_CASE("NVDEC under a side stream gives the same tensors", "[gpu][nvdec]") {
   CHECK(torch::equal(rgb_side.cpu(), tt::yuv420_to_rgb(expected.y, expected.uv, tt::yuv_format(expected)).cpu()));
 #endif
 }
+
+TEST_CASE("NVDEC sets its decoder up once per file when the reader decodes through short gaps", "[gpu][nvdec]") {
+  TT_REQUIRE_GPU();
+  const torch::Device cuda(torch::kCUDA, 0);
+  const std::string path = h264();  // 30 frames, GOP 10
+  const std::vector<int64_t> sparse = {1, 13, 22, 29};
+  tt::VideoReader through(path, on(cuda));  // default gap on NVDEC: 48 frames
+  const tt::DecodedFrames a = through.decode(sparse);
+  CHECK(through.last_seek_count() == 1);
+  CHECK(through.nvdec_decoder_inits() == 1);
+  // Seeking into every GOP flushes the decoder each time, and FFmpeg then sets NVDEC up again.
+  tt::VideoReaderOptions seeking = on(cuda);
+  seeking.reseek_gap = 1;
+  tt::VideoReader reseeks(path, seeking);
+  const tt::DecodedFrames b = reseeks.decode(sparse);
+  INFO("seeks " << reseeks.last_seek_count() << ", decoder inits " << reseeks.nvdec_decoder_inits());
+  CHECK(reseeks.last_seek_count() >= 3);
+  CHECK(reseeks.nvdec_decoder_inits() == reseeks.last_seek_count());
+  CHECK(torch::equal(a.y.cpu(), b.y.cpu()));
+}
