@@ -41,6 +41,8 @@ int allowed_cpus() {
 void process(const BenchVideoOptions& o, const std::string& path, int64_t sample_index, Totals& totals) {
   VideoReaderOptions reader_options;
   reader_options.skip_unneeded_frames = o.skip_unneeded;
+  reader_options.reseek_gap = o.reseek_gap;
+  reader_options.flush_on_seek = o.flush_on_seek;
   reader_options.thread_count = 1;  // parallel across clips, as the workers are
   reader_options.device = o.mode == "cpu" ? torch::Device(torch::kCPU) : resolve_device(o.device, "--device");
   VideoReader reader(path, reader_options);
@@ -136,7 +138,8 @@ void run_bench_video(const BenchVideoOptions& o) {
   if (!o.json.empty()) {
     nlohmann::json row = {{"label", o.label},          {"mode", o.mode},
                           {"workers", workers},        {"cpu_cores", cpus},
-                          {"skip_unneeded", o.skip_unneeded},
+                          {"skip_unneeded", o.skip_unneeded}, {"reseek_gap", o.reseek_gap},
+                          {"flush_on_seek", o.flush_on_seek},
                           {"frames", o.frames},        {"sampler", o.sampler},
                           {"clips", totals.clips.load()}, {"seconds", seconds},
                           {"clips_per_s", clips_per_s}, {"decoded_frames", totals.decoded.load()},

@@ -23,6 +23,8 @@ struct BenchVideoOptions {
   std::string sampler = "stratified";
   int64_t height = 480, width = 832;
   bool skip_unneeded = true;   // skip_frame NONREF on frames no sample needs
+  int64_t reseek_gap = -1;     // VideoReaderOptions::reseek_gap (-1: the reader's default)
+  int flush_on_seek = -1;      // VideoReaderOptions::flush_on_seek (-1: the reader's default)
   std::string device = "cuda"; // for decode-only and gpu
   std::string label;           // printed with the result
   std::string json;            // append a JSON line here

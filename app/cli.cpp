@@ -247,6 +247,11 @@ int run_cli(int argc, char** argv) {
   bench_video_cmd->add_option("--width", bench_video.width, "Output width")->check(CLI::PositiveNumber);
   bench_video_cmd->add_flag("!--no-skip", bench_video.skip_unneeded, "Decode non-reference frames nobody needs too");
   bench_video_cmd->add_option("--device", bench_video.device, "GPU for decode-only and gpu modes");
+  bench_video_cmd->add_option("--reseek-gap", bench_video.reseek_gap,
+                              "Seek to a later GOP only across this many frames (-1: 48 on NVDEC, 1 on the CPU)");
+  bench_video_cmd->add_option("--flush-on-seek", bench_video.flush_on_seek,
+                              "Flush the decoder at seeks: 1, 0, -1 (no for H.264 on NVDEC, else yes)")
+      ->check(CLI::Range(-1, 1));
   bench_video_cmd->add_option("--label", bench_video.label, "Name printed with the result");
   bench_video_cmd->add_option("--json", bench_video.json, "Append the result as one JSON line here");
 

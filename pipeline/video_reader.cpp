@@ -125,6 +125,8 @@ struct VideoReader::State {
   void* cuda_stream = nullptr;    // the stream NVDEC pictures are written on (LibTorch pool stream)
   int seek_count = 0;
   int64_t decoded_count = 0;
+  int64_t generation = 0;         // bumped by every seek; packets carry it, frames of older ones are dropped
+  bool drained = false;           // the decoder was sent end-of-stream: it needs a flush before more input
   bool warned_packet = false;
   bool warned_read = false;
   bool warned_corrupt = false;
@@ -137,6 +139,8 @@ struct VideoReader::State {
   DecodedFrames decode_frames(const std::vector<int64_t>& indices);
   void build_index();
   void seek_to_frame(int64_t frame);
+  int send_packet(AVPacket* packet);
+  bool from_current_generation(const AVFrame* decoded) const;
   int64_t frame_of_pts(int64_t pts) const;
   int64_t keyframe_at_or_before(int64_t frame) const;
   const AVFrame* to_yuv420(const AVFrame* source);
@@ -278,6 +282,10 @@ void VideoReader::State::open_decoder() {
   codec.reset(av::check_alloc(avcodec_alloc_context3(decoder), "a codec context"));
   AV_CHECK(avcodec_parameters_to_context(codec.get(), par), info.path, "copying the stream parameters");
   codec->pkt_timebase = stream->time_base;
+#if LIBAVCODEC_VERSION_MAJOR >= 60
+  codec->flags |= AV_CODEC_FLAG_COPY_OPAQUE;
+#endif
+  drained = false;
   if (use_nvdec) {
     if (cuda_stream == nullptr) cuda_stream = nvdec::pool_stream(device_index);
     nvdec_events.fell_back = false;
@@ -360,7 +368,37 @@ void VideoReader::State::seek_to_frame(int64_t frame_index) {
     // Some demuxers (raw streams) cannot seek by timestamp: go back to the start by bytes instead.
     AV_CHECK(avformat_seek_file(format.get(), -1, INT64_MIN, 0, 0, AVSEEK_FLAG_BYTE), info.path, "seeking");
   }
-  avcodec_flush_buffers(codec.get());
+  // Auto: only H.264 on NVDEC goes without: FFmpeg's H.264 flush resets the decoder context, so
+  // the next picture re-creates the hardware decoder. HEVC's and VP9's flushes keep it, and HEVC
+  // needs its flush (a CRA keyframe decodes its leading pictures only after one).
+  const bool flush = options.flush_on_seek >= 0 ? options.flush_on_seek == 1
+                                                 : !(use_nvdec && stream->codecpar->codec_id == AV_CODEC_ID_H264);
+  if (flush || drained) avcodec_flush_buffers(codec.get());
+  drained = false;
+  ++generation;
+}
+
+// Packets carry the seek generation to the frames they produce (FFmpeg >= 6: packet->opaque with
+// AV_CODEC_FLAG_COPY_OPAQUE; 5.1: the codec context's reordered_opaque, copied at picture start).
+int VideoReader::State::send_packet(AVPacket* source) {
+  if (source == nullptr) {
+    drained = true;
+    return avcodec_send_packet(codec.get(), nullptr);
+  }
+#if LIBAVCODEC_VERSION_MAJOR >= 60
+  source->opaque = reinterpret_cast<void*>(static_cast<intptr_t>(generation));
+#else
+  codec->reordered_opaque = generation;
+#endif
+  return avcodec_send_packet(codec.get(), source);
+}
+
+bool VideoReader::State::from_current_generation(const AVFrame* decoded) const {
+#if LIBAVCODEC_VERSION_MAJOR >= 60
+  return reinterpret_cast<intptr_t>(decoded->opaque) == generation;
+#else
+  return decoded->reordered_opaque == generation;
+#endif
 }
 
 // Frames that are not yuv420p/yuvj420p/yuv420p10le go through libswscale to the matching 4:2:0
@@ -542,7 +580,11 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
         if (rc != AVERROR_EOF)
           s.warn_once(s.warned_read, str_cat("reading stopped early: ", av::error_string(rc)));
         draining = true;
-        AV_CHECK(avcodec_send_packet(s.codec.get(), nullptr), info.path, "flushing the decoder");
+        // End of stream: draining starts even when the call reports an earlier packet's error.
+        const int flushed = s.send_packet(nullptr);
+        if (flushed < 0 && flushed != AVERROR_EOF)
+          s.warn_once(s.warned_packet, str_cat("the decoder reported an error (", av::error_string(flushed),
+                                               "); concealing and going on"));
       } else {
         if (s.packet->stream_index == info.stream_index) {
           if (s.options.skip_unneeded_frames) {
@@ -551,7 +593,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
             const bool skippable = packet_frame >= 0 && needed[static_cast<size_t>(packet_frame)] == 0;
             s.codec->skip_frame = skippable ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
           }
-          const int sent = avcodec_send_packet(s.codec.get(), s.packet.get());
+          const int sent = s.send_packet(s.packet.get());
           if (sent < 0 && sent != AVERROR(EAGAIN))
             s.warn_once(s.warned_packet, str_cat("the decoder rejected a packet (", av::error_string(sent),
                                                  "); concealing and going on"));
@@ -574,6 +616,10 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
         break;
       }
       ++s.decoded_count;
+      if (!s.from_current_generation(s.frame.get())) {  // queued before the last seek
+        av_frame_unref(s.frame.get());
+        continue;
+      }
       const int64_t found = s.frame_of_pts(s.frame->best_effort_timestamp);
       const bool corrupt = (s.frame->flags & AV_FRAME_FLAG_CORRUPT) != 0 || s.frame->decode_error_flags != 0;
       if (found >= 0 && found >= indices[next]) {
@@ -657,10 +703,14 @@ ScanReport VideoReader::State::scan_once() {
       const int rc = av_read_frame(format.get(), packet.get());
       if (rc < 0) {
         draining = true;
-        AV_CHECK(avcodec_send_packet(codec.get(), nullptr), info.path, "flushing the decoder");
+        const int flushed = send_packet(nullptr);  // draining starts even when it reports an earlier error
+        if (flushed < 0 && flushed != AVERROR_EOF) {
+          ++report.decoder_errors;
+          if (first_decoder_error.empty()) first_decoder_error = av::error_string(flushed);
+        }
       } else {
         if (packet->stream_index == info.stream_index) {
-          const int sent = avcodec_send_packet(codec.get(), packet.get());
+          const int sent = send_packet(packet.get());
           if (sent < 0 && sent != AVERROR(EAGAIN)) {
             ++report.decoder_errors;
             if (first_decoder_error.empty()) first_decoder_error = av::error_string(sent);
@@ -681,6 +731,10 @@ ScanReport VideoReader::State::scan_once() {
         ++report.decoder_errors;
         if (first_decoder_error.empty()) first_decoder_error = av::error_string(rc);
         break;
+      }
+      if (!from_current_generation(frame.get())) {  // queued before the scan's seek
+        av_frame_unref(frame.get());
+        continue;
       }
       if (use_nvdec && (nvdec_events.fell_back || frame->format != AV_PIX_FMT_CUDA)) {
         av_frame_unref(frame.get());

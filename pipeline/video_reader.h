@@ -85,6 +85,13 @@ struct VideoReaderOptions {
   /// decoder, which the driver serialises across sessions. -1 (auto): 48 frames on NVDEC, 1 on
   /// the CPU path, where rebuilding the software decoder is cheaper than decoding the gap.
   int64_t reseek_gap = -1;
+  /// Whether a seek flushes the decoder: 1 yes, 0 no, -1 (auto) no for H.264 on NVDEC, yes
+  /// otherwise. Without a flush the decoder goes on from the keyframe it is fed; pictures still
+  /// queued from before the seek come out tagged with an older seek generation and are dropped. On
+  /// NVDEC this keeps FFmpeg's H.264 decoder from re-creating the hardware decoder at every seek.
+  /// Only for H.264: an HEVC CRA keyframe reached without a flush leaves its leading pictures
+  /// undecodable (seen: a needed frame never came out).
+  int flush_on_seek = -1;
   /// No log warnings about damage; problems() still lists them (validate-data reports them itself).
   bool quiet = false;
 };

@@ -17,6 +17,12 @@ taskset -c 0,1 "$tt" bench-video "${clips[@]}" --json "$json" --mode decode-only
 # (ii) teletron's GPU path on 2 CPU cores: 33 stratified frames -> colour -> augment, bf16 on the GPU.
 for w in 8 14; do taskset -c 0,1 "$tt" bench-video "${clips[@]}" --json "$json" --mode gpu --workers $w --passes 4 \
   --label "ii:gpu-path-2cores" 2>&1 | grep -E "^bench-video|TT_ERR"; done
+# Seek policy on the same path: a seek into every GOP without a decoder flush, and with one (the
+# flush makes FFmpeg's H.264 decoder re-create the NVDEC decoder).
+taskset -c 0,1 "$tt" bench-video "${clips[@]}" --json "$json" --mode gpu --workers 14 --passes 4 --reseek-gap 1 \
+  --label "ii:gpu-2cores-seek-every-gop" 2>&1 | grep -E "^bench-video|TT_ERR"
+taskset -c 0,1 "$tt" bench-video "${clips[@]}" --json "$json" --mode gpu --workers 14 --passes 4 --reseek-gap 1 \
+  --flush-on-seek 1 --label "ii:gpu-2cores-seek-every-gop-flush" 2>&1 | grep -E "^bench-video|TT_ERR"
 bv --mode gpu --workers 14 --passes 4 --label "ii:gpu-path-16cores"
 # skip_frame off, same path: what dropping unneeded non-reference frames saves.
 taskset -c 0,1 "$tt" bench-video "${clips[@]}" --json "$json" --mode gpu --workers 14 --passes 4 --no-skip \
@@ -36,9 +42,11 @@ python3 scripts/bench_opencv.py --procs 16 --passes 2 --json "$json" "${clips[@]
 python3 - "$json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| variant | workers | CPU cores | clips/s | decoded frames/s | decoded frames per clip |")
-print("|---|---|---|---|---|---|")
+print("| variant | workers | CPU cores | clips/s | decoded frames/s | decoded frames per clip | seeks per clip | NVDEC inits per clip |")
+print("|---|---|---|---|---|---|---|---|")
 for r in rows:
     per = r["decoded_frames"] / r["clips"]
-    print(f"| {r['label']} | {r['workers']} | {r['cpu_cores']} | {r['clips_per_s']:.2f} | {r['decoded_frames_per_s']:.0f} | {per:.1f} |")
+    seeks = r.get("seeks", 0) / r["clips"]
+    inits = r.get("nvdec_inits", 0) / r["clips"]
+    print(f"| {r['label']} | {r['workers']} | {r['cpu_cores']} | {r['clips_per_s']:.2f} | {r['decoded_frames_per_s']:.0f} | {per:.1f} | {seeks:.1f} | {inits:.1f} |")
 PY

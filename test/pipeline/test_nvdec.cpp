@@ -211,22 +211,33 @@ TEST_CASE("NVDEC under a side stream gives the same tensors", "[gpu][nvdec]") {
 #endif
 }
 
-TEST_CASE("NVDEC sets its decoder up once per file when the reader decodes through short gaps", "[gpu][nvdec]") {
+TEST_CASE("NVDEC sets its decoder up once per file: H.264 seeks without a flush", "[gpu][nvdec]") {
   TT_REQUIRE_GPU();
   const torch::Device cuda(torch::kCUDA, 0);
   const std::string path = h264();  // 30 frames, GOP 10
   const std::vector<int64_t> sparse = {1, 13, 22, 29};
-  tt::VideoReader through(path, on(cuda));  // default gap on NVDEC: 48 frames
-  const tt::DecodedFrames a = through.decode(sparse);
-  CHECK(through.last_seek_count() == 1);
-  CHECK(through.nvdec_decoder_inits() == 1);
-  // Seeking into every GOP flushes the decoder each time, and FFmpeg then sets NVDEC up again.
+  tt::VideoReader reference(path);  // CPU
+  const tt::DecodedFrames expected = reference.decode(sparse);
+  // Seeking into every GOP (gap 1): by default without a flush, so NVDEC is set up once.
   tt::VideoReaderOptions seeking = on(cuda);
   seeking.reseek_gap = 1;
-  tt::VideoReader reseeks(path, seeking);
-  const tt::DecodedFrames b = reseeks.decode(sparse);
-  INFO("seeks " << reseeks.last_seek_count() << ", decoder inits " << reseeks.nvdec_decoder_inits());
-  CHECK(reseeks.last_seek_count() >= 3);
-  CHECK(reseeks.nvdec_decoder_inits() == reseeks.last_seek_count());
-  CHECK(torch::equal(a.y.cpu(), b.y.cpu()));
+  tt::VideoReader unflushed(path, seeking);
+  const tt::DecodedFrames a = unflushed.decode(sparse);
+  INFO("default: seeks " << unflushed.last_seek_count() << ", decoder inits " << unflushed.nvdec_decoder_inits());
+  CHECK(unflushed.last_seek_count() >= 3);
+  CHECK(unflushed.nvdec_decoder_inits() == 1);
+  CHECK(torch::equal(a.y.cpu(), expected.y));
+  CHECK(torch::equal(a.uv.cpu(), expected.uv));
+  // With a flush at every seek FFmpeg's H.264 decoder resets, and NVDEC is set up again each time.
+  seeking.flush_on_seek = 1;
+  tt::VideoReader flushed(path, seeking);
+  const tt::DecodedFrames b = flushed.decode(sparse);
+  INFO("flushing: seeks " << flushed.last_seek_count() << ", decoder inits " << flushed.nvdec_decoder_inits());
+  CHECK(flushed.nvdec_decoder_inits() == flushed.last_seek_count());
+  CHECK(torch::equal(b.y.cpu(), expected.y));
+  // The default gap on NVDEC decodes through this clip's short gaps: one seek.
+  tt::VideoReader through(path, on(cuda));
+  const tt::DecodedFrames c = through.decode(sparse);
+  CHECK(through.last_seek_count() == 1);
+  CHECK(torch::equal(c.y.cpu(), expected.y));
 }
