@@ -19,8 +19,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "cuda/ops.h"
-#include "pipeline/augment.h"
-#include "pipeline/frame_sampler.h"
+#include "pipeline/clip_loader.h"
 #include "pipeline/video_reader.h"
 
 namespace tt {
@@ -51,26 +50,21 @@ void process(const BenchVideoOptions& o, const std::string& path, int64_t sample
     totals.decoded += report.frames_decoded;
     totals.needed += report.frames_decoded;
   } else {
-    FrameSamplerOptions sampler;
-    TT_CHECK(parse_frame_sample_mode(o.sampler, &sampler.mode), ErrorCode::kConfig, "--sampler: unknown mode ", o.sampler);
-    sampler.samples = o.frames;
-    std::vector<double> times;
-    for (int64_t i = 0; i < reader.index().size(); ++i) times.push_back(reader.index().seconds(i));
-    const std::vector<int64_t> picked = sample_frames(sampler, times, 1234, 0, sample_index);
-    std::vector<int64_t> unique = picked;
-    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-    const DecodedFrames frames = reader.decode(unique);
-    torch::Tensor rgb = rotate_frames(yuv420_to_rgb(frames.y, frames.uv, yuv_format(frames)), reader.info().rotation);
-    if (unique.size() != picked.size()) {  // repeated frames (fps mode): gather on the frames' device
-      std::vector<int64_t> positions;
-      for (int64_t frame : picked) positions.push_back(std::lower_bound(unique.begin(), unique.end(), frame) - unique.begin());
-      rgb = rgb.index_select(0, torch::tensor(positions).to(rgb.device()));
-    }
-    AugmentOptions augment;
-    augment.flip = 0.5;
-    const AugmentParams params = draw_augment_params(augment, 1234, 0, sample_index);
-    torch::Tensor clip = augment_clip(rgb, params, o.height, o.width, torch::kBFloat16);  // (3, T, H, W)
+    ClipRequest request;
+    TT_CHECK(parse_frame_sample_mode(o.sampler, &request.sampler.mode), ErrorCode::kConfig, "--sampler: unknown mode ",
+             o.sampler);
+    request.sampler.samples = o.frames;
+    request.augment.flip = 0.5;
+    request.augment.dtype = torch::kBFloat16;
+    request.height = o.height;
+    request.width = o.width;
+    request.seed = 1234;
+    request.sample_index = sample_index;
+    const LoadedClip loaded = load_clip(reader, request);
+    const torch::Tensor& clip = loaded.pixels;  // (3, T, H, W) bf16
     TT_CHECK(clip.size(1) == o.frames, ErrorCode::kInternal, "bench-video produced ", clip.size(1), " frames");
+    std::vector<int64_t> unique = loaded.frames;
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
 #ifdef TELETRON_WITH_CUDA
     if (clip.is_cuda()) c10::cuda::getCurrentCUDAStream(clip.device().index()).synchronize();
 #endif

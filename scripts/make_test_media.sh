@@ -11,10 +11,12 @@ dir=${1:-$root/.testmedia}
 build=${2:-${TELETRON_BUILD_DIR:-$root/build}}
 # The test executables holding tests that call media_command.
 executables=(teletron_tests_pipeline teletron_tests_cuda)
+# app tier: only the test cases that make media (the rest train models and take minutes).
+app_filter="[validate]"
 
 command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null ||
   { echo "make_test_media.sh: needs the ffmpeg CLI (ffmpeg and ffprobe on PATH)" >&2; exit 1; }
-for name in "${executables[@]}"; do
+for name in "${executables[@]}" teletron_tests_app; do
   [ -x "$build/test/$name" ] ||
     { echo "make_test_media.sh: $build/test/$name not built (ninja -C $build $name)" >&2; exit 1; }
 done
@@ -33,4 +35,6 @@ for name in "${executables[@]}"; do
   echo "== $name"
   "./$name"
 done
+echo "== teletron_tests_app $app_filter"
+./teletron_tests_app "$app_filter"
 echo "test media in $TELETRON_TEST_MEDIA: $(du -sh "$TELETRON_TEST_MEDIA" | cut -f1), $(ls "$TELETRON_TEST_MEDIA" | wc -l) files"
