@@ -1,0 +1,292 @@
+// HunyuanVideo VAE encoder (see vae.h).
+#include "model/vae.h"
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/errors.h"
+
+namespace tt {
+namespace {
+
+namespace F = torch::nn::functional;
+
+int64_t log2_exact(int64_t value, const char* name) {
+  int64_t bits = 0;
+  while ((int64_t{1} << bits) < value) ++bits;
+  TT_CHECK((int64_t{1} << bits) == value, ErrorCode::kConfig, "vae ", name, " must be a power of two, got ", value);
+  return bits;
+}
+
+}  // namespace
+
+// Conv3d with causal replicate padding: time gets kernel - 1 copies of the first frame in front, space
+// kernel / 2 on each side. Holds the convolution as `conv` (diffusers: `<name>.conv.weight`).
+class CausalConv3dImpl : public torch::nn::Module {
+ public:
+  CausalConv3dImpl(int64_t in, int64_t out, int64_t kernel, std::vector<int64_t> stride = {1, 1, 1})
+      : pad_{kernel / 2, kernel / 2, kernel / 2, kernel / 2, kernel - 1, 0} {
+    conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).stride(stride)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const bool no_pad = pad_[0] == 0 && pad_[4] == 0;
+    return conv(no_pad ? x : F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate)));
+  }
+  torch::nn::Conv3d conv{nullptr};
+
+ private:
+  std::vector<int64_t> pad_;
+};
+TORCH_MODULE(CausalConv3d);
+
+// GroupNorm -> SiLU -> conv, twice, plus a 1x1x1 shortcut when the channel count changes.
+class VaeResnetImpl : public torch::nn::Module {
+ public:
+  VaeResnetImpl(int64_t in, int64_t out, int64_t groups) {
+    norm1 = register_module("norm1", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, in).eps(1e-6)));
+    conv1 = register_module("conv1", CausalConv3d(in, out, 3));
+    norm2 = register_module("norm2", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, out).eps(1e-6)));
+    conv2 = register_module("conv2", CausalConv3d(out, out, 3));
+    if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = conv1(F::silu(norm1(x)));
+    h = conv2(F::silu(norm2(h)));
+    return h + (conv_shortcut ? conv_shortcut(x) : x);
+  }
+  torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
+  CausalConv3d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
+};
+TORCH_MODULE(VaeResnet);
+
+// diffusers `downsamplers.0`: a strided causal conv kept under the name `conv`.
+class VaeDownsampleImpl : public torch::nn::Module {
+ public:
+  VaeDownsampleImpl(int64_t channels, std::vector<int64_t> stride) {
+    conv = register_module("conv", CausalConv3d(channels, channels, 3, std::move(stride)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return conv(x); }
+  CausalConv3d conv{nullptr};
+};
+TORCH_MODULE(VaeDownsample);
+
+class VaeDownBlockImpl : public torch::nn::Module {
+ public:
+  VaeDownBlockImpl(int64_t in, int64_t out, int64_t layers, int64_t groups, std::vector<int64_t> stride) {
+    resnets = register_module("resnets", torch::nn::ModuleList());
+    for (int64_t i = 0; i < layers; ++i) resnets->push_back(VaeResnet(i == 0 ? in : out, out, groups));
+    const bool downsample = stride[0] > 1 || stride[1] > 1;
+    if (downsample) {
+      downsamplers = register_module("downsamplers", torch::nn::ModuleList());
+      downsamplers->push_back(VaeDownsample(out, std::move(stride)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (const auto& resnet : *resnets) x = resnet->as<VaeResnetImpl>()->forward(x);
+    if (downsamplers) x = downsamplers[0]->as<VaeDownsampleImpl>()->forward(x);
+    return x;
+  }
+  torch::nn::ModuleList resnets{nullptr}, downsamplers{nullptr};
+};
+TORCH_MODULE(VaeDownBlock);
+
+// diffusers' Attention as the mid block uses it: GroupNorm over channels, one head as wide as the
+// channels, a frame-causal mask (a token sees every token of its own and earlier frames), output
+// projection, residual. The mask is never built: the queries of frame f attend to the keys of frames
+// 0..f, one attention call per latent frame, which is the same softmax without the N x N mask
+// (diffusers materialises it: 56,160^2 entries for a 33x480x832 clip).
+class VaeAttentionImpl : public torch::nn::Module {
+ public:
+  VaeAttentionImpl(int64_t channels, int64_t groups) {
+    group_norm = register_module("group_norm",
+                                 torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
+    to_q = register_module("to_q", torch::nn::Linear(channels, channels));
+    to_k = register_module("to_k", torch::nn::Linear(channels, channels));
+    to_v = register_module("to_v", torch::nn::Linear(channels, channels));
+    to_out = register_module("to_out", torch::nn::ModuleList());
+    to_out->push_back(torch::nn::Linear(channels, channels));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {  // (B, C, T, H, W)
+    const int64_t frames = x.size(2);
+    const int64_t per_frame = x.size(3) * x.size(4);
+    torch::Tensor tokens = x.permute({0, 2, 3, 4, 1}).flatten(1, 3);  // (B, N, C)
+    torch::Tensor h = group_norm(tokens.transpose(1, 2)).transpose(1, 2);
+    torch::Tensor q = to_q(h).unsqueeze(1);  // (B, 1, N, C): one head
+    torch::Tensor k = to_k(h).unsqueeze(1);
+    torch::Tensor v = to_v(h).unsqueeze(1);
+    std::vector<torch::Tensor> outputs;
+    outputs.reserve(static_cast<size_t>(frames));
+    for (int64_t f = 0; f < frames; ++f) {
+      const int64_t visible = (f + 1) * per_frame;
+      outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, f * per_frame, per_frame), k.narrow(2, 0, visible),
+                                                         v.narrow(2, 0, visible)));
+    }
+    torch::Tensor attended = torch::cat(outputs, 2).squeeze(1);  // (B, N, C)
+    torch::Tensor out = to_out[0]->as<torch::nn::LinearImpl>()->forward(attended) + tokens;
+    return out.unflatten(1, {frames, x.size(3), x.size(4)}).permute({0, 4, 1, 2, 3}).contiguous();
+  }
+  torch::nn::GroupNorm group_norm{nullptr};
+  torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
+  torch::nn::ModuleList to_out{nullptr};
+};
+TORCH_MODULE(VaeAttention);
+
+class VaeMidBlockImpl : public torch::nn::Module {
+ public:
+  VaeMidBlockImpl(int64_t channels, int64_t groups, bool attention) {
+    resnets = register_module("resnets", torch::nn::ModuleList());
+    resnets->push_back(VaeResnet(channels, channels, groups));
+    resnets->push_back(VaeResnet(channels, channels, groups));
+    if (attention) {
+      attentions = register_module("attentions", torch::nn::ModuleList());
+      attentions->push_back(VaeAttention(channels, groups));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = resnets[0]->as<VaeResnetImpl>()->forward(x);
+    if (attentions) x = attentions[0]->as<VaeAttentionImpl>()->forward(x);
+    return resnets[1]->as<VaeResnetImpl>()->forward(x);
+  }
+  torch::nn::ModuleList resnets{nullptr}, attentions{nullptr};
+};
+TORCH_MODULE(VaeMidBlock);
+
+class HunyuanVaeEncoderImpl : public torch::nn::Module {
+ public:
+  explicit HunyuanVaeEncoderImpl(const HunyuanVaeConfig& c) {
+    const auto& channels = c.block_out_channels;
+    const int64_t blocks = static_cast<int64_t>(channels.size());
+    const int64_t spatial_layers = log2_exact(c.spatial_compression_ratio, "spatial_compression_ratio");
+    const int64_t time_layers = log2_exact(c.temporal_compression_ratio, "temporal_compression_ratio");
+    conv_in = register_module("conv_in", CausalConv3d(c.in_channels, channels[0], 3));
+    down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+    int64_t previous = channels[0];
+    for (int64_t i = 0; i < blocks; ++i) {
+      const bool last = i == blocks - 1;
+      const bool space = i < spatial_layers;
+      // diffusers: with 4x time the blocks just before the last halve time; with 8x the first ones.
+      const bool time = c.temporal_compression_ratio == 4 ? (i >= blocks - 1 - time_layers && !last) : i < time_layers;
+      down_blocks->push_back(VaeDownBlock(previous, channels[i], c.layers_per_block, c.norm_num_groups,
+                                          std::vector<int64_t>{time ? 2 : 1, space ? 2 : 1, space ? 2 : 1}));
+      previous = channels[i];
+    }
+    mid_block = register_module("mid_block", VaeMidBlock(previous, c.norm_num_groups, c.mid_block_add_attention));
+    conv_norm_out = register_module(
+        "conv_norm_out", torch::nn::GroupNorm(torch::nn::GroupNormOptions(c.norm_num_groups, previous).eps(1e-6)));
+    conv_out = register_module("conv_out", CausalConv3d(previous, 2 * c.latent_channels, 3));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = conv_in(x);
+    for (const auto& block : *down_blocks) x = block->as<VaeDownBlockImpl>()->forward(x);
+    x = mid_block(x);
+    return conv_out(F::silu(conv_norm_out(x)));
+  }
+  CausalConv3d conv_in{nullptr}, conv_out{nullptr};
+  torch::nn::ModuleList down_blocks{nullptr};
+  VaeMidBlock mid_block{nullptr};
+  torch::nn::GroupNorm conv_norm_out{nullptr};
+};
+
+HunyuanVaeConfig hunyuan_vae_preset(const std::string& name, const std::string& key) {
+  HunyuanVaeConfig config;
+  if (name == "hunyuan") return config;
+  if (name == "tiny") {
+    config.block_out_channels = {16, 32, 32, 32};
+    config.layers_per_block = 1;
+    config.norm_num_groups = 8;
+    return config;
+  }
+  throw Error(ErrorCode::kConfig, str_cat(key, ": unknown VAE preset '", name, "'"), "use hunyuan or tiny");
+}
+
+void validate_hunyuan_vae_config(const HunyuanVaeConfig& c) {
+  TT_CHECK(!c.block_out_channels.empty(), ErrorCode::kConfig, "vae block_out_channels is empty");
+  for (int64_t channels : c.block_out_channels)
+    TT_CHECK(channels > 0 && c.norm_num_groups > 0 && channels % c.norm_num_groups == 0, ErrorCode::kConfig,
+             "vae block_out_channels entry ", channels, " is not divisible by norm_num_groups ", c.norm_num_groups);
+  TT_CHECK(c.temporal_compression_ratio == 4 || c.temporal_compression_ratio == 8, ErrorCode::kConfig,
+           "vae temporal_compression_ratio must be 4 or 8, got ", c.temporal_compression_ratio);
+  const int64_t blocks = static_cast<int64_t>(c.block_out_channels.size());
+  TT_CHECK(log2_exact(c.spatial_compression_ratio, "spatial_compression_ratio") <= blocks, ErrorCode::kConfig,
+           "vae spatial_compression_ratio ", c.spatial_compression_ratio, " needs more than ", blocks, " blocks");
+  TT_CHECK(c.layers_per_block >= 1 && c.latent_channels >= 1 && c.in_channels >= 1, ErrorCode::kConfig,
+           "vae layers_per_block, latent_channels and in_channels must be positive");
+}
+
+HunyuanVaeConfig hunyuan_vae_config_from_json(const std::string& text, const std::string& source) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw Error(ErrorCode::kCheckpoint, str_cat(source, ": config.json is not valid JSON (", error.what(), ")"));
+  }
+  HunyuanVaeConfig c;
+  auto read = [&](const char* key, auto* field) {
+    auto it = json.find(key);
+    if (it == json.end() || it->is_null()) return;
+    try {
+      *field = it->get<std::decay_t<decltype(*field)>>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(ErrorCode::kCheckpoint, str_cat(source, ": config.json field ", key, " has the wrong type"));
+    }
+  };
+  read("in_channels", &c.in_channels);
+  read("latent_channels", &c.latent_channels);
+  read("block_out_channels", &c.block_out_channels);
+  read("layers_per_block", &c.layers_per_block);
+  read("norm_num_groups", &c.norm_num_groups);
+  read("scaling_factor", &c.scaling_factor);
+  read("spatial_compression_ratio", &c.spatial_compression_ratio);
+  read("temporal_compression_ratio", &c.temporal_compression_ratio);
+  read("mid_block_add_attention", &c.mid_block_add_attention);
+  std::string act_fn = "silu";
+  read("act_fn", &act_fn);
+  TT_CHECK(act_fn == "silu", ErrorCode::kCheckpoint, source, ": act_fn '", act_fn, "' is not supported (silu only)");
+  auto blocks = json.find("down_block_types");
+  if (blocks != json.end() && blocks->is_array()) {
+    for (const auto& type : *blocks)
+      TT_CHECK(type == "HunyuanVideoDownBlock3D", ErrorCode::kCheckpoint, source, ": down block type ", type.dump(),
+               " is not supported");
+    TT_CHECK(blocks->size() == c.block_out_channels.size(), ErrorCode::kCheckpoint, source,
+             ": down_block_types and block_out_channels differ in length");
+  }
+  validate_hunyuan_vae_config(c);
+  return c;
+}
+
+std::vector<int64_t> vae_latent_shape(const HunyuanVaeConfig& c, int64_t frames, int64_t height, int64_t width) {
+  const int64_t t = c.temporal_compression_ratio, s = c.spatial_compression_ratio;
+  TT_CHECK_HINT(frames >= 1 && (frames - 1) % t == 0, ErrorCode::kData, str_cat("use ", t, "n+1 frames"),
+                "the VAE takes ", t, "n+1 frames, got ", frames);
+  TT_CHECK_HINT(height % s == 0 && width % s == 0, ErrorCode::kData, str_cat("use multiples of ", s),
+                "the VAE takes heights and widths divisible by ", s, ", got ", height, "x", width);
+  return {c.latent_channels, (frames - 1) / t + 1, height / s, width / s};
+}
+
+HunyuanVaeImpl::HunyuanVaeImpl(const HunyuanVaeConfig& config) : config_(config) {
+  validate_hunyuan_vae_config(config);
+  encoder_ = register_module("encoder", std::make_shared<HunyuanVaeEncoderImpl>(config));
+  quant_conv_ = register_module(
+      "quant_conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(2 * config.latent_channels, 2 * config.latent_channels, 1)));
+}
+
+torch::Tensor HunyuanVaeImpl::moments(const torch::Tensor& x) {
+  TT_CHECK(x.dim() == 5 && x.size(1) == config_.in_channels, ErrorCode::kData, "VAE input must be (B, ",
+           config_.in_channels, ", T, H, W), got ", x.sizes());
+  (void)vae_latent_shape(config_, x.size(2), x.size(3), x.size(4));
+  return quant_conv_(encoder_->forward(x));
+}
+
+torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x) {
+  return moments(x).narrow(1, 0, config_.latent_channels) * config_.scaling_factor;
+}
+
+std::map<std::string, torch::Tensor> HunyuanVaeImpl::diffusers_parameters() {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : named_parameters()) out[item.key()] = item.value();
+  return out;
+}
+
+}  // namespace tt

@@ -1,0 +1,81 @@
+// The encoder half of HunyuanVideo's causal 3D VAE (diffusers AutoencoderKLHunyuanVideo): 8x
+// spatial and 4x temporal compression with a causal first frame (T frames -> (T - 1) / 4 + 1),
+// `latent_channels` (16) latent channels. Parameters carry diffusers' key names (`encoder.*`,
+// `quant_conv.*`), so a diffusers VAE safetensors file loads as it is (its decoder keys are
+// ignored). Frozen: the encoder only runs under no-grad, in eval.
+//
+// Layout, as diffusers builds it: conv_in; one down block per block_out_channels entry
+// (layers_per_block resnets, then a strided causal conv that halves H and W in the first
+// log2(spatial) blocks and T in the log2(temporal) blocks before the last); a mid block (resnet,
+// single-head self-attention over all tokens with a frame-causal mask, resnet); GroupNorm, SiLU,
+// conv_out to 2 x latent_channels (mean, log-variance); quant_conv (1x1x1). Causal convs pad time
+// with two copies of the first frame in front (replicate) and space by one on each side
+// (replicate). GroupNorm's statistics span the whole clip, so the encoder as a whole is not causal:
+// encoding a clip in temporal tiles changes the result (diffusers' tiling blends tiles for that).
+#pragma once
+
+#include <torch/nn.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tt {
+
+struct HunyuanVaeConfig {
+  int64_t in_channels = 3;
+  int64_t latent_channels = 16;
+  std::vector<int64_t> block_out_channels = {128, 256, 512, 512};
+  int64_t layers_per_block = 2;
+  int64_t norm_num_groups = 32;
+  double scaling_factor = 0.476986;
+  int64_t spatial_compression_ratio = 8;
+  int64_t temporal_compression_ratio = 4;
+  bool mid_block_add_attention = true;
+};
+
+/// "hunyuan" (the released VAE) or "tiny" (a few channels, for CPU tests); throws kConfig naming
+/// `key` otherwise.
+HunyuanVaeConfig hunyuan_vae_preset(const std::string& name, const std::string& key = "tele_tron.vae.preset");
+
+/// Reads a diffusers AutoencoderKLHunyuanVideo config.json (text); throws kCheckpoint for fields this
+/// encoder does not support (act_fn other than silu, temporal ratio other than 4, ...).
+HunyuanVaeConfig hunyuan_vae_config_from_json(const std::string& text, const std::string& source);
+
+/// Checks the config (channels divisible by groups, ratios, ...); throws kConfig.
+void validate_hunyuan_vae_config(const HunyuanVaeConfig& config);
+
+/// Latent shape (C, T', H', W') for a (T, H, W) clip; throws kData unless T = 4n + 1 and H, W are
+/// multiples of the spatial ratio.
+std::vector<int64_t> vae_latent_shape(const HunyuanVaeConfig& config, int64_t frames, int64_t height,
+                                      int64_t width);
+
+class HunyuanVaeEncoderImpl;
+
+/// The encoder and quant_conv; forward gives the moments.
+class HunyuanVaeImpl : public torch::nn::Module {
+ public:
+  explicit HunyuanVaeImpl(const HunyuanVaeConfig& config);
+
+  /// x (B, 3, T, H, W) in [-1, 1] -> moments (B, 2 * latent_channels, T', H', W'): mean, then
+  /// log-variance.
+  torch::Tensor moments(const torch::Tensor& x);
+
+  /// The training latents: mean * scaling_factor (no sampling), (B, latent_channels, T', H', W').
+  torch::Tensor encode_mean(const torch::Tensor& x);
+
+  const HunyuanVaeConfig& config() const { return config_; }
+
+  /// Parameters by diffusers key (encoder.*, quant_conv.*).
+  std::map<std::string, torch::Tensor> diffusers_parameters();
+
+ private:
+  HunyuanVaeConfig config_;
+  std::shared_ptr<HunyuanVaeEncoderImpl> encoder_;
+  torch::nn::Conv3d quant_conv_{nullptr};
+};
+TORCH_MODULE(HunyuanVae);
+
+}  // namespace tt

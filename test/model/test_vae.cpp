@@ -1,0 +1,64 @@
+// The HunyuanVideo VAE encoder against diffusers (test/fixtures/hunyuan_vae_parity.safetensors, from
+// scripts/make_vae_fixtures.py): fp32 CPU moments within 1e-4 relative; latent shapes and the
+// frame/size rules; the tiny preset runs.
+#include "model/vae.h"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <torch/torch.h>
+
+#include "core/errors.h"
+#include "core/safetensors.h"
+#include "model/weights.h"
+#include "test/test_util.h"
+
+namespace {
+
+constexpr const char* kFixture = TELETRON_SOURCE_DIR "/test/fixtures/hunyuan_vae_parity.safetensors";
+
+double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("VAE encoder: fp32 moments match diffusers within 1e-4", "[vae][parity]") {
+  std::map<std::string, std::string> metadata;
+  auto tensors = tt::safetensors::load(kFixture, {}, &metadata);
+  const tt::HunyuanVaeConfig config = tt::hunyuan_vae_config_from_json(metadata.at("config"), kFixture);
+  CHECK(config.block_out_channels == std::vector<int64_t>{8, 16, 16, 16});
+  tt::HunyuanVae vae(config);
+  vae->eval();
+  tt::safetensors::TensorMap weights;
+  for (const auto& [name, tensor] : tensors)
+    if (name.rfind("weight.", 0) == 0) weights[name.substr(7)] = tensor;
+  tt::load_weights_into(vae->diffusers_parameters(), weights, kFixture);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor moments = vae->moments(tensors.at("input.sample"));
+  const torch::Tensor& expected = tensors.at("output.moments");
+  REQUIRE(moments.sizes() == expected.sizes());
+  const double error = relative_error(moments, expected);
+  INFO("relative error " << error);
+  CHECK(error <= 1e-4);
+  const torch::Tensor latents = vae->encode_mean(tensors.at("input.sample"));
+  CHECK(torch::allclose(latents, expected.narrow(1, 0, 4) * 0.476986, 1e-4, 1e-5));
+}
+
+TEST_CASE("VAE encoder: latent shapes, frame and size rules, the tiny preset", "[vae]") {
+  const tt::HunyuanVaeConfig hunyuan = tt::hunyuan_vae_preset("hunyuan");
+  CHECK(tt::vae_latent_shape(hunyuan, 33, 480, 832) == std::vector<int64_t>{16, 9, 60, 104});
+  CHECK(tt::vae_latent_shape(hunyuan, 1, 64, 64) == std::vector<int64_t>{16, 1, 8, 8});
+  CHECK(tt::test::expect_error([&] { tt::vae_latent_shape(hunyuan, 32, 480, 832); }).code() == tt::ErrorCode::kData);
+  CHECK(tt::test::expect_error([&] { tt::vae_latent_shape(hunyuan, 33, 484, 832); }).code() == tt::ErrorCode::kData);
+  CHECK(tt::test::expect_error([&] { tt::hunyuan_vae_preset("huge"); }).code() == tt::ErrorCode::kConfig);
+
+  tt::HunyuanVae tiny(tt::hunyuan_vae_preset("tiny"));
+  tiny->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor clip = torch::rand({1, 3, 5, 32, 48}) * 2 - 1;
+  const torch::Tensor latents = tiny->encode_mean(clip);
+  CHECK(latents.sizes() == torch::IntArrayRef({1, 16, 2, 4, 6}));
+  CHECK(torch::isfinite(latents).all().item<bool>());
+  // Not causal end to end: the convolutions are, but GroupNorm's statistics span the whole clip, so
+  // changing later frames moves the first latent frame a little too (diffusers behaves the same).
+}
