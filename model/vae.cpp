@@ -283,6 +283,92 @@ torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x) {
   return moments(x).narrow(1, 0, config_.latent_channels) * config_.scaling_factor;
 }
 
+namespace {
+
+// diffusers' blend_v / blend_h / blend_t: the first `extent` entries of b along `dim` fade from a's
+// last ones to b's own, in place on b (later tiles then blend against the already blended b).
+torch::Tensor blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {
+  extent = std::min({a.size(dim), b.size(dim), extent});
+  for (int64_t k = 0; k < extent; ++k) {
+    const double w = static_cast<double>(k) / static_cast<double>(extent);
+    b.select(dim, k).copy_(a.select(dim, a.size(dim) - extent + k) * (1.0 - w) + b.select(dim, k) * w);
+  }
+  return b;
+}
+
+}  // namespace
+
+torch::Tensor HunyuanVaeImpl::spatial_tiled(const torch::Tensor& x, const VaeTiling& t) {
+  const int64_t s = config_.spatial_compression_ratio;
+  const int64_t height = x.size(3), width = x.size(4);
+  const int64_t stride_h = t.stride_height / s, stride_w = t.stride_width / s;
+  const int64_t blend_h = t.min_height / s - stride_h, blend_w = t.min_width / s - stride_w;
+  std::vector<std::vector<torch::Tensor>> rows;
+  for (int64_t i = 0; i < height; i += t.stride_height) {
+    std::vector<torch::Tensor> row;
+    for (int64_t j = 0; j < width; j += t.stride_width) {
+      const torch::Tensor tile = x.narrow(3, i, std::min(t.min_height, height - i)).narrow(4, j, std::min(t.min_width, width - j));
+      row.push_back(moments(tile));
+    }
+    rows.push_back(std::move(row));
+  }
+  std::vector<torch::Tensor> result_rows;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<torch::Tensor> result_row;
+    for (size_t j = 0; j < rows[i].size(); ++j) {
+      torch::Tensor tile = rows[i][j];
+      if (i > 0) tile = blend(rows[i - 1][j], tile, 3, blend_h);
+      if (j > 0) tile = blend(rows[i][j - 1], tile, 4, blend_w);
+      result_row.push_back(tile.narrow(3, 0, std::min(stride_h, tile.size(3))).narrow(4, 0, std::min(stride_w, tile.size(4))));
+    }
+    result_rows.push_back(torch::cat(result_row, 4));
+  }
+  torch::Tensor out = torch::cat(result_rows, 3);
+  return out.narrow(3, 0, std::min(out.size(3), height / s)).narrow(4, 0, std::min(out.size(4), width / s));
+}
+
+torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTiling& t) {
+  TT_CHECK(x.dim() == 5, ErrorCode::kData, "VAE input must be (B, C, T, H, W), got ", x.sizes());
+  const int64_t r = config_.temporal_compression_ratio, s = config_.spatial_compression_ratio;
+  TT_CHECK(t.stride_frames % r == 0 && t.min_frames % r == 0 && t.stride_frames > 0 && t.stride_frames <= t.min_frames,
+           ErrorCode::kConfig, "VAE tiling: frame tile ", t.min_frames, " and stride ", t.stride_frames,
+           " must be multiples of ", r, " with stride <= tile");
+  TT_CHECK(t.stride_height % s == 0 && t.stride_width % s == 0 && t.min_height % s == 0 && t.min_width % s == 0 &&
+               t.stride_height > 0 && t.stride_width > 0 && t.stride_height <= t.min_height &&
+               t.stride_width <= t.min_width,
+           ErrorCode::kConfig, "VAE tiling: tile sizes and strides must be multiples of ", s, " with stride <= tile");
+  const int64_t frames = x.size(2), height = x.size(3), width = x.size(4);
+  const bool split_space = t.spatial && (height > t.min_height || width > t.min_width);
+  auto encode_window = [&](const torch::Tensor& window) {
+    return split_space ? spatial_tiled(window, t) : moments(window);
+  };
+  if (!t.temporal || frames <= t.min_frames) return encode_window(x);
+  (void)vae_latent_shape(config_, frames, height, width);
+  const int64_t latent_frames = (frames - 1) / r + 1;
+  const int64_t stride = t.stride_frames / r, blend_frames = t.min_frames / r - stride;
+  std::vector<torch::Tensor> row;
+  for (int64_t i = 0; i < frames; i += t.stride_frames) {
+    torch::Tensor tile = encode_window(x.narrow(2, i, std::min(t.min_frames + 1, frames - i)));
+    if (i > 0) tile = tile.narrow(2, 1, tile.size(2) - 1);  // the window's first frame belongs to the one before
+    row.push_back(tile);
+  }
+  std::vector<torch::Tensor> result;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (i > 0) {
+      torch::Tensor tile = blend(row[i - 1], row[i], 2, blend_frames);
+      result.push_back(tile.narrow(2, 0, std::min(stride, tile.size(2))));
+    } else {
+      result.push_back(row[i].narrow(2, 0, std::min(stride + 1, row[i].size(2))));
+    }
+  }
+  torch::Tensor out = torch::cat(result, 2);
+  return out.narrow(2, 0, std::min(out.size(2), latent_frames));
+}
+
+torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x, const VaeTiling& tiling) {
+  return moments_tiled(x, tiling).narrow(1, 0, config_.latent_channels) * config_.scaling_factor;
+}
+
 std::map<std::string, torch::Tensor> HunyuanVaeImpl::diffusers_parameters() {
   std::map<std::string, torch::Tensor> out;
   for (const auto& item : named_parameters()) out[item.key()] = item.value();

@@ -52,6 +52,19 @@ void validate_hunyuan_vae_config(const HunyuanVaeConfig& config);
 std::vector<int64_t> vae_latent_shape(const HunyuanVaeConfig& config, int64_t frames, int64_t height,
                                       int64_t width);
 
+/// diffusers' tiled encoding (AutoencoderKLHunyuanVideo._encode with framewise encoding and
+/// enable_tiling), reproduced exactly so latents match diffusers': clips longer than min_frames are
+/// encoded in overlapping windows of min_frames + 1 frames every stride_frames, each window split
+/// into overlapping min_height x min_width tiles every stride_height/width pixels when larger; tiles
+/// overlap by (min - stride) / ratio latent rows/columns/frames, blended linearly. Bounds memory:
+/// activations scale with the tile, not the clip.
+struct VaeTiling {
+  bool temporal = true;  // diffusers: use_framewise_encoding (on by default)
+  int64_t min_frames = 16, stride_frames = 12;
+  bool spatial = false;  // diffusers: enable_tiling()
+  int64_t min_height = 256, min_width = 256, stride_height = 192, stride_width = 192;
+};
+
 class HunyuanVaeEncoderImpl;
 
 /// The encoder and quant_conv; forward gives the moments.
@@ -63,8 +76,12 @@ class HunyuanVaeImpl : public torch::nn::Module {
   /// log-variance.
   torch::Tensor moments(const torch::Tensor& x);
 
+  /// moments() through diffusers' tiling (see VaeTiling); equal to moments() when no tile splits.
+  torch::Tensor moments_tiled(const torch::Tensor& x, const VaeTiling& tiling);
+
   /// The training latents: mean * scaling_factor (no sampling), (B, latent_channels, T', H', W').
   torch::Tensor encode_mean(const torch::Tensor& x);
+  torch::Tensor encode_mean(const torch::Tensor& x, const VaeTiling& tiling);
 
   const HunyuanVaeConfig& config() const { return config_; }
 
@@ -73,6 +90,7 @@ class HunyuanVaeImpl : public torch::nn::Module {
 
  private:
   HunyuanVaeConfig config_;
+  torch::Tensor spatial_tiled(const torch::Tensor& x, const VaeTiling& tiling);
   std::shared_ptr<HunyuanVaeEncoderImpl> encoder_;
   torch::nn::Conv3d quant_conv_{nullptr};
 };

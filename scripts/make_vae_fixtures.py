@@ -9,6 +9,8 @@ The file holds, as fp32 tensors:
   weight.<diffusers key>   every encoder parameter (encoder.*, quant_conv.*), random and nonzero
   input.sample             (2, 3, 9, 24, 40) in [-1, 1]
   output.moments           quant_conv(encoder(sample)): (2, 8, 3, 3, 5), mean then log-variance
+  output.moments_tiled     diffusers' tiled encode of the same sample (AutoencoderKLHunyuanVideo._encode
+                           with framewise encoding and spatial tiling at the small tile sizes in TILING)
 and in its metadata the VAE's config.json (diffusers' field names) as a JSON string.
 
 Usage (needs torch and diffusers):
@@ -43,6 +45,17 @@ CONFIG = {
 
 INPUT_SHAPE = (2, 3, 9, 24, 40)
 
+# Small tiles so that the 9x24x40 input is split in time (tiles of 8 + 1 frames every 4) and in
+# space (16x16 tiles every 8 pixels), with blending in all three directions.
+TILING = {
+    "tile_sample_min_num_frames": 8,
+    "tile_sample_stride_num_frames": 4,
+    "tile_sample_min_height": 16,
+    "tile_sample_min_width": 16,
+    "tile_sample_stride_height": 8,
+    "tile_sample_stride_width": 8,
+}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -59,12 +72,17 @@ def main() -> None:
     sample = torch.rand(INPUT_SHAPE, generator=generator, dtype=torch.float32) * 2 - 1
     with torch.no_grad():
         moments = vae.quant_conv(vae.encoder(sample))
+        vae.use_framewise_encoding = True
+        vae.enable_tiling(**TILING)
+        moments_tiled = vae._encode(sample)
 
     tensors = {f"weight.{name}": p for name, p in encoder_parts.named_parameters()}
     tensors["input.sample"] = sample
     tensors["output.moments"] = moments
+    tensors["output.moments_tiled"] = moments_tiled
     metadata = {
         "config": json.dumps(json.loads(vae.to_json_string()), sort_keys=True),
+        "tiling": json.dumps(TILING, sort_keys=True),
         "diffusers": diffusers.__version__,
         "torch": torch.__version__,
     }
