@@ -7,6 +7,13 @@
 #include <cmath>
 
 #include "core/errors.h"
+#include "core/safetensors.h"
+#include "model/weights.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 
 namespace tt {
 namespace {
@@ -367,6 +374,72 @@ torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTil
 
 torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x, const VaeTiling& tiling) {
   return moments_tiled(x, tiling).narrow(1, 0, config_.latent_channels) * config_.scaling_factor;
+}
+
+namespace {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  TT_CHECK(in.good(), ErrorCode::kIo, path, ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool is_decoder_key(const std::string& key) {
+  return key.rfind("decoder.", 0) == 0 || key.rfind("post_quant_conv.", 0) == 0;
+}
+
+}  // namespace
+
+HunyuanVae load_hunyuan_vae(const std::string& path, const HunyuanVaeConfig& config_if_no_json, torch::Device device,
+                            torch::Dtype dtype) {
+  namespace fs = std::filesystem;
+  fs::path root(path);
+  std::error_code ignored;
+  TT_CHECK_HINT(fs::exists(root, ignored), ErrorCode::kCheckpoint, "check tele_tron.vae.weights", path,
+                ": no such file or folder");
+  if (fs::is_directory(root) && !fs::exists(root / "config.json") && fs::is_directory(root / "vae")) root /= "vae";
+  HunyuanVaeConfig config = config_if_no_json;
+  std::vector<std::string> files;
+  if (fs::is_directory(root)) {
+    if (fs::exists(root / "config.json"))
+      config = hunyuan_vae_config_from_json(read_text_file((root / "config.json").string()), (root / "config.json").string());
+    const fs::path single = root / "diffusion_pytorch_model.safetensors";
+    const fs::path index = root / "diffusion_pytorch_model.safetensors.index.json";
+    if (fs::exists(single)) {
+      files.push_back(single.string());
+    } else if (fs::exists(index)) {
+      std::set<std::string> shards;
+      try {
+        const nlohmann::json json = nlohmann::json::parse(read_text_file(index.string()));
+        for (const auto& item : json.at("weight_map").items()) shards.insert(item.value().get<std::string>());
+      } catch (const nlohmann::json::exception& error) {
+        throw Error(ErrorCode::kCheckpoint, str_cat(index.string(), ": not a safetensors index (", error.what(), ")"));
+      }
+      for (const std::string& shard : shards) files.push_back((root / shard).string());
+    }
+    TT_CHECK_HINT(!files.empty(), ErrorCode::kCheckpoint,
+                  "give a diffusers VAE folder (config.json + diffusion_pytorch_model.safetensors) or a file", path,
+                  ": no diffusion_pytorch_model.safetensors (or index) in the folder");
+  } else {
+    files.push_back(root.string());
+  }
+  HunyuanVae vae(config);
+  const std::map<std::string, torch::Tensor> destinations = vae->diffusers_parameters();
+  safetensors::TensorMap weights;
+  for (const std::string& file : files) {
+    const safetensors::Header header = safetensors::read_header(file);
+    std::vector<std::string> names;
+    for (const auto& [name, info] : header.tensors)
+      if (!is_decoder_key(name)) names.push_back(name);  // the decoder is not built: skip, not unexpected
+    for (auto& [name, tensor] : safetensors::load(file, names)) weights[name] = std::move(tensor);
+  }
+  load_weights_into(destinations, weights, path);
+  vae->to(device, dtype);
+  vae->eval();
+  for (auto& parameter : vae->parameters()) parameter.set_requires_grad(false);
+  return vae;
 }
 
 std::map<std::string, torch::Tensor> HunyuanVaeImpl::diffusers_parameters() {

@@ -96,4 +96,12 @@ class HunyuanVaeImpl : public torch::nn::Module {
 };
 TORCH_MODULE(HunyuanVae);
 
+/// Builds the encoder from a diffusers VAE and loads its weights (encoder.*, quant_conv.*; the
+/// decoder's keys are skipped): `path` is a save_pretrained folder (config.json + safetensors, or
+/// shards + index json), a pipeline folder (its `vae/`), or a safetensors file, whose architecture
+/// then comes from `config_if_no_json`. Strict on the encoder's keys: missing, unexpected and
+/// mis-shaped ones are one kCheckpoint error. Returns the module in eval mode on `device` in `dtype`.
+HunyuanVae load_hunyuan_vae(const std::string& path, const HunyuanVaeConfig& config_if_no_json,
+                            torch::Device device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
+
 }  // namespace tt

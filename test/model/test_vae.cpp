@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
+
 #include "core/errors.h"
 #include "core/safetensors.h"
 #include "model/weights.h"
@@ -92,4 +94,37 @@ TEST_CASE("VAE encoder: latent shapes, frame and size rules, the tiny preset", "
   CHECK(torch::isfinite(latents).all().item<bool>());
   // Not causal end to end: the convolutions are, but GroupNorm's statistics span the whole clip, so
   // changing later frames moves the first latent frame a little too (diffusers behaves the same).
+}
+
+TEST_CASE("VAE weights load from a diffusers folder, a pipeline folder and a file; strictly", "[vae][weights]") {
+  std::map<std::string, std::string> metadata;
+  auto tensors = tt::safetensors::load(kFixture, {}, &metadata);
+  tt::safetensors::TensorMap weights;
+  for (const auto& [name, tensor] : tensors)
+    if (name.rfind("weight.", 0) == 0) weights[name.substr(7)] = tensor;
+  weights["decoder.conv_in.conv.weight"] = torch::ones({2, 2, 1, 1, 1});  // a decoder key: skipped
+  weights["post_quant_conv.weight"] = torch::ones({4, 4, 1, 1, 1});
+  tt::test::TempDir dir("tt_vae");
+  std::filesystem::create_directories(dir / "pipe/vae");
+  tt::safetensors::save(dir / "pipe/vae/diffusion_pytorch_model.safetensors", weights);
+  tt::test::write_file(dir / "pipe/vae/config.json", metadata.at("config"));
+  tt::safetensors::save(dir / "bare.safetensors", weights);
+
+  const torch::Tensor input = tensors.at("input.sample");
+  const torch::Tensor& expected = tensors.at("output.moments");
+  torch::NoGradGuard no_grad;
+  tt::HunyuanVae from_pipeline = tt::load_hunyuan_vae(dir / "pipe", tt::hunyuan_vae_preset("tiny"));
+  CHECK(relative_error(from_pipeline->moments(input), expected) <= 1e-4);
+  CHECK_FALSE(from_pipeline->parameters()[0].requires_grad());  // frozen
+  // A bare file takes its architecture from the config given.
+  const tt::HunyuanVaeConfig fixture_config = tt::hunyuan_vae_config_from_json(metadata.at("config"), kFixture);
+  tt::HunyuanVae from_file = tt::load_hunyuan_vae(dir / "bare.safetensors", fixture_config);
+  CHECK(relative_error(from_file->moments(input), expected) <= 1e-4);
+  // The wrong architecture for the file: one kCheckpoint error listing the mismatches.
+  const tt::Error error = tt::test::expect_error(
+      [&] { tt::load_hunyuan_vae(dir / "bare.safetensors", tt::hunyuan_vae_preset("tiny")); });
+  CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+  CHECK(std::string(error.what()).find("encoder.conv_in.conv.weight") != std::string::npos);
+  CHECK(tt::test::expect_error([&] { tt::load_hunyuan_vae(dir / "nothing", fixture_config); }).code() ==
+        tt::ErrorCode::kCheckpoint);
 }
