@@ -21,7 +21,8 @@ constexpr ConfigRange kZeroStage = {0, 3, false, false};             // 0..3
 constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (and even: config.cpp)
 
 // The features a key waits for; "tele_tron.<key>: has no effect yet (arrives with <feature>)".
-constexpr const char* kVideo = "the video data pipeline";
+constexpr const char* kPrefetch = "the side-stream prefetch of the video pipeline";
+constexpr const char* kOpticalFlow = "optical flow";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
 constexpr const char* kDynamicBatch = "dynamic batch sizing";
@@ -60,15 +61,15 @@ const ConfigField kFields[] = {
     {.path = "model.image_condition_type", .kind = K::kOptString, .at = TT_AT(model.image_condition_type), .choices = "latent_concat"},
     {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n)},
 
-    {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny", .not_yet = kVideo},
-    {.path = "vae.weights", .kind = K::kOptString, .at = TT_AT(vae.weights), .not_yet = kVideo},
-    {.path = "vae.tiling", .kind = K::kString, .at = TT_AT(vae.tiling), .choices = "auto|on|off", .aliases = "true=on,false=off", .not_yet = kVideo},
+    {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny"},
+    {.path = "vae.weights", .kind = K::kOptString, .at = TT_AT(vae.weights)},
+    {.path = "vae.tiling", .kind = K::kString, .at = TT_AT(vae.tiling), .choices = "auto|on|off", .aliases = "true=on,false=off"},
 
-    {.path = "data.source", .kind = K::kString, .at = TT_AT(data.source), .choices = "latents|video", .not_yet = kVideo, .not_yet_value = "video"},
+    {.path = "data.source", .kind = K::kString, .at = TT_AT(data.source), .choices = "latents|video"},
     {.path = "data.manifest", .kind = K::kString, .at = TT_AT(data.manifest)},
     {.path = "data.buckets", .kind = K::kBuckets, .at = TT_AT(data.buckets)},
     {.path = "data.caption_dropout", .kind = K::kFloat, .at = TT_AT(data.caption_dropout), .range = kProbability, .not_yet = kCaptionDropout},
-    {.path = "data.max_failed_share", .kind = K::kFloat, .at = TT_AT(data.max_failed_share), .range = kProbability, .not_yet = kVideo},
+    {.path = "data.max_failed_share", .kind = K::kFloat, .at = TT_AT(data.max_failed_share), .range = kProbability},
     {.path = "data.min_motion", .kind = K::kOptFloat, .at = TT_AT(data.min_motion), .not_yet = kMotion},
 
     {.path = "data_pipeline.video_decoding", .kind = K::kString, .at = TT_AT(data_pipeline.video_decoding), .choices = "nvdec|cpu"},
@@ -79,16 +80,16 @@ const ConfigField kFields[] = {
     {.path = "data_pipeline.frame_sampler.samples_per_clip", .kind = K::kOptInt, .at = TT_AT(data_pipeline.frame_sampler.samples_per_clip), .range = kAtLeastOne},
     {.path = "data_pipeline.frame_sampler.stride", .kind = K::kInt, .at = TT_AT(data_pipeline.frame_sampler.stride), .range = kAtLeastOne},
     {.path = "data_pipeline.frame_sampler.target_fps", .kind = K::kOptFloat, .at = TT_AT(data_pipeline.frame_sampler.target_fps), .range = kPositive},
-    {.path = "data_pipeline.optical_flow.algorithm", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.algorithm), .choices = "none|nvofa|raft|tvl1", .not_yet = kVideo},
-    {.path = "data_pipeline.optical_flow.warp_mode", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.warp_mode), .choices = "cuda|cpu", .not_yet = kVideo},
-    {.path = "data_pipeline.augment.flip", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.flip), .range = kProbability, .not_yet = kVideo},
-    {.path = "data_pipeline.augment.crop", .kind = K::kString, .at = TT_AT(data_pipeline.augment.crop), .choices = "random|center", .not_yet = kVideo},
-    {.path = "data_pipeline.augment.brightness", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.brightness), .range = kNonNegative, .not_yet = kVideo},
-    {.path = "data_pipeline.augment.contrast", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.contrast), .range = kNonNegative, .not_yet = kVideo},
-    {.path = "data_pipeline.augment.saturation", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.saturation), .range = kNonNegative, .not_yet = kVideo},
-    {.path = "data_pipeline.augment.hue", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.hue), .range = kNonNegative, .not_yet = kVideo},
-    {.path = "data_pipeline.prefetch", .kind = K::kInt, .at = TT_AT(data_pipeline.prefetch), .range = kAtLeastOne, .not_yet = kVideo},
-    {.path = "data_pipeline.workers", .kind = K::kInt, .at = TT_AT(data_pipeline.workers), .range = kNonNegative, .not_yet = kVideo},
+    {.path = "data_pipeline.optical_flow.algorithm", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.algorithm), .choices = "none|nvofa|raft|tvl1", .not_yet = kOpticalFlow},
+    {.path = "data_pipeline.optical_flow.warp_mode", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.warp_mode), .choices = "cuda|cpu", .not_yet = kOpticalFlow},
+    {.path = "data_pipeline.augment.flip", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.flip), .range = kProbability},
+    {.path = "data_pipeline.augment.crop", .kind = K::kString, .at = TT_AT(data_pipeline.augment.crop), .choices = "random|center"},
+    {.path = "data_pipeline.augment.brightness", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.brightness), .range = kNonNegative},
+    {.path = "data_pipeline.augment.contrast", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.contrast), .range = kNonNegative},
+    {.path = "data_pipeline.augment.saturation", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.saturation), .range = kNonNegative},
+    {.path = "data_pipeline.augment.hue", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.hue), .range = kNonNegative},
+    {.path = "data_pipeline.prefetch", .kind = K::kInt, .at = TT_AT(data_pipeline.prefetch), .range = kAtLeastOne, .not_yet = kPrefetch},
+    {.path = "data_pipeline.workers", .kind = K::kInt, .at = TT_AT(data_pipeline.workers), .range = kNonNegative, .not_yet = kPrefetch},
 
     // batch_size fills Config::batch_size and Config::batch_size_dynamic.
     {.path = "batch_size", .kind = K::kBatchSize, .at = [](Config& c) -> void* { return &c; }, .not_yet = kDynamicBatch, .not_yet_value = "dynamic"},

@@ -19,7 +19,7 @@
 #include "model/text_padding.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "pipeline/latent_dataset.h"
+#include "app/training_data.h"
 
 namespace tt {
 namespace {
@@ -57,7 +57,7 @@ class Trainer {
  private:
   void announce() const;
   void resume_from(const std::string& folder);
-  std::vector<int64_t> next_indices(int64_t count);
+  std::vector<int64_t> next_indices(int64_t count, std::vector<int64_t>* epochs);
   torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
   void save_checkpoint();
   void check_finite(int64_t first_step, int64_t last_step);
@@ -72,7 +72,7 @@ class Trainer {
   HunyuanVideoTransformer model_{nullptr};
   std::vector<torch::Tensor> params_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<LatentDataset> dataset_;
+  std::unique_ptr<TrainingData> dataset_;
   FlowMatchingOptions flow_options_;
   at::Generator generator_;
   DataPosition position_;
@@ -96,15 +96,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   flow_options_ = flow_matching_options_from(config_.flow_matching);
   run_dir_ = fs::path(config_.train.output_dir);
 
-  TT_CHECK_HINT(config_.data.source == "latents", ErrorCode::kConfig,
-                "use data.source: latents (the online video pipeline arrives with a later issue)",
-                "tele_tron.data.source: `", config_.data.source, "` is not built yet");
-  LatentDatasetOptions data_options;
-  data_options.manifest = config_.data.manifest;
-  data_options.latent_channels = model_config_.out_channels;  // what the VAE wrote (16)
-  data_options.text_dim = model_config_.text_embed_dim;
-  data_options.pooled_dim = model_config_.pooled_projection_dim;
-  dataset_ = std::make_unique<LatentDataset>(data_options);
+  dataset_ = make_training_data(config_, model_config_, device_);
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
@@ -139,7 +131,7 @@ void Trainer::announce() const {
   spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
                model_->parameter_count(), model_->parameter_count() / 1e9, describe_hunyuan_config(model_config_));
   const auto& shape = dataset_->latent_shape();
-  spdlog::info("data: {} ({} samples, latents [{}, {}, {}, {}], {} text tokens)", config_.data.manifest,
+  spdlog::info("data: {} ({} samples, latents [{}, {}, {}, {}], {} text tokens)", dataset_->describe(),
                dataset_->size(), shape[0], shape[1], shape[2], shape[3], dataset_->text_length());
   spdlog::info("batch: {} x {} accumulation = {} samples per step; {} steps; lr {:g} ({} warmup, {})",
                config_.batch_size, config_.gradient_accumulation,
@@ -148,7 +140,7 @@ void Trainer::announce() const {
   for (const auto& note : config_.not_yet_implemented) spdlog::warn("{}", note);
 }
 
-std::vector<int64_t> Trainer::next_indices(int64_t count) {
+std::vector<int64_t> Trainer::next_indices(int64_t count, std::vector<int64_t>* epochs) {
   std::vector<int64_t> indices;
   while (static_cast<int64_t>(indices.size()) < count) {
     if (epoch_order_epoch_ != position_.epoch) {
@@ -161,6 +153,7 @@ std::vector<int64_t> Trainer::next_indices(int64_t count) {
       continue;
     }
     indices.push_back(epoch_order_[position_.index]);
+    epochs->push_back(position_.epoch);
     position_.index += 1;
   }
   return indices;
@@ -181,7 +174,9 @@ torch::Tensor Trainer::train_step() {
   auto step_loss = torch::zeros({}, loss_sum_.options());
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     auto wait_start = Clock::now();
-    LatentBatch batch = dataset_->get_batch(next_indices(config_.batch_size));
+    std::vector<int64_t> epochs;
+    const std::vector<int64_t> indices = next_indices(config_.batch_size, &epochs);
+    LatentBatch batch = dataset_->get_batch(indices, epochs);
     data_wait_s_ += seconds_since(wait_start);
 
     auto x0 = batch.latents.to(device_);

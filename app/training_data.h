@@ -1,0 +1,44 @@
+// Where training batches come from: cached latents (data.source: latents, pipeline/latent_dataset)
+// or raw videos (data.source: video): each row's clip is sampled, decoded (NVDEC on a GPU where it
+// takes the stream), augmented (pipeline/clip_loader) and encoded by the frozen VAE
+// (model/vae), its text embeddings read from the row's file. Synchronous for now: the side-stream
+// prefetch of the video pipeline comes next (issue 5), and its time shows as data_wait_ms.
+//
+// Video failures: a sample whose clip cannot be loaded (damaged file, too short, unreadable) is
+// logged with its manifest line, path and reason, counted, and replaced by the next row in manifest
+// order (deterministic); more failures than data.max_failed_share of the rows stop the run with
+// TT_ERR_DATA.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/config.h"
+#include "model/hunyuan_config.h"
+#include "pipeline/latent_dataset.h"
+
+namespace tt {
+
+class TrainingData {
+ public:
+  virtual ~TrainingData() = default;
+  virtual int64_t size() const = 0;
+  /// (C, T', H', W') of every sample's latents.
+  virtual std::vector<int64_t> latent_shape() const = 0;
+  virtual int64_t text_length() const = 0;
+  /// One line for the start-up log.
+  virtual std::string describe() const = 0;
+  /// Samples `indices`, each of the epoch at the same position of `epochs` (video: the epoch varies
+  /// frame sampling and augmentation).
+  virtual LatentBatch get_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs) = 0;
+};
+
+/// From config.data.source; checks every row up front (TT_ERR_DATA naming the row).
+std::unique_ptr<TrainingData> make_training_data(const Config& config, const HunyuanVideoConfig& model,
+                                                 torch::Device device);
+
+}  // namespace tt
