@@ -11,6 +11,7 @@
 #include "app/config.h"
 #include "app/model_check.h"
 #include "app/options.h"
+#include "app/preprocess.h"
 #include "app/probe.h"
 #include "app/synth_data.h"
 #include "app/trainer.h"
@@ -231,6 +232,17 @@ int run_cli(int argc, char** argv) {
       ->default_str("train.device (auto)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
+  PreprocessOptions preprocess;
+  auto* preprocess_cmd = app.add_subcommand(
+      "preprocess", "Encode a video dataset once (data.source: video) into the cached-latent dataset; resumable");
+  preprocess_cmd->add_option("config", preprocess.config, "YAML config with data.source: video")->required();
+  add_set_option(preprocess_cmd, &preprocess.sets);
+  preprocess_cmd->add_option("--output", preprocess.output, "Output folder (manifest.jsonl + latents/)")->required();
+  preprocess_cmd->add_option("--jobs", preprocess.jobs, "Rows encoded at once")->check(CLI::PositiveNumber);
+  preprocess_cmd->add_option("--device", preprocess.device, "Device")
+      ->default_str("train.device (auto)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+
   BenchVideoOptions bench_video;
   auto* bench_video_cmd = app.add_subcommand(
       "bench-video", "Time the video data pipeline on real clips: decode-only ceiling, GPU path (NVDEC + kernels), "
@@ -274,6 +286,7 @@ int run_cli(int argc, char** argv) {
   if (bench_cmd->parsed()) return run_bench_command(bench);
   if (check_cmd->parsed()) return run_model_check_command(check);
   if (validate_cmd->parsed()) return run_validate_data(validate);
+  if (preprocess_cmd->parsed()) return run_preprocess(preprocess);
   if (bench_video_cmd->parsed()) {
     run_bench_video(bench_video);
     return 0;

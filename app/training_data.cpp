@@ -34,6 +34,8 @@ class LatentTrainingData : public TrainingData {
   LatentBatch get_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>&) override {
     return dataset_->get_batch(indices);
   }
+  LatentSample load_one(int64_t index, int64_t) override { return dataset_->get(index); }
+  std::pair<int64_t, std::string> row_origin(int64_t index) const override { return {index + 1, dataset_->file(index)}; }
 
  private:
   std::string manifest_;
@@ -101,9 +103,16 @@ class VideoTrainingData : public TrainingData {
   }
 
  private:
-  struct Sample {
-    torch::Tensor latents, text_states, text_mask, pooled;
-  };
+  using Sample = LatentSample;
+
+ public:
+  LatentSample load_one(int64_t index, int64_t epoch) override { return load(index, epoch); }
+  std::pair<int64_t, std::string> row_origin(int64_t index) const override {
+    const VideoManifestRow& row = rows_[static_cast<size_t>(index)];
+    return {row.line, row.video};
+  }
+
+ private:
 
   void load_vae(const Config& config, const HunyuanVideoConfig& model) {
     const HunyuanVaeConfig preset = hunyuan_vae_preset(config.vae.preset);

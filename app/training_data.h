@@ -35,6 +35,11 @@ class TrainingData {
   /// Samples `indices`, each of the epoch at the same position of `epochs` (video: the epoch varies
   /// frame sampling and augmentation).
   virtual LatentBatch get_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs) = 0;
+  /// One sample with no replacement: throws (kDecode, kData, kIo) when it cannot be loaded.
+  /// Safe to call from several threads at once (teletron preprocess --jobs).
+  virtual LatentSample load_one(int64_t index, int64_t epoch) = 0;
+  /// The manifest line and source file of row `index` (for messages and preprocess's output).
+  virtual std::pair<int64_t, std::string> row_origin(int64_t index) const = 0;
 };
 
 /// From config.data.source; checks every row up front (TT_ERR_DATA naming the row).

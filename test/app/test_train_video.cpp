@@ -132,3 +132,48 @@ TEST_CASE("train on raw videos: a broken clip is skipped within max_failed_share
     CHECK_THAT(result.output, ContainsSubstring("max_failed_share"));
   }
 }
+
+TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicates, and trains", "[train][video]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_preprocess");
+  std::string manifest_text;
+  for (size_t i = 0; i < clips.size(); ++i) {
+    const std::string embeddings = dir / ("text" + std::to_string(i) + ".safetensors");
+    write_embeddings(embeddings, static_cast<int>(i));
+    manifest_text += "{\"video\": \"" + clips[i] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
+  }
+  tt::test::write_file(dir / "manifest.jsonl", manifest_text);
+  const std::string config = write_config(dir, dir / "manifest.jsonl", 4, 0.0);
+  const std::string out = dir / "cache";
+  const auto first = tt::test::run_teletron("preprocess '" + config + "' --output '" + out + "' --jobs 2 2>&1");
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  const std::string manifest = tt::test::read_file(out + "/manifest.jsonl");
+  CHECK(manifest == "{\"latents\": \"latents/000001.safetensors\"}\n{\"latents\": \"latents/000002.safetensors\"}\n"
+                    "{\"latents\": \"latents/000003.safetensors\"}\n{\"latents\": \"latents/000004.safetensors\"}\n"
+                    "{\"latents\": \"latents/000005.safetensors\"}\n{\"latents\": \"latents/000006.safetensors\"}\n");
+  auto sample = tt::safetensors::load(out + "/latents/000003.safetensors");
+  CHECK(sample.at("latents").sizes() == torch::IntArrayRef({16, 3, 8, 8}));  // 9x64x64 through 4x/8x
+  const std::string third = tt::test::read_file(out + "/latents/000003.safetensors");
+
+  // An interrupted run: one file missing, the manifest gone, a stale temporary left behind.
+  std::filesystem::remove(out + "/latents/000003.safetensors");
+  std::filesystem::remove(out + "/manifest.jsonl");
+  tt::test::write_file(out + "/latents/000004.safetensors.tmp", "partial");
+  const auto second = tt::test::run_teletron("preprocess '" + config + "' --output '" + out + "' 2>&1");
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, ContainsSubstring("5 already done, 1 to encode"));
+  CHECK(tt::test::read_file(out + "/manifest.jsonl") == manifest);
+  CHECK(tt::test::read_file(out + "/latents/000003.safetensors") == third);  // deterministic: the same bytes
+  CHECK_FALSE(std::filesystem::exists(out + "/latents/000004.safetensors.tmp"));
+
+  // The cache trains as data.source: latents.
+  std::string latent_config = tt::test::read_file(config);
+  latent_config.replace(latent_config.find("source: video"), 13, "source: latents");
+  latent_config.replace(latent_config.find(dir / "manifest.jsonl"), (dir / "manifest.jsonl").size(), out + "/manifest.jsonl");
+  tt::test::write_file(dir / "latents.yaml", latent_config);
+  const auto train = tt::test::run_teletron("train '" + (dir / "latents.yaml") + "' --output '" + (dir / "run") + "' 2>&1");
+  INFO(train.output);
+  CHECK(train.exit_code == 0);
+}
