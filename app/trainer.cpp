@@ -19,6 +19,7 @@
 #include "model/text_padding.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "app/prefetch.h"
 #include "app/training_data.h"
 
 namespace tt {
@@ -44,6 +45,33 @@ struct DataPosition {
   int64_t index = 0;  // next position inside the epoch's order
 };
 
+// Walks the epoch orders: the trainer keeps one (the consumed position, what checkpoints store) and
+// the prefetch producer a copy that runs ahead.
+struct DataCursor {
+  DataPosition position;
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+
+  std::vector<int64_t> next(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
+    std::vector<int64_t> indices;
+    while (static_cast<int64_t>(indices.size()) < count) {
+      if (order_epoch != position.epoch) {
+        order = epoch_order(size, seed, position.epoch);
+        order_epoch = position.epoch;
+      }
+      if (position.index >= size) {
+        position.epoch += 1;
+        position.index = 0;
+        continue;
+      }
+      indices.push_back(order[position.index]);
+      epochs->push_back(position.epoch);
+      position.index += 1;
+    }
+    return indices;
+  }
+};
+
 class Trainer {
  public:
   /// The model input for the configured conditioning: the noisy latent itself (text-to-video), or
@@ -57,7 +85,7 @@ class Trainer {
  private:
   void announce() const;
   void resume_from(const std::string& folder);
-  std::vector<int64_t> next_indices(int64_t count, std::vector<int64_t>* epochs);
+  LatentBatch next_batch();
   torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
   void save_checkpoint();
   void check_finite(int64_t first_step, int64_t last_step);
@@ -75,9 +103,10 @@ class Trainer {
   std::unique_ptr<TrainingData> dataset_;
   FlowMatchingOptions flow_options_;
   at::Generator generator_;
-  DataPosition position_;
-  std::vector<int64_t> epoch_order_;
-  int64_t epoch_order_epoch_ = -1;
+  DataCursor cursor_;                   // consumed by training steps (checkpointed)
+  DataPosition& position_ = cursor_.position;
+  DataCursor producer_cursor_;          // the prefetch producer's, ahead of cursor_
+  std::unique_ptr<BatchPrefetcher> prefetcher_;
   int64_t step_ = 0;
   fs::path run_dir_;
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
@@ -140,23 +169,16 @@ void Trainer::announce() const {
   for (const auto& note : config_.not_yet_implemented) spdlog::warn("{}", note);
 }
 
-std::vector<int64_t> Trainer::next_indices(int64_t count, std::vector<int64_t>* epochs) {
-  std::vector<int64_t> indices;
-  while (static_cast<int64_t>(indices.size()) < count) {
-    if (epoch_order_epoch_ != position_.epoch) {
-      epoch_order_ = epoch_order(dataset_->size(), static_cast<uint64_t>(config_.train.seed), position_.epoch);
-      epoch_order_epoch_ = position_.epoch;
-    }
-    if (position_.index >= dataset_->size()) {
-      position_.epoch += 1;
-      position_.index = 0;
-      continue;
-    }
-    indices.push_back(epoch_order_[position_.index]);
-    epochs->push_back(position_.epoch);
-    position_.index += 1;
+LatentBatch Trainer::next_batch() {
+  if (prefetcher_) {
+    BatchPrefetcher::Item item = prefetcher_->next();
+    position_ = {item.plan.epoch_after, item.plan.index_after};
+    return std::move(item.batch);
   }
-  return indices;
+  std::vector<int64_t> epochs;
+  const std::vector<int64_t> indices =
+      cursor_.next(config_.batch_size, dataset_->size(), static_cast<uint64_t>(config_.train.seed), &epochs);
+  return dataset_->get_batch(indices, epochs);
 }
 
 torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::Tensor& x0) const {
@@ -174,9 +196,7 @@ torch::Tensor Trainer::train_step() {
   auto step_loss = torch::zeros({}, loss_sum_.options());
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     auto wait_start = Clock::now();
-    std::vector<int64_t> epochs;
-    const std::vector<int64_t> indices = next_indices(config_.batch_size, &epochs);
-    LatentBatch batch = dataset_->get_batch(indices, epochs);
+    LatentBatch batch = next_batch();
     data_wait_s_ += seconds_since(wait_start);
 
     auto x0 = batch.latents.to(device_);
@@ -295,6 +315,23 @@ void Trainer::run() {
     load_weights(*initial_weights_, model_->diffusers_parameters());
     spdlog::info("initial weights: {}", initial_weights_->description);
   }
+  if (config_.data.source == "video" && config_.data_pipeline.prefetch > 0) {
+    // The producer starts where the consumed position stands (after a resume too) and runs ahead.
+    producer_cursor_ = cursor_;
+    const uint64_t seed = static_cast<uint64_t>(config_.train.seed);
+    prefetcher_ = std::make_unique<BatchPrefetcher>(
+        config_.data_pipeline.prefetch, device_,
+        [this, seed] {
+          PlannedBatch plan;
+          plan.indices = producer_cursor_.next(config_.batch_size, dataset_->size(), seed, &plan.epochs);
+          plan.epoch_after = producer_cursor_.position.epoch;
+          plan.index_after = producer_cursor_.position.index;
+          return plan;
+        },
+        [this](const PlannedBatch& plan) { return dataset_->get_batch(plan.indices, plan.epochs); });
+    spdlog::info("data: the video pipeline runs up to {} batches ahead{}", config_.data_pipeline.prefetch,
+                 device_.is_cuda() ? " on its own CUDA stream" : " on its own thread");
+  }
   {
     std::ofstream resolved(run_dir_ / "config.resolved.yaml");
     resolved << config_to_yaml(config_);
@@ -335,10 +372,13 @@ void Trainer::run() {
     const std::string eta =
         step_ == start_step + 1 ? std::string("--") : format_duration((max_steps - step_) * window_s / window_steps);
     const double lr = learning_rate_at(config_.optimizer, step_ - 1, max_steps);
+    // Share of the window's wall time the steps spent waiting for data (0 when the pipeline keeps up).
+    const double data_wait_share = std::min(1.0, data_wait_s_ / std::max(window_s, 1e-9));
     if (print_now || log_now) {
-      spdlog::info("step {}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.2f} samples/s  {:.0f} ms/step  ETA {}",
+      spdlog::info("step {}/{}  loss {:.4f}  lr {:.2e}  grad_norm {:.3f}  {:.2f} samples/s  {:.0f} ms/step  "
+                   "data wait {:.0f} %  ETA {}",
                    step_, max_steps, loss, lr, last_grad_norm_.item<double>(), samples_per_s, step_ms,
-                   eta);
+                   100.0 * data_wait_share, eta);
       last_print = Clock::now();
     }
     if (log_now) {
@@ -349,6 +389,7 @@ void Trainer::run() {
                      {"samples_per_s", samples_per_s},
                      {"step_ms", step_ms},
                      {"data_wait_ms", 1000.0 * data_wait_s_ / window_steps},
+                     {"data_wait_share", data_wait_share},
                      {"peak_mem_gb", peak_memory_gb(device_)},
                      {"epoch", position_.epoch}});
       loss_sum_.zero_();

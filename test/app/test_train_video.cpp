@@ -48,7 +48,8 @@ void write_embeddings(const std::string& path, int index) {
   tt::safetensors::save(path, {{"text_states", states}, {"text_mask", mask}, {"pooled", torch::randn({32})}});
 }
 
-std::string write_config(const TempDir& dir, const std::string& manifest, int64_t steps, double failed_share) {
+std::string write_config(const TempDir& dir, const std::string& manifest, int64_t steps, double failed_share,
+                         int64_t prefetch = 2, const std::string& name = "train_video.yaml") {
   std::ostringstream yaml;
   yaml << "tele_tron:\n"
        << "  model: {preset: tiny}\n"
@@ -56,13 +57,14 @@ std::string write_config(const TempDir& dir, const std::string& manifest, int64_
        << "  data:\n    source: video\n    manifest: " << manifest << "\n"
        << "    buckets: [{frames: 9, height: 64, width: 64}]\n"
        << "    max_failed_share: " << failed_share << "\n"
-       << "  data_pipeline: {frame_sampler: {mode: stratified}, augment: {flip: 0.5, crop: random}}\n"
+       << "  data_pipeline: {frame_sampler: {mode: stratified}, augment: {flip: 0.5, crop: random}, prefetch: "
+       << prefetch << "}\n"
        << "  batch_size: 2\n"
        << "  optimizer: {lr: 1.0e-3, warmup_steps: 5, weight_decay: 0.0}\n"
        << "  flow_matching: {shift: 1.0}\n"
        << "  train: {device: cpu, max_steps: " << steps << ", seed: 3, log_every: 5, checkpoint_every: " << steps
        << ", keep_checkpoints: 1}\n";
-  const std::string path = dir / "train_video.yaml";
+  const std::string path = dir / name;
   tt::test::write_file(path, yaml.str());
   return path;
 }
@@ -176,4 +178,53 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   const auto train = tt::test::run_teletron("train '" + (dir / "latents.yaml") + "' --output '" + (dir / "run") + "' 2>&1");
   INFO(train.output);
   CHECK(train.exit_code == 0);
+}
+
+TEST_CASE("train on raw videos: prefetching ahead gives the synchronous run's weights; resume is exact",
+          "[train][video][prefetch]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_prefetch");
+  std::string manifest_text;
+  for (size_t i = 0; i < clips.size(); ++i) {
+    const std::string embeddings = dir / ("text" + std::to_string(i) + ".safetensors");
+    write_embeddings(embeddings, static_cast<int>(i));
+    manifest_text += "{\"video\": \"" + clips[i] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
+  }
+  tt::test::write_file(dir / "manifest.jsonl", manifest_text);
+  auto train = [&](const std::string& config, const std::string& out, const std::string& extra) {
+    const auto result = tt::test::run_teletron("train '" + config + "' --output '" + out + "' " + extra + " 2>&1");
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    return result.output;
+  };
+  auto weights = [](const std::string& run, int64_t step) {
+    char folder[64];
+    std::snprintf(folder, sizeof(folder), "/checkpoints/step_%07lld/model.safetensors", static_cast<long long>(step));
+    return tt::safetensors::load(run + folder);
+  };
+  // 10 steps of 2 samples over 6 rows: the epoch boundary falls inside the prefetched window.
+  const std::string synchronous = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 0, "sync.yaml");
+  const std::string ahead = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 4, "ahead.yaml");
+  train(synchronous, dir / "sync", "");
+  const std::string log = train(ahead, dir / "ahead", "");
+  CHECK_THAT(log, ContainsSubstring("runs up to 4 batches ahead"));
+  const auto a = weights(dir / "sync", 10);
+  const auto b = weights(dir / "ahead", 10);
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, tensor] : a) {
+    INFO(name);
+    CHECK(torch::equal(tensor, b.at(name)));
+  }
+  // Stop at step 4 (checkpoint), resume with prefetch to step 10: the same weights as straight.
+  const std::string half = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 4, "half.yaml");
+  std::string half_text = tt::test::read_file(half);
+  half_text.replace(half_text.find("checkpoint_every: 10"), 20, "checkpoint_every: 4 ");
+  tt::test::write_file(half, half_text);
+  train(half, dir / "resumed", "--max-steps 4");
+  train(half, dir / "resumed", "--resume auto --max-steps 10");
+  const auto c = tt::safetensors::load(dir / "resumed/checkpoints/step_0000010/model.safetensors");
+  for (const auto& [name, tensor] : a) {
+    INFO(name);
+    CHECK(torch::equal(tensor, c.at(name)));
+  }
 }

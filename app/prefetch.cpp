@@ -1,0 +1,86 @@
+// BatchPrefetcher (see prefetch.h).
+#include "app/prefetch.h"
+
+#include <torch/torch.h>
+
+#ifdef TELETRON_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace tt {
+
+BatchPrefetcher::BatchPrefetcher(int64_t capacity, torch::Device device, std::function<PlannedBatch()> plan,
+                                 std::function<LatentBatch(const PlannedBatch&)> load)
+    : capacity_(std::max<int64_t>(1, capacity)), device_(device), plan_(std::move(plan)), load_(std::move(load)) {
+  producer_ = std::thread([this] { produce(); });
+}
+
+BatchPrefetcher::~BatchPrefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  producer_.join();
+}
+
+void BatchPrefetcher::produce() {
+#ifdef TELETRON_WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> stream;
+  if (device_.is_cuda()) stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+#endif
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || static_cast<int64_t>(queue_.size()) < capacity_; });
+      if (stopping_) return;
+    }
+    Slot slot;
+    try {
+      slot.item.plan = plan_();
+      slot.item.batch = load_(slot.item.plan);
+#ifdef TELETRON_WITH_CUDA
+      if (device_.is_cuda()) {
+        auto event = std::make_shared<at::cuda::CUDAEvent>();
+        event->record(c10::cuda::getCurrentCUDAStream(device_.index()));
+        slot.ready = event;
+      }
+#endif
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    const bool failed = static_cast<bool>(slot.error);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(slot));
+    }
+    changed_.notify_all();
+    if (failed) return;  // the consumer rethrows; nothing after a failure is planned
+  }
+}
+
+BatchPrefetcher::Item BatchPrefetcher::next() {
+  Slot slot;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !queue_.empty(); });
+    slot = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  changed_.notify_all();
+  if (slot.error) std::rethrow_exception(slot.error);
+#ifdef TELETRON_WITH_CUDA
+  if (slot.ready) {
+    const auto consumer = c10::cuda::getCurrentCUDAStream(device_.index());
+    static_cast<at::cuda::CUDAEvent*>(slot.ready.get())->block(consumer);
+    for (torch::Tensor* tensor : {&slot.item.batch.latents, &slot.item.batch.text_states, &slot.item.batch.text_mask,
+                                  &slot.item.batch.pooled})
+      if (tensor->defined() && tensor->is_cuda()) tensor->record_stream(consumer);
+  }
+#endif
+  return std::move(slot.item);
+}
+
+}  // namespace tt
