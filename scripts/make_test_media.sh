@@ -12,7 +12,7 @@ build=${2:-${TELETRON_BUILD_DIR:-$root/build}}
 # The test executables holding tests that call media_command.
 executables=(teletron_tests_pipeline teletron_tests_cuda)
 # app tier: only the test cases that make media (the rest train models and take minutes).
-app_filter="[validate],[video]"
+app_filter="[validate],[video],[prefetch]"
 
 command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null ||
   { echo "make_test_media.sh: needs the ffmpeg CLI (ffmpeg and ffprobe on PATH)" >&2; exit 1; }
