@@ -154,6 +154,9 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
   if (!row.text_embeddings.empty()) {
     const std::string problem = check_text_embeddings(row.text_embeddings, plan.text_dim, plan.pooled_dim);
     if (!problem.empty()) result.fail("text_embeddings", problem);
+  } else if (plan.config.data.source == "video") {
+    result.fail("text_embeddings", str_cat("line ", row.line, ": no \"text_embeddings\" (training with data.source: "
+                                           "video reads each clip's text from it)"));
   }
   return result;
 }

@@ -123,6 +123,24 @@ TEST_CASE("validate-data: a config breaking 4n+1 for the VAE names both keys", "
   CHECK_THAT(result.output, ContainsSubstring("13 or 17"));
 }
 
+TEST_CASE("validate-data: with data.source video every row needs its text embeddings, of the model's widths",
+          "[validate]") {
+  TempDir dir("tt_validate_text");
+  const std::string video = clip("vd_h264.mp4", "-f lavfi -i testsrc2=size=320x240:rate=25 -frames:v 12 -c:v libx264 "
+                                                "-g 6 -pix_fmt yuv420p -movflags +faststart");
+  tt::test::write_file(dir / "manifest.jsonl", "{\"video\": \"" + video + "\"}\n{\"video\": \"" + video +
+                                                   "\", \"text_embeddings\": \"missing.safetensors\"}\n");
+  tt::test::write_file(dir / "c.yaml", "tele_tron:\n  model: {preset: tiny}\n  data:\n    source: video\n    manifest: " +
+                                           (dir / "manifest.jsonl") +
+                                           "\n    buckets: [{frames: 9, height: 64, width: 64}]\n");
+  const auto result = run_teletron("validate-data '" + (dir / "c.yaml") + "' --device cpu 2>&1");
+  INFO(result.output);
+  CHECK(result.exit_code == 3);
+  CHECK_THAT(result.output, ContainsSubstring("line 1: no \"text_embeddings\""));
+  CHECK_THAT(result.output, ContainsSubstring("missing.safetensors"));
+  CHECK_THAT(result.output, ContainsSubstring("TT_ERR_DATA: 2 of 2 samples have errors"));
+}
+
 TEST_CASE("validate-data on CUDA flags the same rows", "[gpu][validate]") {
   Dataset d;
   make_dataset(d);  // made (recorded) before the GPU check so machines with the CLI record it
