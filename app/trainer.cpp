@@ -46,13 +46,21 @@ struct DataPosition {
 };
 
 // Walks the epoch orders: the trainer keeps one (the consumed position, what checkpoints store) and
-// the prefetch producer a copy that runs ahead.
+// the prefetch producer a copy that runs ahead. Without buckets a batch is the next `count` samples
+// of the epoch order (running into the next epoch) and position.index counts samples. With buckets
+// (row_bucket non-empty) each epoch's order is dealt into per-bucket batches — a row joins its
+// bucket's open batch, a full batch is emitted, partial batches at the epoch's end are dropped — and
+// position.index counts batches; either way the sequence follows from (seed, epoch) alone, so a
+// resume continues it exactly.
 struct DataCursor {
   DataPosition position;
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
+  std::vector<int64_t> row_bucket;            // empty: no buckets
+  std::vector<std::vector<int64_t>> batches;  // the epoch's batches (bucket mode)
 
   std::vector<int64_t> next(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
+    if (!row_bucket.empty()) return next_bucketed(count, size, seed, epochs);
     std::vector<int64_t> indices;
     while (static_cast<int64_t>(indices.size()) < count) {
       if (order_epoch != position.epoch) {
@@ -68,6 +76,37 @@ struct DataCursor {
       epochs->push_back(position.epoch);
       position.index += 1;
     }
+    return indices;
+  }
+
+  std::vector<int64_t> next_bucketed(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
+    for (int empty_epochs = 0;;) {
+      if (order_epoch != position.epoch) {
+        order = epoch_order(size, seed, position.epoch);
+        order_epoch = position.epoch;
+        batches.clear();
+        std::map<int64_t, std::vector<int64_t>> open;
+        for (int64_t row : order) {
+          const int64_t bucket = row_bucket[static_cast<size_t>(row)];
+          if (bucket < 0) continue;
+          std::vector<int64_t>& batch = open[bucket];
+          batch.push_back(row);
+          if (static_cast<int64_t>(batch.size()) == count) {
+            batches.push_back(batch);
+            batch.clear();
+          }
+        }
+      }
+      if (position.index < static_cast<int64_t>(batches.size())) break;
+      TT_CHECK_HINT(++empty_epochs < 2, ErrorCode::kData, "lower batch_size or add clips to the buckets",
+                    "no bucket of tele_tron.data.buckets holds batch_size (", count, ") clips");
+      if (!batches.empty()) empty_epochs = 0;
+      position.epoch += 1;
+      position.index = 0;
+    }
+    std::vector<int64_t> indices = batches[static_cast<size_t>(position.index)];
+    epochs->assign(indices.size(), position.epoch);
+    position.index += 1;
     return indices;
   }
 };
@@ -126,6 +165,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   run_dir_ = fs::path(config_.train.output_dir);
 
   dataset_ = make_training_data(config_, model_config_, device_);
+  cursor_.row_bucket = dataset_->row_buckets();
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
@@ -250,7 +290,10 @@ void Trainer::save_checkpoint() {
   for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
   ckpt.state["rng.generator"] = generator_.get_state();
   ckpt.info["step"] = step_;
-  ckpt.info["data"] = {{"epoch", position_.epoch}, {"index", position_.index}, {"rows", dataset_->size()}};
+  ckpt.info["data"] = {{"epoch", position_.epoch},
+                       {"index", position_.index},
+                       {"rows", dataset_->size()},
+                       {"unit", cursor_.row_bucket.empty() ? "sample" : "batch"}};
   ckpt.info["seed"] = config_.train.seed;
   ckpt.info["device"] = device_.str();
   ckpt.info["config"] = config_to_yaml(config_);

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "app/video_data.h"
@@ -62,31 +64,38 @@ class VideoTrainingData : public TrainingData {
  public:
   VideoTrainingData(const Config& config, const HunyuanVideoConfig& model, torch::Device device)
       : config_(config), device_(device) {
-    TT_CHECK_HINT(config.data.buckets.size() == 1, ErrorCode::kConfig,
-                  "list one bucket (bucketing several sizes arrives with the prefetch pipeline)",
-                  "tele_tron.data.buckets: data.source video takes one bucket for now, got ",
-                  config.data.buckets.size());
-    bucket_ = config.data.buckets.front();
-    sampler_ = frame_sampler_options(config, 0);
-    TT_CHECK_HINT(sampler_.samples == bucket_.frames, ErrorCode::kConfig,
-                  "leave samples_per_clip null (the bucket's frame count) or set it to the bucket's frames",
-                  "tele_tron.data_pipeline.frame_sampler.samples_per_clip (", sampler_.samples,
-                  ") differs from tele_tron.data.buckets[0].frames (", bucket_.frames, ")");
+    buckets_ = config.data.buckets;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      samplers_.push_back(frame_sampler_options(config, b));
+      TT_CHECK_HINT(samplers_.back().samples == buckets_[b].frames, ErrorCode::kConfig,
+                    "leave samples_per_clip null (each bucket's frame count)",
+                    "tele_tron.data_pipeline.frame_sampler.samples_per_clip (", samplers_.back().samples,
+                    ") differs from tele_tron.data.buckets[", b, "].frames (", buckets_[b].frames, ")");
+    }
     reader_options_ = video_reader_options(config);
     reader_options_.device = device;
     vae_dtype_ = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
     augment_ = augment_options(config, vae_dtype_);
     load_vae(config, model);
     check_rows(config, model);
+    assign_buckets();
     allowed_failures_ = static_cast<int64_t>(config.data.max_failed_share * static_cast<double>(rows_.size()));
   }
 
+  std::vector<int64_t> row_buckets() const override { return row_bucket_; }
+
   int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
-  std::vector<int64_t> latent_shape() const override { return latent_shape_; }
+  std::vector<int64_t> latent_shape() const override { return latent_shapes_.front(); }
   int64_t text_length() const override { return text_length_; }
   std::string describe() const override {
-    return str_cat(config_.data.manifest, " (videos -> ", bucket_.frames, "x", bucket_.height, "x", bucket_.width,
-                   ", ", frame_sample_mode_name(sampler_.mode), " sampling, VAE ", config_.vae.preset,
+    std::string buckets;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const int64_t rows = std::count(row_bucket_.begin(), row_bucket_.end(), static_cast<int64_t>(b));
+      buckets += str_cat(b == 0 ? "" : ", ", buckets_[b].frames, "x", buckets_[b].height, "x", buckets_[b].width, ": ",
+                         rows, " clips");
+    }
+    return str_cat(config_.data.manifest, " (videos -> ", buckets, "; ", frame_sample_mode_name(samplers_[0].mode),
+                   " sampling, VAE ", config_.vae.preset,
                    config_.vae.weights ? " from " + *config_.vae.weights : std::string(" (random weights)"), ")");
   }
 
@@ -131,7 +140,7 @@ class VideoTrainingData : public TrainingData {
     TT_CHECK_HINT(vae_->config().latent_channels == model.out_channels, ErrorCode::kConfig,
                   "use a VAE and a model that agree on latent channels", "the VAE gives ",
                   vae_->config().latent_channels, " latent channels, the model takes ", model.out_channels);
-    latent_shape_ = vae_latent_shape(vae_->config(), bucket_.frames, bucket_.height, bucket_.width);
+    for (const Bucket& b : buckets_) latent_shapes_.push_back(vae_latent_shape(vae_->config(), b.frames, b.height, b.width));
     if (config.vae.tiling == "on") {
       tiling_.temporal = true;
       tiling_.spatial = true;
@@ -170,11 +179,13 @@ class VideoTrainingData : public TrainingData {
   Sample load(int64_t index, int64_t epoch) {
     const VideoManifestRow& row = rows_[static_cast<size_t>(index)];
     VideoReader reader(row.video, reader_options_);
+    const int64_t bucket = row_bucket_[static_cast<size_t>(index)];
+    TT_CHECK(bucket >= 0, ErrorCode::kData, row.video, ": fits none of tele_tron.data.buckets");
     ClipRequest request;
-    request.sampler = sampler_;
+    request.sampler = samplers_[static_cast<size_t>(bucket)];
     request.augment = augment_;
-    request.height = bucket_.height;
-    request.width = bucket_.width;
+    request.height = buckets_[static_cast<size_t>(bucket)].height;
+    request.width = buckets_[static_cast<size_t>(bucket)].width;
     request.seed = static_cast<uint64_t>(config_.train.seed);
     request.epoch = epoch;
     request.sample_index = index;
@@ -194,8 +205,10 @@ class VideoTrainingData : public TrainingData {
 
   Sample load_with_replacement(int64_t index, int64_t epoch) {
     const int64_t rows = size();
+    const int64_t bucket = row_bucket_[static_cast<size_t>(index)];
     for (int64_t attempt = 0; attempt < rows; ++attempt) {
       const int64_t candidate = (index + attempt) % rows;
+      if (row_bucket_[static_cast<size_t>(candidate)] != bucket) continue;  // a replacement keeps the batch's shape
       try {
         return load(candidate, epoch);
       } catch (const Error& error) {
@@ -215,17 +228,86 @@ class VideoTrainingData : public TrainingData {
     throw Error(ErrorCode::kData, "no sample of the manifest could be loaded");
   }
 
+  // Each row goes to the bucket it can fill (enough frames for that bucket's sampler, a displayed
+  // size at least the bucket's) whose aspect ratio is closest to the clip's; ties go to the larger
+  // bucket. Rows that fit none are left out, and said so.
+  void assign_buckets() {
+    VideoReaderOptions probe = reader_options_;
+    probe.device = torch::kCPU;  // opening and indexing only: no decoder session needed
+    probe.allow_nvdec = false;
+    probe.quiet = true;
+    int64_t unfit = 0, unreadable = 0;
+    std::string examples;
+    for (const VideoManifestRow& row : rows_) {
+      int64_t chosen = -1;
+      std::string why = "fits no bucket";
+      try {
+        VideoReader reader(row.video, probe);
+        const VideoInfo& info = reader.info();
+        const bool turned = info.rotation == 90 || info.rotation == 270;
+        const double width = static_cast<double>(turned ? info.height : info.width);
+        const double height = static_cast<double>(turned ? info.width : info.height);
+        std::vector<double> times;
+        for (int64_t i = 0; i < reader.index().size(); ++i) times.push_back(reader.index().seconds(i));
+        double best = 0.0;
+        for (size_t b = 0; b < buckets_.size(); ++b) {
+          const Bucket& bucket = buckets_[b];
+          if (width < static_cast<double>(bucket.width) || height < static_cast<double>(bucket.height)) continue;
+          try {
+            (void)sample_frames(samplers_[b], times, 0, 0, 0);
+          } catch (const Error& error) {
+            if (error.code() != ErrorCode::kData) throw;
+            continue;
+          }
+          const double mismatch = std::fabs(std::log((width / height) /
+                                                     (static_cast<double>(bucket.width) / static_cast<double>(bucket.height))));
+          const double area = static_cast<double>(bucket.width * bucket.height);
+          const double score = mismatch - 1e-9 * area;
+          if (chosen < 0 || score < best) {
+            chosen = static_cast<int64_t>(b);
+            best = score;
+          }
+        }
+        if (chosen < 0)
+          why = str_cat(info.frame_count, " frames at ", static_cast<int64_t>(width), "x", static_cast<int64_t>(height),
+                        " fit no bucket");
+      } catch (const Error& error) {
+        why = error.what();
+        ++unreadable;  // a failure, unlike a clip that is merely too short or too small
+      }
+      row_bucket_.push_back(chosen);
+      if (chosen < 0) {
+        ++unfit;
+        if (unfit <= 3) examples += str_cat("\n  line ", row.line, " ", row.video, ": ", why);
+      }
+    }
+    if (unfit > 0)
+      spdlog::warn("{} of {} rows fit none of data.buckets and are left out (teletron validate-data lists them):{}",
+                   unfit, rows_.size(), examples);
+    failed_ += unreadable;
+    const int64_t allowed = static_cast<int64_t>(config_.data.max_failed_share * static_cast<double>(rows_.size()));
+    TT_CHECK_HINT(failed_ <= allowed, ErrorCode::kData,
+                  "run `teletron validate-data` on the config and fix or drop the files it lists, or raise "
+                  "tele_tron.data.max_failed_share",
+                  unreadable, " of ", rows_.size(), " videos cannot be opened, more than data.max_failed_share (",
+                  config_.data.max_failed_share, ")", examples);
+    TT_CHECK_HINT(unfit < static_cast<int64_t>(rows_.size()), ErrorCode::kData,
+                  "check the buckets against the clips with `teletron validate-data`", config_.data.manifest,
+                  ": no row fits any of data.buckets");
+  }
+
   Config config_;
   torch::Device device_;
-  Bucket bucket_;
-  FrameSamplerOptions sampler_;
+  std::vector<Bucket> buckets_;
+  std::vector<FrameSamplerOptions> samplers_;
+  std::vector<int64_t> row_bucket_;
   AugmentOptions augment_;
   VideoReaderOptions reader_options_;
   torch::Dtype vae_dtype_ = torch::kFloat32;
   HunyuanVae vae_{nullptr};
   VaeTiling tiling_;
   std::vector<VideoManifestRow> rows_;
-  std::vector<int64_t> latent_shape_;
+  std::vector<std::vector<int64_t>> latent_shapes_;
   int64_t text_length_ = 0;
   int64_t failed_ = 0;
   int64_t allowed_failures_ = 0;

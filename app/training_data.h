@@ -38,6 +38,9 @@ class TrainingData {
   /// One sample with no replacement: throws (kDecode, kData, kIo) when it cannot be loaded.
   /// Safe to call from several threads at once (teletron preprocess --jobs).
   virtual LatentSample load_one(int64_t index, int64_t epoch) = 0;
+  /// Bucket (index into data.buckets) of every row, -1 for rows that fit none; empty when every
+  /// sample has one shape (cached latents), and the trainer then batches samples in epoch order.
+  virtual std::vector<int64_t> row_buckets() const { return {}; }
   /// The manifest line and source file of row `index` (for messages and preprocess's output).
   virtual std::pair<int64_t, std::string> row_origin(int64_t index) const = 0;
 };

@@ -122,7 +122,8 @@ TEST_CASE("train on raw videos: a broken clip is skipped within max_failed_share
     const auto result = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "ok") + "' 2>&1");
     INFO(result.output);
     CHECK(result.exit_code == 0);
-    CHECK_THAT(result.output, ContainsSubstring("skipping sample (line 3 of"));
+    CHECK_THAT(result.output, ContainsSubstring("1 of 4 rows fit none of data.buckets and are left out"));
+    CHECK_THAT(result.output, ContainsSubstring("line 3 "));
     CHECK_THAT(result.output, ContainsSubstring("broken.mp4"));
   }
   {
@@ -226,5 +227,43 @@ TEST_CASE("train on raw videos: prefetching ahead gives the synchronous run's we
   for (const auto& [name, tensor] : a) {
     INFO(name);
     CHECK(torch::equal(tensor, c.at(name)));
+  }
+}
+
+TEST_CASE("train on raw videos with two buckets: clips go to the closest aspect ratio; resume is exact",
+          "[train][video][buckets]") {
+  const std::vector<std::string> clips = make_clips();  // 0: 96x80, 1: 80x96, 2: 96x96, 3: 80x80, 4: 96x80, 5: 96x96
+  TempDir dir("tt_buckets");
+  std::string manifest_text;
+  // Landscape and square clips, then the portrait clip three times.
+  const std::vector<size_t> rows = {0, 2, 3, 4, 5, 1, 1, 1};
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const std::string embeddings = dir / ("text" + std::to_string(r) + ".safetensors");
+    write_embeddings(embeddings, static_cast<int>(r));
+    manifest_text += "{\"video\": \"" + clips[rows[r]] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
+  }
+  tt::test::write_file(dir / "manifest.jsonl", manifest_text);
+  std::string yaml = tt::test::read_file(write_config(dir, dir / "manifest.jsonl", 8, 0.0, 2, "buckets.yaml"));
+  yaml.replace(yaml.find("buckets: [{frames: 9, height: 64, width: 64}]"), 45,
+               "buckets: [{frames: 9, height: 64, width: 80}, {frames: 9, height: 80, width: 64}]");
+  yaml.replace(yaml.find("checkpoint_every: 8"), 19, "checkpoint_every: 4");
+  tt::test::write_file(dir / "buckets.yaml", yaml);
+  auto train = [&](const std::string& out, const std::string& extra) {
+    const auto result = tt::test::run_teletron("train '" + (dir / "buckets.yaml") + "' --output '" + out + "' " + extra +
+                                               " 2>&1");
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    return result.output;
+  };
+  const std::string log = train(dir / "straight", "");
+  CHECK_THAT(log, ContainsSubstring("9x64x80: 5 clips, 9x80x64: 3 clips"));
+  train(dir / "resumed", "--max-steps 4");
+  train(dir / "resumed", "--resume auto");
+  const auto a = tt::safetensors::load(dir / "straight/checkpoints/step_0000008/model.safetensors");
+  const auto b = tt::safetensors::load(dir / "resumed/checkpoints/step_0000008/model.safetensors");
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, tensor] : a) {
+    INFO(name);
+    CHECK(torch::equal(tensor, b.at(name)));
   }
 }
