@@ -96,7 +96,9 @@ class VideoTrainingData : public TrainingData {
     }
     return str_cat(config_.data.manifest, " (videos -> ", buckets, "; ", frame_sample_mode_name(samplers_[0].mode),
                    " sampling, VAE ", config_.vae.preset,
-                   config_.vae.weights ? " from " + *config_.vae.weights : std::string(" (random weights)"), ")");
+                   config_.vae.weights && *config_.vae.weights != "random" ? " from " + *config_.vae.weights
+                                                                             : std::string(" (random weights)"),
+                   ")");
   }
 
   LatentBatch get_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs) override {
@@ -125,12 +127,17 @@ class VideoTrainingData : public TrainingData {
 
   void load_vae(const Config& config, const HunyuanVideoConfig& model) {
     const HunyuanVaeConfig preset = hunyuan_vae_preset(config.vae.preset);
-    if (config.vae.weights) {
+    const bool random = config.vae.weights && *config.vae.weights == "random";
+    if (config.vae.weights && !random) {
       vae_ = load_hunyuan_vae(*config.vae.weights, preset, device_, vae_dtype_);
     } else {
-      TT_CHECK_HINT(config.vae.preset == "tiny", ErrorCode::kConfig,
-                    "point tele_tron.vae.weights at the HunyuanVideo VAE (a diffusers folder's vae/)",
+      TT_CHECK_HINT(config.vae.preset == "tiny" || random, ErrorCode::kConfig,
+                    "point tele_tron.vae.weights at the HunyuanVideo VAE (a diffusers folder's vae/); `random` "
+                    "gives fixed random weights for benchmarks",
                     "tele_tron.vae.weights: the ", config.vae.preset, " VAE needs its weights");
+      if (random)
+        spdlog::warn("tele_tron.vae.weights: random: the {} VAE has fixed random weights; its latents mean "
+                     "nothing (benchmarks only)", config.vae.preset);
       vae_ = HunyuanVae(preset);
       randomise_vae(vae_);
       vae_->to(device_, vae_dtype_);

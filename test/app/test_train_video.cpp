@@ -267,3 +267,26 @@ TEST_CASE("train on raw videos with two buckets: clips go to the closest aspect 
     CHECK(torch::equal(tensor, b.at(name)));
   }
 }
+
+TEST_CASE("train on raw videos: the hunyuan VAE needs weights (or `random`, for benchmarks)", "[train][video]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_vae_weights");
+  write_embeddings(dir / "text0.safetensors", 0);
+  tt::test::write_file(dir / "manifest.jsonl",
+                       "{\"video\": \"" + clips[0] + "\", \"text_embeddings\": \"" + (dir / "text0.safetensors") + "\"}\n");
+  std::string yaml = tt::test::read_file(write_config(dir, dir / "manifest.jsonl", 1, 0.0, 0, "c.yaml"));
+  yaml.replace(yaml.find("batch_size: 2"), 13, "batch_size: 1");
+  yaml.replace(yaml.find("vae: {preset: tiny}"), 19, "vae: {preset: hunyuan}");
+  tt::test::write_file(dir / "c.yaml", yaml);
+  const auto refused = tt::test::run_teletron("train '" + (dir / "c.yaml") + "' --output '" + (dir / "a") + "' 2>&1");
+  INFO(refused.output);
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, ContainsSubstring("tele_tron.vae.weights: the hunyuan VAE needs its weights"));
+  CHECK_THAT(refused.output, ContainsSubstring("`random`"));
+  yaml.replace(yaml.find("vae: {preset: hunyuan}"), 22, "vae: {preset: tiny, weights: random}");
+  tt::test::write_file(dir / "c.yaml", yaml);
+  const auto random = tt::test::run_teletron("train '" + (dir / "c.yaml") + "' --output '" + (dir / "b") + "' 2>&1");
+  INFO(random.output);
+  CHECK(random.exit_code == 0);
+  CHECK_THAT(random.output, ContainsSubstring("fixed random weights"));
+}
