@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "app/bench.h"
+#include "app/bench_vae.h"
 #include "app/bench_video.h"
 #include "app/config.h"
 #include "app/model_check.h"
@@ -243,6 +244,22 @@ int run_cli(int argc, char** argv) {
       ->default_str("train.device (auto)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
+  BenchVaeOptions bench_vae;
+  auto* bench_vae_cmd = app.add_subcommand(
+      "bench-vae", "Time the VAE encoder on a random clip, whole and tiled; --dump for the diffusers comparison");
+  bench_vae_cmd->add_option("--preset", bench_vae.preset, "VAE preset")->check(CLI::IsMember({"hunyuan", "tiny"}));
+  bench_vae_cmd->add_option("--weights", bench_vae.weights, "diffusers VAE folder or file")->default_str("random");
+  bench_vae_cmd->add_option("--device", bench_vae.device, "Device")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  bench_vae_cmd->add_option("--frames", bench_vae.frames, "Clip frames (4n+1)")->check(CLI::PositiveNumber);
+  bench_vae_cmd->add_option("--height", bench_vae.height, "Clip height")->check(CLI::PositiveNumber);
+  bench_vae_cmd->add_option("--width", bench_vae.width, "Clip width")->check(CLI::PositiveNumber);
+  bench_vae_cmd->add_option("--tiling", bench_vae.tiling, "Which encodes to time")
+      ->check(CLI::IsMember({"off", "on", "both"}));
+  bench_vae_cmd->add_option("--warmup", bench_vae.warmup, "Untimed encodes first")->check(CLI::NonNegativeNumber);
+  bench_vae_cmd->add_option("--steps", bench_vae.steps, "Timed encodes")->check(CLI::PositiveNumber);
+  bench_vae_cmd->add_option("--dump", bench_vae.dump, "Write weights, config.json and input/outputs here");
+  bench_vae_cmd->add_option("--json", bench_vae.json, "Append results as JSON lines here");
+
   BenchVideoOptions bench_video;
   auto* bench_video_cmd = app.add_subcommand(
       "bench-video", "Time the video data pipeline on real clips: decode-only ceiling, GPU path (NVDEC + kernels), "
@@ -286,6 +303,10 @@ int run_cli(int argc, char** argv) {
   if (bench_cmd->parsed()) return run_bench_command(bench);
   if (check_cmd->parsed()) return run_model_check_command(check);
   if (validate_cmd->parsed()) return run_validate_data(validate);
+  if (bench_vae_cmd->parsed()) {
+    run_bench_vae(bench_vae);
+    return 0;
+  }
   if (preprocess_cmd->parsed()) return run_preprocess(preprocess);
   if (bench_video_cmd->parsed()) {
     run_bench_video(bench_video);

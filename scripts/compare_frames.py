@@ -19,7 +19,8 @@ def read_safetensors(path):
         (length,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(length))
         data = f.read()
-    dtypes = {"U8": torch.uint8, "I64": torch.int64, "F64": torch.float64}
+    dtypes = {"U8": torch.uint8, "I64": torch.int64, "F64": torch.float64, "F32": torch.float32,
+              "BF16": torch.bfloat16, "F16": torch.float16}
     out = {}
     for name, info in header.items():
         if name == "__metadata__":

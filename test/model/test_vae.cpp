@@ -128,3 +128,18 @@ TEST_CASE("VAE weights load from a diffusers folder, a pipeline folder and a fil
   CHECK(tt::test::expect_error([&] { tt::load_hunyuan_vae(dir / "nothing", fixture_config); }).code() ==
         tt::ErrorCode::kCheckpoint);
 }
+
+TEST_CASE("teletron bench-vae times the encoder and dumps weights a diffusers folder loader reads", "[vae][bench]") {
+  tt::test::TempDir dir("tt_bench_vae");
+  const auto result = tt::test::run_teletron("bench-vae --preset tiny --device cpu --frames 9 --height 64 --width 64 "
+                                             "--warmup 0 --steps 1 --dump '" + (dir / "dump") + "' 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.output.find("ms per clip") != std::string::npos);
+  auto io = tt::safetensors::load(dir / "dump/io.safetensors");
+  CHECK(io.at("moments").sizes() == torch::IntArrayRef({1, 32, 3, 8, 8}));
+  // The dump is a diffusers VAE folder: teletron's own loader takes it and reproduces the moments.
+  tt::HunyuanVae reloaded = tt::load_hunyuan_vae(dir / "dump", tt::hunyuan_vae_preset("hunyuan"));
+  torch::NoGradGuard no_grad;
+  CHECK(relative_error(reloaded->moments(io.at("input")), io.at("moments")) <= 1e-5);
+}

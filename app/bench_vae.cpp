@@ -1,0 +1,121 @@
+// `teletron bench-vae` (see bench_vae.h).
+#include "app/bench_vae.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/device.h"
+#include "core/errors.h"
+#include "core/file_io.h"
+#include "core/safetensors.h"
+#include "model/vae.h"
+
+namespace tt {
+namespace {
+
+void sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// The config.json diffusers' AutoencoderKLHunyuanVideo reads (encoder fields; the decoder mirrors them).
+nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
+  return {{"_class_name", "AutoencoderKLHunyuanVideo"},
+          {"in_channels", c.in_channels},
+          {"out_channels", c.in_channels},
+          {"latent_channels", c.latent_channels},
+          {"block_out_channels", c.block_out_channels},
+          {"layers_per_block", c.layers_per_block},
+          {"norm_num_groups", c.norm_num_groups},
+          {"act_fn", "silu"},
+          {"scaling_factor", c.scaling_factor},
+          {"spatial_compression_ratio", c.spatial_compression_ratio},
+          {"temporal_compression_ratio", c.temporal_compression_ratio},
+          {"mid_block_add_attention", c.mid_block_add_attention}};
+}
+
+}  // namespace
+
+void run_bench_vae(const BenchVaeOptions& o) {
+  const torch::Device device = resolve_device(o.device, "--device");
+  const torch::Dtype dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  const HunyuanVaeConfig preset = hunyuan_vae_preset(o.preset, "--preset");
+  HunyuanVae vae{nullptr};
+  if (!o.weights.empty()) {
+    vae = load_hunyuan_vae(o.weights, preset, device, dtype);
+  } else {
+    torch::manual_seed(0);
+    vae = HunyuanVae(preset);
+    torch::NoGradGuard no_grad;
+    for (auto& item : vae->named_parameters()) {
+      torch::Tensor& p = item.value();
+      if (p.dim() == 1) {
+        p.normal_(item.key().find("norm") != std::string::npos ? 1.0 : 0.0, 0.05);
+      } else {
+        p.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(p[0].numel())));
+      }
+    }
+    vae->to(device, dtype);
+    vae->eval();
+  }
+  (void)vae_latent_shape(vae->config(), o.frames, o.height, o.width);
+  torch::manual_seed(1);
+  const torch::Tensor input =
+      (torch::rand({1, 3, o.frames, o.height, o.width}) * 2 - 1).to(device, dtype);  // (1, 3, T, H, W)
+
+  struct Variant {
+    std::string name;
+    bool tiled;
+  };
+  std::vector<Variant> variants;
+  if (o.tiling == "off" || o.tiling == "both") variants.push_back({"whole clip", false});
+  if (o.tiling == "on" || o.tiling == "both") variants.push_back({"tiled (diffusers' tiles: 16+1 frames, 256 px)", true});
+  VaeTiling tiles;
+  tiles.temporal = true;
+  tiles.spatial = true;
+  torch::NoGradGuard no_grad;
+  nlohmann::json results = nlohmann::json::array();
+  torch::Tensor whole_moments, tiled_moments;
+  for (const Variant& variant : variants) {
+    auto encode = [&] { return variant.tiled ? vae->moments_tiled(input, tiles) : vae->moments(input); };
+    torch::Tensor moments;
+    for (int64_t i = 0; i < o.warmup; ++i) moments = encode();
+    sync(device);
+    reset_peak_memory(device);
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < o.steps; ++i) moments = encode();
+    sync(device);
+    const double ms = 1000.0 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                      static_cast<double>(std::max<int64_t>(1, o.steps));
+    const double peak = peak_memory_gb(device);
+    (variant.tiled ? tiled_moments : whole_moments) = moments;
+    std::printf("bench-vae %s %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB\n", variant.name.c_str(),
+                static_cast<int>(o.frames), static_cast<int>(o.height), static_cast<int>(o.width), device.str().c_str(),
+                dtype == torch::kBFloat16 ? "bf16" : "fp32", ms, peak);
+    results.push_back({{"variant", variant.tiled ? "tiled" : "whole"}, {"ms", ms}, {"peak_gb", peak},
+                       {"frames", o.frames}, {"height", o.height}, {"width", o.width}, {"preset", o.preset}});
+  }
+  if (!o.json.empty()) {
+    std::ofstream out(o.json, std::ios::app);
+    for (const auto& row : results) out << row.dump() << "\n";
+  }
+  if (!o.dump.empty()) {
+    std::filesystem::create_directories(o.dump);
+    safetensors::TensorMap weights;
+    for (const auto& [name, tensor] : vae->diffusers_parameters()) weights[name] = tensor.to(torch::kFloat32).cpu();
+    safetensors::save(o.dump + "/diffusion_pytorch_model.safetensors", weights);
+    write_text_synced(o.dump + "/config.json", diffusers_config(vae->config()).dump(2) + "\n");
+    safetensors::TensorMap io = {{"input", input.to(torch::kFloat32).cpu()}};
+    if (whole_moments.defined()) io["moments"] = whole_moments.to(torch::kFloat32).cpu();
+    if (tiled_moments.defined()) io["moments_tiled"] = tiled_moments.to(torch::kFloat32).cpu();
+    safetensors::save(o.dump + "/io.safetensors", io);
+    std::printf("bench-vae: weights, config.json and io.safetensors in %s\n", o.dump.c_str());
+  }
+}
+
+}  // namespace tt

@@ -1,0 +1,26 @@
+// `teletron bench-vae`: times the VAE encoder (VAE encode per clip, the pipeline's most expensive
+// stage) on a random clip, whole and tiled, and reports ms per clip and peak memory. `--dump DIR`
+// also writes the weights (diffusers layout + config.json), the input and teletron's moments, so
+// scripts/bench_vae_diffusers.py can time diffusers on the same weights and input in the same run
+// and compare the outputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tt {
+
+struct BenchVaeOptions {
+  std::string preset = "hunyuan";
+  std::string weights;  // "" = fixed random weights
+  std::string device = "cuda";
+  int64_t frames = 33, height = 480, width = 832;
+  std::string tiling = "both";  // off | on | both (time whole and tiled)
+  int64_t warmup = 2, steps = 5;
+  std::string dump;  // folder for the diffusers comparison ("" = none)
+  std::string json;  // append results here
+};
+
+void run_bench_vae(const BenchVaeOptions& options);
+
+}  // namespace tt

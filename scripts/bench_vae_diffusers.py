@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""diffusers' side of the VAE benchmark (BENCHMARKS.md, issue 5): loads the encoder weights that
+`teletron bench-vae --dump DIR` wrote into diffusers' AutoencoderKLHunyuanVideo (same config), times
+its encode on the same input — whole clip (framewise encoding and tiling off) and tiled (diffusers'
+defaults: 16 + 1 frame windows, 256 px tiles) — and compares its moments with teletron's.
+
+Usage: bench_vae_diffusers.py DIR [--device cuda] [--warmup 2] [--steps 5] [--json FILE]
+Needs torch and diffusers (carried as wheels to the GPU machine).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+from diffusers import AutoencoderKLHunyuanVideo
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_frames import read_safetensors  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dump")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+
+    config = json.load(open(os.path.join(args.dump, "config.json")))
+    config.pop("_class_name", None)
+    vae = AutoencoderKLHunyuanVideo(**config)
+    weights = read_safetensors(os.path.join(args.dump, "diffusion_pytorch_model.safetensors"))
+    missing, unexpected = vae.load_state_dict(weights, strict=False)
+    assert not unexpected and all(k.startswith(("decoder.", "post_quant_conv.")) for k in missing), (missing, unexpected)
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    vae = vae.to(device, dtype).eval()
+    io = read_safetensors(os.path.join(args.dump, "io.safetensors"))
+    x = io["input"].to(device, dtype)
+
+    def run(tiled):
+        vae.use_framewise_encoding = tiled
+        if tiled:
+            vae.enable_tiling()
+        else:
+            vae.disable_tiling()
+        with torch.no_grad():
+            for _ in range(args.warmup):
+                out = vae._encode(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                out = vae._encode(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            ms = 1000 * (time.perf_counter() - start) / args.steps
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+        return out.float().cpu(), ms, peak
+
+    rows = []
+    for tiled, key in ((False, "moments"), (True, "moments_tiled")):
+        out, ms, peak = run(tiled)
+        row = {"variant": "tiled" if tiled else "whole", "ms": ms, "peak_gb": peak, "impl": "diffusers"}
+        if key in io:
+            ref = io[key]
+            row["relative_error_vs_teletron"] = ((out - ref).abs().max() / ref.abs().max()).item()
+        rows.append(row)
+        print(f"diffusers {row['variant']}: {ms:.1f} ms per clip, peak {peak:.2f} GiB, "
+              f"max|diff|/max vs teletron {row.get('relative_error_vs_teletron', float('nan')):.2e}")
+    if args.json:
+        with open(args.json, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
