@@ -49,17 +49,8 @@ void run_bench_vae(const BenchVaeOptions& o) {
   if (!o.weights.empty()) {
     vae = load_hunyuan_vae(o.weights, preset, device, dtype);
   } else {
-    torch::manual_seed(0);
     vae = HunyuanVae(preset);
-    torch::NoGradGuard no_grad;
-    for (auto& item : vae->named_parameters()) {
-      torch::Tensor& p = item.value();
-      if (p.dim() == 1) {
-        p.normal_(item.key().find("norm") != std::string::npos ? 1.0 : 0.0, 0.05);
-      } else {
-        p.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(p[0].numel())));
-      }
-    }
+    vae->randomize_weights(0);
     vae->to(device, dtype);
     vae->eval();
   }

@@ -42,8 +42,8 @@ void run_probe(const ProbeOptions& options) {
   out << "codec:       " << info.codec << (info.profile.empty() ? "" : " (" + info.profile + ")")
       << ", decoder " << info.decoder << "\n";
   out << "size:        " << info.width << "x" << info.height << " coded";
-  if (info.rotation == 90 || info.rotation == 270)
-    out << ", " << info.height << "x" << info.width << " displayed";
+  if (info.displayed_width() != info.width)
+    out << ", " << info.displayed_width() << "x" << info.displayed_height() << " displayed";
   out << "\n";
   out << "rotation:    " << info.rotation << " degrees clockwise (display matrix)\n";
   out << "pixels:      " << info.pixel_format << ", " << info.bit_depth << "-bit\n";

@@ -44,22 +44,6 @@ class LatentTrainingData : public TrainingData {
   std::unique_ptr<LatentDataset> dataset_;
 };
 
-// Random but fixed weights for the tiny VAE preset (tests and dry runs): the same on every machine.
-void randomise_vae(HunyuanVae& vae) {
-  torch::NoGradGuard no_grad;
-  auto generator = at::detail::createCPUGenerator(20241203);
-  for (auto& item : vae->named_parameters()) {
-    torch::Tensor& p = item.value();
-    const bool gain = item.key().find("norm") != std::string::npos && item.key().rfind(".weight") == item.key().size() - 7;
-    if (p.dim() == 1) {
-      p.copy_(gain ? torch::ones_like(p) : torch::zeros_like(p));
-    } else {
-      const double fan_in = static_cast<double>(p[0].numel());
-      p.copy_(at::normal(0.0, 1.0 / std::sqrt(fan_in), p.sizes(), generator));
-    }
-  }
-}
-
 class VideoTrainingData : public TrainingData {
  public:
   VideoTrainingData(const Config& config, const HunyuanVideoConfig& model, torch::Device device)
@@ -139,7 +123,7 @@ class VideoTrainingData : public TrainingData {
         spdlog::warn("tele_tron.vae.weights: random: the {} VAE has fixed random weights; its latents mean "
                      "nothing (benchmarks only)", config.vae.preset);
       vae_ = HunyuanVae(preset);
-      randomise_vae(vae_);
+      vae_->randomize_weights(20241203);
       vae_->to(device_, vae_dtype_);
       vae_->eval();
       for (auto& p : vae_->parameters()) p.set_requires_grad(false);
@@ -251,21 +235,13 @@ class VideoTrainingData : public TrainingData {
       try {
         VideoReader reader(row.video, probe);
         const VideoInfo& info = reader.info();
-        const bool turned = info.rotation == 90 || info.rotation == 270;
-        const double width = static_cast<double>(turned ? info.height : info.width);
-        const double height = static_cast<double>(turned ? info.width : info.height);
-        std::vector<double> times;
-        for (int64_t i = 0; i < reader.index().size(); ++i) times.push_back(reader.index().seconds(i));
+        const double width = info.displayed_width();
+        const double height = info.displayed_height();
+        const std::vector<double> times = reader.index().times();
         double best = 0.0;
         for (size_t b = 0; b < buckets_.size(); ++b) {
           const Bucket& bucket = buckets_[b];
-          if (width < static_cast<double>(bucket.width) || height < static_cast<double>(bucket.height)) continue;
-          try {
-            (void)sample_frames(samplers_[b], times, 0, 0, 0);
-          } catch (const Error& error) {
-            if (error.code() != ErrorCode::kData) throw;
-            continue;
-          }
+          if (!fit_bucket(bucket, samplers_[b], times, info.displayed_width(), info.displayed_height()).both()) continue;
           const double mismatch = std::fabs(std::log((width / height) /
                                                      (static_cast<double>(bucket.width) / static_cast<double>(bucket.height))));
           const double area = static_cast<double>(bucket.width * bucket.height);

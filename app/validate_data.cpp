@@ -70,24 +70,15 @@ std::string bucket_text(const Bucket& b) { return str_cat(b.frames, "x", b.heigh
 // the nearest miss with the clip's own numbers.
 void check_against_buckets(const Plan& plan, const VideoReader& reader, SampleResult& result) {
   const auto& buckets = plan.config.data.buckets;
-  std::vector<double> times;
-  for (int64_t i = 0; i < reader.index().size(); ++i) times.push_back(reader.index().seconds(i));
+  const std::vector<double> times = reader.index().times();
   bool any_frames = false, any_size = false;
   int64_t least_needed = INT64_MAX;
   for (size_t b = 0; b < buckets.size(); ++b) {
-    const FrameSamplerOptions& sampler = plan.samplers[b];
-    bool frames_ok = true;
-    try {
-      (void)sample_frames(sampler, times, 0, 0, 0);
-    } catch (const Error& error) {
-      if (error.code() != ErrorCode::kData) throw;
-      frames_ok = false;
-    }
-    least_needed = std::min(least_needed, frames_needed(sampler));
-    const bool size_ok = result.height >= buckets[b].height && result.width >= buckets[b].width;
-    if (frames_ok && size_ok) return;
-    any_frames |= frames_ok;
-    any_size |= size_ok;
+    least_needed = std::min(least_needed, frames_needed(plan.samplers[b]));
+    const BucketFit fit = fit_bucket(buckets[b], plan.samplers[b], times, result.width, result.height);
+    if (fit.both()) return;
+    any_frames |= fit.frames;
+    any_size |= fit.size;
   }
   std::string bucket_list, size_list;
   for (const Bucket& b : buckets) {
@@ -122,9 +113,8 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
     result.codec = info.codec;
     result.pixel_format = info.pixel_format;
     result.rotation = info.rotation;
-    const bool turned = info.rotation == 90 || info.rotation == 270;
-    result.width = turned ? info.height : info.width;
-    result.height = turned ? info.width : info.height;
+    result.width = info.displayed_width();
+    result.height = info.displayed_height();
     result.frames = info.frame_count;
     result.fps = info.frame_rate;
     result.duration = info.duration_seconds;

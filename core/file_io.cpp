@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <filesystem>
 
 #include "core/errors.h"
@@ -19,6 +21,12 @@ void fsync_path(const std::string& path, bool directory) {
   int saved = errno;
   ::close(fd);
   TT_CHECK(rc == 0, ErrorCode::kIo, "fsync of ", path, " failed: ", std::strerror(saved), " (disk full?)");
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TT_CHECK(in.good(), ErrorCode::kIo, "cannot open ", path, ": ", std::strerror(errno));
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 void write_text_synced(const std::string& path, const std::string& text) {

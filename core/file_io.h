@@ -16,6 +16,9 @@ void fsync_path(const std::string& path, bool directory);
 /// says so), then fsyncs it.
 void write_text_synced(const std::string& path, const std::string& text);
 
+/// The whole file as text; kIo naming the path when it cannot be opened.
+std::string read_text_file(const std::string& path);
+
 /// std::filesystem::rename, throwing kIo naming both paths.
 void rename_or_throw(const std::string& from, const std::string& to);
 

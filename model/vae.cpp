@@ -7,13 +7,12 @@
 #include <cmath>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 #include "core/safetensors.h"
 #include "model/weights.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 namespace tt {
 namespace {
@@ -378,14 +377,6 @@ torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x, const VaeTilin
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path);
-  TT_CHECK(in.good(), ErrorCode::kIo, path, ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 bool is_decoder_key(const std::string& key) {
   return key.rfind("decoder.", 0) == 0 || key.rfind("post_quant_conv.", 0) == 0;
 }
@@ -440,6 +431,22 @@ HunyuanVae load_hunyuan_vae(const std::string& path, const HunyuanVaeConfig& con
   vae->eval();
   for (auto& parameter : vae->parameters()) parameter.set_requires_grad(false);
   return vae;
+}
+
+void HunyuanVaeImpl::randomize_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(seed);
+  for (auto& item : named_parameters()) {
+    torch::Tensor& p = item.value();
+    if (p.dim() == 1) {
+      const bool gain = item.key().find("norm") != std::string::npos &&
+                        item.key().compare(item.key().size() - 7, 7, ".weight") == 0;
+      p.fill_(gain ? 1.0 : 0.0);
+    } else {
+      const double fan_in = static_cast<double>(p[0].numel());
+      p.copy_(at::normal(0.0, 1.0 / std::sqrt(fan_in), p.sizes(), generator).to(p.options()));
+    }
+  }
 }
 
 std::map<std::string, torch::Tensor> HunyuanVaeImpl::diffusers_parameters() {

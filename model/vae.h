@@ -85,6 +85,10 @@ class HunyuanVaeImpl : public torch::nn::Module {
 
   const HunyuanVaeConfig& config() const { return config_; }
 
+  /// Fixed random weights from `seed` (tests and benchmarks without the released weights): norm gains
+  /// 1, biases 0, every other weight N(0, 1 / fan_in). The same on every machine.
+  void randomize_weights(uint64_t seed);
+
   /// Parameters by diffusers key (encoder.*, quant_conv.*).
   std::map<std::string, torch::Tensor> diffusers_parameters();
 

@@ -62,14 +62,8 @@ std::string join(const std::string& folder, const std::string& name) {
   return (fs::path(folder) / name).string();
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TT_CHECK(in.good(), ErrorCode::kIo, "cannot open ", path, ": ", std::strerror(errno));
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 nlohmann::json read_json(const std::string& path) {
-  nlohmann::json json = nlohmann::json::parse(read_text(path), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json json = nlohmann::json::parse(read_text_file(path), nullptr, /*allow_exceptions=*/false);
   TT_CHECK_HINT(!json.is_discarded(), ErrorCode::kCheckpoint,
                 "the file is damaged; re-create or re-download it", path, ": not valid JSON");
   return json;

@@ -11,9 +11,8 @@ namespace tt {
 
 LoadedClip load_clip(VideoReader& reader, const ClipRequest& request) {
   LoadedClip clip;
-  std::vector<double> times(static_cast<size_t>(reader.index().size()));
-  for (int64_t i = 0; i < reader.index().size(); ++i) times[static_cast<size_t>(i)] = reader.index().seconds(i);
-  clip.frames = sample_frames(request.sampler, times, request.seed, request.epoch, request.sample_index);
+  clip.frames = sample_frames(request.sampler, reader.index().times(), request.seed, request.epoch,
+                             request.sample_index);
   std::vector<int64_t> distinct = clip.frames;  // sorted already; fps mode may repeat a frame
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   const DecodedFrames decoded = reader.decode(distinct);

@@ -3,6 +3,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <torch/cuda.h>
+#include <torch/torch.h>
 
 #include <array>
 #include <cerrno>
@@ -169,6 +170,16 @@ tt::Error expect_error(const std::function<void()>& body) {
   }
   FAIL("expected a tt::Error");
   return tt::Error(tt::ErrorCode::kInternal, "unreachable");
+}
+
+void check_pixels_close(const torch::Tensor& ours, const torch::Tensor& reference) {
+  REQUIRE(ours.sizes() == reference.sizes());
+  const torch::Tensor error = (ours.to(torch::kFloat32) - reference.to(torch::kFloat32)).abs().flatten();
+  const double mean = error.mean().item<double>();
+  const double p99 = std::get<0>(error.kthvalue(static_cast<int64_t>(0.99 * error.numel()))).item<double>();
+  INFO("mean |err| " << mean << ", p99 " << p99 << ", max " << error.max().item<double>());
+  CHECK(mean <= 1.0);
+  CHECK(p99 <= 3.0);
 }
 
 bool has_cuda() { return torch::cuda::is_available(); }

@@ -6,6 +6,8 @@
 #include <functional>
 #include <string>
 
+#include <torch/types.h>
+
 #include "core/errors.h"
 
 namespace tt::test {
@@ -54,6 +56,10 @@ std::string read_file(const std::string& path);
 
 /// Runs `body`, which must throw a tt::Error, and returns that error (FAILs the test otherwise).
 tt::Error expect_error(const std::function<void()>& body);
+
+/// The colour tolerance of the video tests: (..., 3) uint8 RGB `ours` against `reference` of the
+/// same shape, mean |error| <= 1.0 and 99th percentile <= 3 in 0-255 (CHECKs, with the numbers).
+void check_pixels_close(const torch::Tensor& ours, const torch::Tensor& reference);
 
 /// True when LibTorch sees a CUDA device. [gpu] tests call SKIP() when false.
 bool has_cuda();

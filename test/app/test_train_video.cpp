@@ -48,6 +48,18 @@ void write_embeddings(const std::string& path, int index) {
   tt::safetensors::save(path, {{"text_states", states}, {"text_mask", mask}, {"pooled", torch::randn({32})}});
 }
 
+// A manifest.jsonl in `dir`: one row per video, each with its own embeddings file (text<row>).
+std::string write_manifest(const TempDir& dir, const std::vector<std::string>& videos) {
+  std::string text;
+  for (size_t r = 0; r < videos.size(); ++r) {
+    const std::string embeddings = dir / ("text" + std::to_string(r) + ".safetensors");
+    write_embeddings(embeddings, static_cast<int>(r));
+    text += "{\"video\": \"" + videos[r] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
+  }
+  tt::test::write_file(dir / "manifest.jsonl", text);
+  return dir / "manifest.jsonl";
+}
+
 std::string write_config(const TempDir& dir, const std::string& manifest, int64_t steps, double failed_share,
                          int64_t prefetch = 2, const std::string& name = "train_video.yaml") {
   std::ostringstream yaml;
@@ -82,14 +94,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
 TEST_CASE("train on raw videos (tiny VAE + tiny Transformer, CPU): the loss falls", "[train][video]") {
   const std::vector<std::string> clips = make_clips();
   TempDir dir("tt_train_video");
-  std::string manifest_text;
-  for (size_t i = 0; i < clips.size(); ++i) {
-    const std::string embeddings = dir / ("text" + std::to_string(i) + ".safetensors");
-    write_embeddings(embeddings, static_cast<int>(i));
-    manifest_text += "{\"video\": \"" + clips[i] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
-  }
-  const std::string manifest = dir / "manifest.jsonl";
-  tt::test::write_file(manifest, manifest_text);
+  const std::string manifest = write_manifest(dir, clips);
   const std::string config = write_config(dir, manifest, 80, 0.0);
   const auto result = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "run") + "' 2>&1");
   INFO(result.output);
@@ -108,15 +113,7 @@ TEST_CASE("train on raw videos: a broken clip is skipped within max_failed_share
   const std::vector<std::string> clips = make_clips();
   TempDir dir("tt_train_video_bad");
   tt::test::write_file(dir / "broken.mp4", "not a video at all");
-  std::string manifest_text;
-  for (size_t i = 0; i < 4; ++i) {
-    const std::string embeddings = dir / ("text" + std::to_string(i) + ".safetensors");
-    write_embeddings(embeddings, static_cast<int>(i));
-    const std::string video = i == 2 ? dir / "broken.mp4" : clips[i];
-    manifest_text += "{\"video\": \"" + video + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
-  }
-  const std::string manifest = dir / "manifest.jsonl";
-  tt::test::write_file(manifest, manifest_text);
+  const std::string manifest = write_manifest(dir, {clips[0], clips[1], dir / "broken.mp4", clips[3]});
   {
     const std::string config = write_config(dir, manifest, 4, 0.5);  // 2 of 4 rows may fail
     const auto result = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "ok") + "' 2>&1");
@@ -139,13 +136,7 @@ TEST_CASE("train on raw videos: a broken clip is skipped within max_failed_share
 TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicates, and trains", "[train][video]") {
   const std::vector<std::string> clips = make_clips();
   TempDir dir("tt_preprocess");
-  std::string manifest_text;
-  for (size_t i = 0; i < clips.size(); ++i) {
-    const std::string embeddings = dir / ("text" + std::to_string(i) + ".safetensors");
-    write_embeddings(embeddings, static_cast<int>(i));
-    manifest_text += "{\"video\": \"" + clips[i] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
-  }
-  tt::test::write_file(dir / "manifest.jsonl", manifest_text);
+  write_manifest(dir, clips);
   const std::string config = write_config(dir, dir / "manifest.jsonl", 4, 0.0);
   const std::string out = dir / "cache";
   const auto first = tt::test::run_teletron("preprocess '" + config + "' --output '" + out + "' --jobs 2 2>&1");
@@ -185,13 +176,7 @@ TEST_CASE("train on raw videos: prefetching ahead gives the synchronous run's we
           "[train][video][prefetch]") {
   const std::vector<std::string> clips = make_clips();
   TempDir dir("tt_prefetch");
-  std::string manifest_text;
-  for (size_t i = 0; i < clips.size(); ++i) {
-    const std::string embeddings = dir / ("text" + std::to_string(i) + ".safetensors");
-    write_embeddings(embeddings, static_cast<int>(i));
-    manifest_text += "{\"video\": \"" + clips[i] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
-  }
-  tt::test::write_file(dir / "manifest.jsonl", manifest_text);
+  write_manifest(dir, clips);
   auto train = [&](const std::string& config, const std::string& out, const std::string& extra) {
     const auto result = tt::test::run_teletron("train '" + config + "' --output '" + out + "' " + extra + " 2>&1");
     INFO(result.output);
@@ -234,15 +219,10 @@ TEST_CASE("train on raw videos with two buckets: clips go to the closest aspect 
           "[train][video][buckets]") {
   const std::vector<std::string> clips = make_clips();  // 0: 96x80, 1: 80x96, 2: 96x96, 3: 80x80, 4: 96x80, 5: 96x96
   TempDir dir("tt_buckets");
-  std::string manifest_text;
   // Landscape and square clips, then the portrait clip three times.
-  const std::vector<size_t> rows = {0, 2, 3, 4, 5, 1, 1, 1};
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const std::string embeddings = dir / ("text" + std::to_string(r) + ".safetensors");
-    write_embeddings(embeddings, static_cast<int>(r));
-    manifest_text += "{\"video\": \"" + clips[rows[r]] + "\", \"text_embeddings\": \"" + embeddings + "\"}\n";
-  }
-  tt::test::write_file(dir / "manifest.jsonl", manifest_text);
+  std::vector<std::string> videos;
+  for (size_t r : {0, 2, 3, 4, 5, 1, 1, 1}) videos.push_back(clips[r]);
+  write_manifest(dir, videos);
   std::string yaml = tt::test::read_file(write_config(dir, dir / "manifest.jsonl", 8, 0.0, 2, "buckets.yaml"));
   yaml.replace(yaml.find("buckets: [{frames: 9, height: 64, width: 64}]"), 45,
                "buckets: [{frames: 9, height: 64, width: 80}, {frames: 9, height: 80, width: 64}]");
@@ -271,9 +251,7 @@ TEST_CASE("train on raw videos with two buckets: clips go to the closest aspect 
 TEST_CASE("train on raw videos: the hunyuan VAE needs weights (or `random`, for benchmarks)", "[train][video]") {
   const std::vector<std::string> clips = make_clips();
   TempDir dir("tt_vae_weights");
-  write_embeddings(dir / "text0.safetensors", 0);
-  tt::test::write_file(dir / "manifest.jsonl",
-                       "{\"video\": \"" + clips[0] + "\", \"text_embeddings\": \"" + (dir / "text0.safetensors") + "\"}\n");
+  write_manifest(dir, {clips[0]});
   std::string yaml = tt::test::read_file(write_config(dir, dir / "manifest.jsonl", 1, 0.0, 0, "c.yaml"));
   yaml.replace(yaml.find("batch_size: 2"), 13, "batch_size: 1");
   yaml.replace(yaml.find("vae: {preset: tiny}"), 19, "vae: {preset: hunyuan}");

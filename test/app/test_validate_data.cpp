@@ -27,6 +27,12 @@ std::string clip(const std::string& name, const std::string& args) {
   return media_dir() + "/" + name;
 }
 
+// The 12-frame 320x240 H.264 clip (moov first, so flipped bytes from the middle on hit frame data).
+std::string h264_clip() {
+  return clip("vd_h264.mp4", "-f lavfi -i testsrc2=size=320x240:rate=25 -frames:v 12 -c:v libx264 -g 6 "
+                             "-pix_fmt yuv420p -movflags +faststart");
+}
+
 // Good clips: a 12-frame 320x240 H.264 file, a 40-frame 176x144 HEVC file; then an empty file, a
 // text file, a truncated and a byte-flipped copy of the H.264 clip and a folder.
 struct Dataset {
@@ -35,8 +41,7 @@ struct Dataset {
 };
 
 void make_dataset(Dataset& d) {
-  const std::string h264 = clip("vd_h264.mp4", "-f lavfi -i testsrc2=size=320x240:rate=25 -frames:v 12 -c:v libx264 "
-                                               "-g 6 -pix_fmt yuv420p -movflags +faststart");
+  const std::string h264 = h264_clip();
   const std::string hevc = clip("vd_hevc.mkv", "-f lavfi -i testsrc2=size=176x144:rate=25 -frames:v 40 -c:v libx265 "
                                                "-x265-params log-level=none -pix_fmt yuv420p");
   const std::string bytes = tt::test::read_file(h264);
@@ -126,8 +131,7 @@ TEST_CASE("validate-data: a config breaking 4n+1 for the VAE names both keys", "
 TEST_CASE("validate-data: with data.source video every row needs its text embeddings, of the model's widths",
           "[validate]") {
   TempDir dir("tt_validate_text");
-  const std::string video = clip("vd_h264.mp4", "-f lavfi -i testsrc2=size=320x240:rate=25 -frames:v 12 -c:v libx264 "
-                                                "-g 6 -pix_fmt yuv420p -movflags +faststart");
+  const std::string video = h264_clip();
   tt::test::write_file(dir / "manifest.jsonl", "{\"video\": \"" + video + "\"}\n{\"video\": \"" + video +
                                                    "\", \"text_embeddings\": \"missing.safetensors\"}\n");
   tt::test::write_file(dir / "c.yaml", "tele_tron:\n  model: {preset: tiny}\n  data:\n    source: video\n    manifest: " +

@@ -70,16 +70,6 @@ std::vector<int64_t> all_frames(const tt::VideoReader& reader) {
   return frames;
 }
 
-void check_rgb_close(const torch::Tensor& ours, const torch::Tensor& reference) {
-  REQUIRE(ours.sizes() == reference.sizes());
-  const torch::Tensor error = (ours.to(torch::kFloat32) - reference.to(torch::kFloat32)).abs().flatten();
-  const double mean = error.mean().item<double>();
-  const double p99 = std::get<0>(error.kthvalue(static_cast<int64_t>(0.99 * error.numel()))).item<double>();
-  INFO("mean |err| " << mean << ", p99 " << p99 << ", max " << error.max().item<double>());
-  CHECK(mean <= 1.0);
-  CHECK(p99 <= 3.0);
-}
-
 tt::VideoReaderOptions on(torch::Device device) {
   tt::VideoReaderOptions options;
   options.device = device;
@@ -159,7 +149,7 @@ TEST_CASE("NVDEC gives the CPU path's frames and frame counts", "[gpu][nvdec]") 
     CHECK(torch::equal(y_gpu, a.y));
     const torch::Tensor rgb_cpu = tt::yuv420_to_rgb(a.y, a.uv, tt::yuv_format(a));
     const torch::Tensor rgb_gpu = tt::yuv420_to_rgb(b.y, b.uv, tt::yuv_format(b)).cpu();  // the CUDA kernel
-    check_rgb_close(rgb_gpu, rgb_cpu);
+    tt::test::check_pixels_close(rgb_gpu, rgb_cpu);
     // A sparse request (seeks, skipped frames) gives the same frames as the full decode.
     const std::vector<int64_t> sparse = {1, static_cast<int64_t>(frames.size()) / 2,
                                          static_cast<int64_t>(frames.size()) - 1};

@@ -104,16 +104,6 @@ torch::Tensor ffmpeg_rgb(const std::string& name, const std::string& matrix, con
   return torch::from_blob(const_cast<char*>(bytes.data()), {count, height, width, 3}, torch::kUInt8).clone();
 }
 
-void check_close(const torch::Tensor& ours, const torch::Tensor& reference) {
-  REQUIRE(ours.sizes() == reference.sizes());
-  const torch::Tensor error = (ours.to(torch::kFloat32) - reference.to(torch::kFloat32)).abs().flatten();
-  const double mean = error.mean().item<double>();
-  const double p99 = std::get<0>(error.kthvalue(static_cast<int64_t>(0.99 * error.numel()))).item<double>();
-  INFO("mean |err| " << mean << ", p99 " << p99 << ", max " << error.max().item<double>());
-  CHECK(mean <= 1.0);
-  CHECK(p99 <= 3.0);
-}
-
 struct RgbCase {
   std::string name;
   std::string matrix;  // the scale filter's name
@@ -140,7 +130,7 @@ TEST_CASE("video reader: info, frame counts and RGB match the ffmpeg CLI", "[vid
           compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
       CHECK(torch::equal(rgb, reference));  // same libswscale path as the CLI: bit-exact
       // The colour kernel's reference upsamples chroma as the CLI does for each bit depth (cuda/colour.h).
-      check_close(compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kColourKernel)),
+      tt::test::check_pixels_close(compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kColourKernel)),
                   reference);
     }
   }
@@ -262,7 +252,7 @@ TEST_CASE("video reader: display rotation turns the frames like ffmpeg's autorot
   const torch::Tensor rgb = reader.decode_rgb(all_frames(reader));
   CHECK(rgb.sizes() == torch::IntArrayRef({6, 320, 240, 3}));
   const torch::Tensor reference = ffmpeg_rgb("rotated.mp4", "bt601", "tv", 320, 240);
-  check_close(compared_frames(rgb), reference);
+  tt::test::check_pixels_close(compared_frames(rgb), reference);
   const torch::Tensor swscale = reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale);
   CHECK(torch::equal(compared_frames(swscale), reference));
   // The same frames unrotated differ: the direction matters, not only the shape.
