@@ -155,10 +155,11 @@ void* primary_context(int device_index, std::string* error) {
     return nullptr;
   }
   // Wait for the GPU by blocking, not spinning. The default (CU_CTX_SCHED_AUTO) spins whenever the
-  // machine has more cores than CUDA contexts, and every decode session waits for its pictures:
-  // on the H200 host, 14 sessions pinned to 2 cores spun those cores flat (496 decoded frames/s
-  // against 3,522 from the same engines with 16 cores). The _v2 entry point also changes an
-  // already active context (LibTorch's); the flag applies to the whole process.
+  // machine has more cores than CUDA contexts, and every decode session waits for its pictures, so
+  // many sessions on few cores could burn those cores waiting. A precaution, not a measured win:
+  // on the H200 the GPU path on 2 cores gave 2.44 clips/s before this and 2.50 after (device runs
+  // 4 and 5), and NVDEC decode-all on 2 cores reached 3,442 frames/s with it. The _v2 entry point
+  // also changes an already active context (LibTorch's); the flag applies to the whole process.
   using SetFlags = CUresult (*)(CUdevice, unsigned int);
   auto set_flags = reinterpret_cast<SetFlags>(dlsym(d.cuda->lib, "cuDevicePrimaryCtxSetFlags_v2"));
   if (set_flags == nullptr) set_flags = d.cuda->cuDevicePrimaryCtxSetFlags;
