@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <vector>
 
 #include "core/device.h"
 #include "core/errors.h"
@@ -39,6 +41,31 @@ nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
           {"mid_block_add_attention", c.mid_block_add_attention}};
 }
 
+VaeRuntime named_runtime(const std::string& name) {
+  VaeRuntime rt;  // the default: fast-batched
+  if (name == "fast-batched") return rt;
+  rt.tile_batch = 1;
+  if (name == "fast") return rt;
+  if (name == "channels-last") rt.fused_norm = false;
+  else if (name == "fused") rt.channels_last = false;
+  else if (name == "plain") rt.channels_last = rt.fused_norm = false;
+  else
+    throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
+                "use plain, channels-last, fused, fast or fast-batched");
+  return rt;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 void run_bench_vae(const BenchVaeOptions& o) {
@@ -59,20 +86,30 @@ void run_bench_vae(const BenchVaeOptions& o) {
   const torch::Tensor input =
       (torch::rand({1, 3, o.frames, o.height, o.width}) * 2 - 1).to(device, dtype);  // (1, 3, T, H, W)
 
+  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark);
   struct Variant {
     std::string name;
     bool tiled;
+    std::string runtime;
   };
+  const std::vector<std::string> runtimes = split_commas(o.runtimes);
+  TT_CHECK(!runtimes.empty(), ErrorCode::kConfig, "--runtimes is empty");
   std::vector<Variant> variants;
-  if (o.tiling == "off" || o.tiling == "both") variants.push_back({"whole clip", false});
-  if (o.tiling == "on" || o.tiling == "both") variants.push_back({"tiled (diffusers' tiles: 16+1 frames, 256 px)", true});
+  for (const std::string& runtime : runtimes) {
+    (void)named_runtime(runtime);
+    if (o.tiling == "off" || o.tiling == "both") variants.push_back({"whole clip", false, runtime});
+    if (o.tiling == "on" || o.tiling == "both")
+      variants.push_back({"tiled (diffusers' tiles: 16+1 frames, 256 px)", true, runtime});
+  }
   VaeTiling tiles;
   tiles.temporal = true;
   tiles.spatial = true;
   torch::NoGradGuard no_grad;
   nlohmann::json results = nlohmann::json::array();
   torch::Tensor whole_moments, tiled_moments;
+  std::map<bool, torch::Tensor> first_moments;  // per tiling: the first runtime's output, to compare the others with
   for (const Variant& variant : variants) {
+    vae->set_runtime(named_runtime(variant.runtime));
     auto encode = [&] { return variant.tiled ? vae->moments_tiled(input, tiles) : vae->moments(input); };
     torch::Tensor moments;
     for (int64_t i = 0; i < o.warmup; ++i) moments = encode();
@@ -85,11 +122,19 @@ void run_bench_vae(const BenchVaeOptions& o) {
                       static_cast<double>(std::max<int64_t>(1, o.steps));
     const double peak = peak_memory_gb(device);
     (variant.tiled ? tiled_moments : whole_moments) = moments;
-    std::printf("bench-vae %s %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB\n", variant.name.c_str(),
-                static_cast<int>(o.frames), static_cast<int>(o.height), static_cast<int>(o.width), device.str().c_str(),
-                dtype == torch::kBFloat16 ? "bf16" : "fp32", ms, peak);
-    results.push_back({{"variant", variant.tiled ? "tiled" : "whole"}, {"ms", ms}, {"peak_gb", peak},
-                       {"frames", o.frames}, {"height", o.height}, {"width", o.width}, {"preset", o.preset}});
+    const torch::Tensor output = moments.to(torch::kFloat32);
+    if (!first_moments.count(variant.tiled)) first_moments[variant.tiled] = output;
+    const torch::Tensor& first = first_moments[variant.tiled];
+    const double vs_first = ((output - first).abs().max() / first.abs().max()).item<double>();
+    std::printf("bench-vae %s, runtime %s, %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB, max|diff|/max vs "
+                "runtime %s %.2e\n",
+                variant.name.c_str(), variant.runtime.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height),
+                static_cast<int>(o.width), device.str().c_str(), dtype == torch::kBFloat16 ? "bf16" : "fp32", ms, peak,
+                runtimes.front().c_str(), vs_first);
+    results.push_back({{"variant", variant.tiled ? "tiled" : "whole"}, {"runtime", variant.runtime}, {"ms", ms},
+                       {"peak_gb", peak}, {"frames", o.frames}, {"height", o.height}, {"width", o.width},
+                       {"preset", o.preset}, {"cudnn_benchmark", o.cudnn_benchmark},
+                       {"relative_diff_vs_first_runtime", vs_first}});
   }
   if (!o.json.empty()) {
     std::ofstream out(o.json, std::ios::app);

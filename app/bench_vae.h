@@ -16,6 +16,11 @@ struct BenchVaeOptions {
   std::string device = "cuda";
   int64_t frames = 33, height = 480, width = 832;
   std::string tiling = "both";  // off | on | both (time whole and tiled)
+  // How the encoder runs (VaeRuntime), comma-separated, each timed side by side: plain (NCDHW,
+  // LibTorch GroupNorm, one tile at a time), channels-last, fused (GroupNorm+SiLU kernel), fast (both),
+  // fast-batched (both + tiles of one shape batched: the default runtime).
+  std::string runtimes = "fast-batched";
+  bool cudnn_benchmark = true;  // let cuDNN time its convolution algorithms per shape
   int64_t warmup = 2, steps = 5;
   std::string dump;  // folder for the diffusers comparison ("" = none)
   std::string json;  // append results here

@@ -26,6 +26,7 @@ struct BenchVideoOptions {
   int64_t reseek_gap = -1;     // VideoReaderOptions::reseek_gap (-1: the reader's default)
   int flush_on_seek = -1;      // VideoReaderOptions::flush_on_seek (-1: the reader's default)
   std::string device = "cuda"; // for decode-only and gpu
+  bool time_gpu_stages = false; // gpu mode: CUDA-event time of the kernels after decoding, per clip
   std::string label;           // printed with the result
   std::string json;            // append a JSON line here
 };

@@ -255,6 +255,9 @@ int run_cli(int argc, char** argv) {
   bench_vae_cmd->add_option("--width", bench_vae.width, "Clip width")->check(CLI::PositiveNumber);
   bench_vae_cmd->add_option("--tiling", bench_vae.tiling, "Which encodes to time")
       ->check(CLI::IsMember({"off", "on", "both"}));
+  bench_vae_cmd->add_option("--runtimes", bench_vae.runtimes,
+                            "How the encoder runs, comma-separated: plain, channels-last, fused, fast, fast-batched");
+  bench_vae_cmd->add_option("--cudnn-benchmark", bench_vae.cudnn_benchmark, "cuDNN picks convolution algorithms by timing");
   bench_vae_cmd->add_option("--warmup", bench_vae.warmup, "Untimed encodes first")->check(CLI::NonNegativeNumber);
   bench_vae_cmd->add_option("--steps", bench_vae.steps, "Timed encodes")->check(CLI::PositiveNumber);
   bench_vae_cmd->add_option("--dump", bench_vae.dump, "Write weights, config.json and input/outputs here");
@@ -272,6 +275,8 @@ int run_cli(int argc, char** argv) {
   bench_video_cmd->add_option("--frames", bench_video.frames, "Samples per clip")->check(CLI::PositiveNumber);
   bench_video_cmd->add_option("--sampler", bench_video.sampler, "Frame sampler mode")
       ->check(CLI::IsMember({"uniform", "stratified", "random"}));
+  bench_video_cmd->add_flag("--time-gpu-stages", bench_video.time_gpu_stages,
+                            "gpu mode: time the kernels after decoding with CUDA events (adds a wait per clip)");
   bench_video_cmd->add_option("--height", bench_video.height, "Output height")->check(CLI::PositiveNumber);
   bench_video_cmd->add_option("--width", bench_video.width, "Output width")->check(CLI::PositiveNumber);
   bench_video_cmd->add_flag("!--no-skip", bench_video.skip_unneeded, "Decode non-reference frames nobody needs too");

@@ -1,10 +1,12 @@
 // The training loop (see trainer.h).
 #include "app/trainer.h"
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -146,6 +148,9 @@ class Trainer {
   DataPosition& position_ = cursor_.position;
   DataCursor producer_cursor_;          // the prefetch producer's, ahead of cursor_
   std::unique_ptr<BatchPrefetcher> prefetcher_;
+  // TELETRON_TRACE_BATCHES=FILE (tests): one JSON line per batch taken, with its rows and a checksum.
+  std::unique_ptr<std::ofstream> batch_trace_;
+  void trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs, const LatentBatch& batch);
   int64_t step_ = 0;
   fs::path run_dir_;
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
@@ -163,6 +168,10 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   initial_weights_ = choice.weights;
   flow_options_ = flow_matching_options_from(config_.flow_matching);
   run_dir_ = fs::path(config_.train.output_dir);
+  if (const char* trace = std::getenv("TELETRON_TRACE_BATCHES"); trace && *trace) {
+    batch_trace_ = std::make_unique<std::ofstream>(trace, std::ios::app);
+    TT_CHECK(batch_trace_->good(), ErrorCode::kIo, "TELETRON_TRACE_BATCHES: cannot open ", trace);
+  }
 
   dataset_ = make_training_data(config_, model_config_, device_);
   cursor_.row_bucket = dataset_->row_buckets();
@@ -209,16 +218,32 @@ void Trainer::announce() const {
   for (const auto& note : config_.not_yet_implemented) spdlog::warn("{}", note);
 }
 
+void Trainer::trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs,
+                          const LatentBatch& batch) {
+  // A host sync per batch: tests only.
+  const torch::Tensor latents = batch.latents.to(torch::kFloat64);
+  *batch_trace_ << nlohmann::json{{"indices", indices},
+                                  {"epochs", epochs},
+                                  {"latents_sum", latents.sum().item<double>()},
+                                  {"latents_abs_sum", latents.abs().sum().item<double>()}}
+                       .dump()
+                << "\n"
+                << std::flush;
+}
+
 LatentBatch Trainer::next_batch() {
   if (prefetcher_) {
     BatchPrefetcher::Item item = prefetcher_->next();
     position_ = {item.plan.epoch_after, item.plan.index_after};
+    if (batch_trace_) trace_batch(item.plan.indices, item.plan.epochs, item.batch);
     return std::move(item.batch);
   }
   std::vector<int64_t> epochs;
   const std::vector<int64_t> indices =
       cursor_.next(config_.batch_size, dataset_->size(), static_cast<uint64_t>(config_.train.seed), &epochs);
-  return dataset_->get_batch(indices, epochs);
+  LatentBatch batch = dataset_->get_batch(indices, epochs);
+  if (batch_trace_) trace_batch(indices, epochs, batch);
+  return batch;
 }
 
 torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::Tensor& x0) const {

@@ -1,6 +1,7 @@
 // TrainingData sources (see training_data.h).
 #include "app/training_data.h"
 
+#include <cstdlib>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -132,6 +133,11 @@ class VideoTrainingData : public TrainingData {
                   "use a VAE and a model that agree on latent channels", "the VAE gives ",
                   vae_->config().latent_channels, " latent channels, the model takes ", model.out_channels);
     for (const Bucket& b : buckets_) latent_shapes_.push_back(vae_latent_shape(vae_->config(), b.frames, b.height, b.width));
+    // Buckets fix the VAE's input shapes, so cuDNN's per-shape algorithm search pays off after one batch.
+    // TELETRON_CUDNN_BENCHMARK=0 keeps cuDNN's heuristic choice instead: the same algorithms in every
+    // process, which tests that compare runs across processes need.
+    const char* benchmark = std::getenv("TELETRON_CUDNN_BENCHMARK");
+    if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(!(benchmark && std::string(benchmark) == "0"));
     if (config.vae.tiling == "on") {
       tiling_.temporal = true;
       tiling_.spatial = true;

@@ -9,9 +9,11 @@
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
+#include "cuda/ops.h"
 #include "model/weights.h"
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 namespace tt {
@@ -26,6 +28,36 @@ int64_t log2_exact(int64_t value, const char* name) {
   return bits;
 }
 
+// GroupNorm, then SiLU when `silu`: teletron's fused kernel on CUDA when the runtime asks for it
+// (one read for the statistics, one read + write for the output, any memory format), else
+// LibTorch's GroupNorm and silu.
+torch::Tensor norm(torch::nn::GroupNorm& module, const torch::Tensor& x, bool silu, const VaeRuntime& rt) {
+  if (rt.fused_norm && x.is_cuda() && kernels_built())
+    return group_norm_silu(x, module->weight, module->bias, module->options.num_groups(), module->options.eps(), silu);
+  torch::Tensor h = module(x);
+  return silu ? F::silu(h) : h;
+}
+
+// Replicate padding that keeps the input's memory format (F::pad's replicate mode returns NCDHW,
+// which would undo channels-last before every convolution): one copy of the interior, then the
+// borders copied from the edge rows, columns and the first frame.
+torch::Tensor causal_pad(const torch::Tensor& x, int64_t time, int64_t space) {
+  const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
+  torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
+                                   x.options().memory_format(x.suggest_memory_format()));
+  torch::Tensor frames = out.narrow(2, time, t);
+  frames.narrow(3, space, h).narrow(4, space, w).copy_(x);
+  if (space > 0) {
+    torch::Tensor rows = frames.narrow(4, space, w);
+    rows.narrow(3, 0, space).copy_(rows.narrow(3, space, 1).expand_as(rows.narrow(3, 0, space)));
+    rows.narrow(3, space + h, space).copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
+    frames.narrow(4, 0, space).copy_(frames.narrow(4, space, 1).expand_as(frames.narrow(4, 0, space)));
+    frames.narrow(4, space + w, space).copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
+  }
+  if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
+  return out;
+}
+
 }  // namespace
 
 // Conv3d with causal replicate padding: time gets kernel - 1 copies of the first frame in front, space
@@ -37,8 +69,9 @@ class CausalConv3dImpl : public torch::nn::Module {
     conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).stride(stride)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    const bool no_pad = pad_[0] == 0 && pad_[4] == 0;
-    return conv(no_pad ? x : F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate)));
+    if (pad_[0] == 0 && pad_[4] == 0) return conv(x);
+    if (x.is_contiguous()) return conv(F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate)));
+    return conv(causal_pad(x, pad_[4], pad_[0]));
   }
   torch::nn::Conv3d conv{nullptr};
 
@@ -57,9 +90,9 @@ class VaeResnetImpl : public torch::nn::Module {
     conv2 = register_module("conv2", CausalConv3d(out, out, 3));
     if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor h = conv1(F::silu(norm1(x)));
-    h = conv2(F::silu(norm2(h)));
+  torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {
+    torch::Tensor h = conv1(norm(norm1, x, true, rt));
+    h = conv2(norm(norm2, h, true, rt));
     return h + (conv_shortcut ? conv_shortcut(x) : x);
   }
   torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
@@ -89,8 +122,8 @@ class VaeDownBlockImpl : public torch::nn::Module {
       downsamplers->push_back(VaeDownsample(out, std::move(stride)));
     }
   }
-  torch::Tensor forward(torch::Tensor x) {
-    for (const auto& resnet : *resnets) x = resnet->as<VaeResnetImpl>()->forward(x);
+  torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
+    for (const auto& resnet : *resnets) x = resnet->as<VaeResnetImpl>()->forward(x, rt);
     if (downsamplers) x = downsamplers[0]->as<VaeDownsampleImpl>()->forward(x);
     return x;
   }
@@ -114,11 +147,12 @@ class VaeAttentionImpl : public torch::nn::Module {
     to_out = register_module("to_out", torch::nn::ModuleList());
     to_out->push_back(torch::nn::Linear(channels, channels));
   }
-  torch::Tensor forward(const torch::Tensor& x) {  // (B, C, T, H, W)
+  torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {  // (B, C, T, H, W)
     const int64_t frames = x.size(2);
     const int64_t per_frame = x.size(3) * x.size(4);
-    torch::Tensor tokens = x.permute({0, 2, 3, 4, 1}).flatten(1, 3);  // (B, N, C)
-    torch::Tensor h = group_norm(tokens.transpose(1, 2)).transpose(1, 2);
+    // Tokens (B, N, C): a view when x is channels-last, a copy otherwise.
+    torch::Tensor tokens = x.permute({0, 2, 3, 4, 1}).flatten(1, 3);
+    torch::Tensor h = norm(group_norm, x, false, rt).permute({0, 2, 3, 4, 1}).flatten(1, 3);
     torch::Tensor q = to_q(h).unsqueeze(1);  // (B, 1, N, C): one head
     torch::Tensor k = to_k(h).unsqueeze(1);
     torch::Tensor v = to_v(h).unsqueeze(1);
@@ -131,7 +165,8 @@ class VaeAttentionImpl : public torch::nn::Module {
     }
     torch::Tensor attended = torch::cat(outputs, 2).squeeze(1);  // (B, N, C)
     torch::Tensor out = to_out[0]->as<torch::nn::LinearImpl>()->forward(attended) + tokens;
-    return out.unflatten(1, {frames, x.size(3), x.size(4)}).permute({0, 4, 1, 2, 3}).contiguous();
+    // Back to (B, C, T, H, W) in x's memory format (for channels-last input the permute is already it).
+    return out.unflatten(1, {frames, x.size(3), x.size(4)}).permute({0, 4, 1, 2, 3}).contiguous(x.suggest_memory_format());
   }
   torch::nn::GroupNorm group_norm{nullptr};
   torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
@@ -150,10 +185,10 @@ class VaeMidBlockImpl : public torch::nn::Module {
       attentions->push_back(VaeAttention(channels, groups));
     }
   }
-  torch::Tensor forward(torch::Tensor x) {
-    x = resnets[0]->as<VaeResnetImpl>()->forward(x);
-    if (attentions) x = attentions[0]->as<VaeAttentionImpl>()->forward(x);
-    return resnets[1]->as<VaeResnetImpl>()->forward(x);
+  torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
+    x = resnets[0]->as<VaeResnetImpl>()->forward(x, rt);
+    if (attentions) x = attentions[0]->as<VaeAttentionImpl>()->forward(x, rt);
+    return resnets[1]->as<VaeResnetImpl>()->forward(x, rt);
   }
   torch::nn::ModuleList resnets{nullptr}, attentions{nullptr};
 };
@@ -183,11 +218,11 @@ class HunyuanVaeEncoderImpl : public torch::nn::Module {
         "conv_norm_out", torch::nn::GroupNorm(torch::nn::GroupNormOptions(c.norm_num_groups, previous).eps(1e-6)));
     conv_out = register_module("conv_out", CausalConv3d(previous, 2 * c.latent_channels, 3));
   }
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
     x = conv_in(x);
-    for (const auto& block : *down_blocks) x = block->as<VaeDownBlockImpl>()->forward(x);
-    x = mid_block(x);
-    return conv_out(F::silu(conv_norm_out(x)));
+    for (const auto& block : *down_blocks) x = block->as<VaeDownBlockImpl>()->forward(x, rt);
+    x = mid_block->forward(x, rt);
+    return conv_out(norm(conv_norm_out, x, true, rt));
   }
   CausalConv3d conv_in{nullptr}, conv_out{nullptr};
   torch::nn::ModuleList down_blocks{nullptr};
@@ -282,7 +317,16 @@ torch::Tensor HunyuanVaeImpl::moments(const torch::Tensor& x) {
   TT_CHECK(x.dim() == 5 && x.size(1) == config_.in_channels, ErrorCode::kData, "VAE input must be (B, ",
            config_.in_channels, ", T, H, W), got ", x.sizes());
   (void)vae_latent_shape(config_, x.size(2), x.size(3), x.size(4));
-  return quant_conv_(encoder_->forward(x));
+  if (!x.is_cuda() || !runtime_.channels_last) return quant_conv_(encoder_->forward(x, runtime_));
+  if (!weights_channels_last_) {
+    // Once: every 3D convolution weight to NDHWC, the layout cuDNN's fast kernels take.
+    torch::NoGradGuard no_grad;
+    for (auto& p : parameters())
+      if (p.dim() == 5) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast3d));
+    weights_channels_last_ = true;
+  }
+  torch::Tensor h = encoder_->forward(x.contiguous(torch::MemoryFormat::ChannelsLast3d), runtime_);
+  return quant_conv_(h).contiguous();
 }
 
 torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x) {
@@ -302,22 +346,12 @@ torch::Tensor blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_
   return b;
 }
 
-}  // namespace
-
-torch::Tensor HunyuanVaeImpl::spatial_tiled(const torch::Tensor& x, const VaeTiling& t) {
-  const int64_t s = config_.spatial_compression_ratio;
-  const int64_t height = x.size(3), width = x.size(4);
+// One window's tiles (moments, row-major grid) blended into the window's latent: diffusers'
+// tiled_encode after its tile loop.
+torch::Tensor blend_tiles(std::vector<std::vector<torch::Tensor>> rows, const VaeTiling& t, int64_t s, int64_t height,
+                          int64_t width) {
   const int64_t stride_h = t.stride_height / s, stride_w = t.stride_width / s;
   const int64_t blend_h = t.min_height / s - stride_h, blend_w = t.min_width / s - stride_w;
-  std::vector<std::vector<torch::Tensor>> rows;
-  for (int64_t i = 0; i < height; i += t.stride_height) {
-    std::vector<torch::Tensor> row;
-    for (int64_t j = 0; j < width; j += t.stride_width) {
-      const torch::Tensor tile = x.narrow(3, i, std::min(t.min_height, height - i)).narrow(4, j, std::min(t.min_width, width - j));
-      row.push_back(moments(tile));
-    }
-    rows.push_back(std::move(row));
-  }
   std::vector<torch::Tensor> result_rows;
   for (size_t i = 0; i < rows.size(); ++i) {
     std::vector<torch::Tensor> result_row;
@@ -333,6 +367,31 @@ torch::Tensor HunyuanVaeImpl::spatial_tiled(const torch::Tensor& x, const VaeTil
   return out.narrow(3, 0, std::min(out.size(3), height / s)).narrow(4, 0, std::min(out.size(4), width / s));
 }
 
+}  // namespace
+
+std::vector<torch::Tensor> HunyuanVaeImpl::moments_batched(const std::vector<torch::Tensor>& crops) {
+  std::vector<torch::Tensor> out(crops.size());
+  std::map<std::vector<int64_t>, std::vector<size_t>> by_shape;
+  for (size_t i = 0; i < crops.size(); ++i) by_shape[crops[i].sizes().vec()].push_back(i);
+  const size_t batch = static_cast<size_t>(std::max<int64_t>(1, runtime_.tile_batch));
+  for (const auto& [shape, members] : by_shape) {
+    for (size_t first = 0; first < members.size(); first += batch) {
+      const size_t count = std::min(batch, members.size() - first);
+      if (count == 1) {
+        out[members[first]] = moments(crops[members[first]]);
+        continue;
+      }
+      std::vector<torch::Tensor> parts;
+      for (size_t k = 0; k < count; ++k) parts.push_back(crops[members[first + k]]);
+      const int64_t per_crop = shape[0];
+      torch::Tensor encoded = moments(torch::cat(parts, 0));
+      for (size_t k = 0; k < count; ++k)
+        out[members[first + k]] = encoded.narrow(0, static_cast<int64_t>(k) * per_crop, per_crop);
+    }
+  }
+  return out;
+}
+
 torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTiling& t) {
   TT_CHECK(x.dim() == 5, ErrorCode::kData, "VAE input must be (B, C, T, H, W), got ", x.sizes());
   const int64_t r = config_.temporal_compression_ratio, s = config_.spatial_compression_ratio;
@@ -345,19 +404,51 @@ torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTil
            ErrorCode::kConfig, "VAE tiling: tile sizes and strides must be multiples of ", s, " with stride <= tile");
   const int64_t frames = x.size(2), height = x.size(3), width = x.size(4);
   const bool split_space = t.spatial && (height > t.min_height || width > t.min_width);
-  auto encode_window = [&](const torch::Tensor& window) {
-    return split_space ? spatial_tiled(window, t) : moments(window);
-  };
-  if (!t.temporal || frames <= t.min_frames) return encode_window(x);
-  (void)vae_latent_shape(config_, frames, height, width);
+  const bool split_time = t.temporal && frames > t.min_frames;
+  // Windows of min_frames + 1 frames every stride_frames; tiles every stride pixels.
+  std::vector<std::pair<int64_t, int64_t>> windows;  // (first frame, frame count)
+  if (!split_time) {
+    windows.emplace_back(0, frames);
+  } else {
+    (void)vae_latent_shape(config_, frames, height, width);
+    for (int64_t i = 0; i < frames; i += t.stride_frames) windows.emplace_back(i, std::min(t.min_frames + 1, frames - i));
+  }
+  std::vector<int64_t> tile_rows{0}, tile_cols{0};
+  if (split_space) {
+    tile_rows.clear();
+    tile_cols.clear();
+    for (int64_t i = 0; i < height; i += t.stride_height) tile_rows.push_back(i);
+    for (int64_t j = 0; j < width; j += t.stride_width) tile_cols.push_back(j);
+  }
+  // Every crop first, so that crops of one shape can be encoded as one batch.
+  std::vector<torch::Tensor> crops;
+  for (const auto& [first, count] : windows) {
+    const torch::Tensor window = x.narrow(2, first, count);
+    for (int64_t i : tile_rows)
+      for (int64_t j : tile_cols)
+        crops.push_back(split_space ? window.narrow(3, i, std::min(t.min_height, height - i))
+                                          .narrow(4, j, std::min(t.min_width, width - j))
+                                    : window);
+  }
+  const std::vector<torch::Tensor> encoded = moments_batched(crops);
+  std::vector<torch::Tensor> row;
+  size_t next = 0;
+  for (const auto& [first, count] : windows) {
+    torch::Tensor window;
+    if (split_space) {
+      std::vector<std::vector<torch::Tensor>> grid(tile_rows.size());
+      for (auto& grid_row : grid)
+        for (size_t j = 0; j < tile_cols.size(); ++j) grid_row.push_back(encoded[next++]);
+      window = blend_tiles(std::move(grid), t, s, height, width);
+    } else {
+      window = encoded[next++];
+    }
+    if (first > 0) window = window.narrow(2, 1, window.size(2) - 1);  // the window's first frame belongs to the one before
+    row.push_back(window);
+  }
+  if (!split_time) return row[0];
   const int64_t latent_frames = (frames - 1) / r + 1;
   const int64_t stride = t.stride_frames / r, blend_frames = t.min_frames / r - stride;
-  std::vector<torch::Tensor> row;
-  for (int64_t i = 0; i < frames; i += t.stride_frames) {
-    torch::Tensor tile = encode_window(x.narrow(2, i, std::min(t.min_frames + 1, frames - i)));
-    if (i > 0) tile = tile.narrow(2, 1, tile.size(2) - 1);  // the window's first frame belongs to the one before
-    row.push_back(tile);
-  }
   std::vector<torch::Tensor> result;
   for (size_t i = 0; i < row.size(); ++i) {
     if (i > 0) {

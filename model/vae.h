@@ -65,6 +65,18 @@ struct VaeTiling {
   int64_t min_height = 256, min_width = 256, stride_height = 192, stride_width = 192;
 };
 
+/// How the encoder runs on CUDA, not what it computes (outputs equal within bf16 rounding):
+/// channels-last (NDHWC) activations and weights, the layout cuDNN's fast 3D convolution kernels
+/// take; teletron's fused GroupNorm+SiLU kernel instead of LibTorch's GroupNorm then silu; tiles of
+/// one shape (spatial tiles and temporal windows) encoded together as one batch, at most
+/// `tile_batch` at a time (GroupNorm statistics are per sample, so batching changes nothing; memory
+/// grows with the batch). CPU tensors keep the NCDHW layout and LibTorch's GroupNorm.
+struct VaeRuntime {
+  bool channels_last = true;
+  bool fused_norm = true;
+  int64_t tile_batch = 4;
+};
+
 class HunyuanVaeEncoderImpl;
 
 /// The encoder and quant_conv; forward gives the moments.
@@ -84,6 +96,8 @@ class HunyuanVaeImpl : public torch::nn::Module {
   torch::Tensor encode_mean(const torch::Tensor& x, const VaeTiling& tiling);
 
   const HunyuanVaeConfig& config() const { return config_; }
+  void set_runtime(const VaeRuntime& runtime) { runtime_ = runtime; }
+  const VaeRuntime& runtime() const { return runtime_; }
 
   /// Fixed random weights from `seed` (tests and benchmarks without the released weights): norm gains
   /// 1, biases 0, every other weight N(0, 1 / fan_in). The same on every machine.
@@ -94,7 +108,9 @@ class HunyuanVaeImpl : public torch::nn::Module {
 
  private:
   HunyuanVaeConfig config_;
-  torch::Tensor spatial_tiled(const torch::Tensor& x, const VaeTiling& tiling);
+  VaeRuntime runtime_;
+  bool weights_channels_last_ = false;
+  std::vector<torch::Tensor> moments_batched(const std::vector<torch::Tensor>& crops);
   std::shared_ptr<HunyuanVaeEncoderImpl> encoder_;
   torch::nn::Conv3d quant_conv_{nullptr};
 };

@@ -23,12 +23,16 @@ struct ClipRequest {
   uint64_t seed = 0;
   int64_t epoch = 0;
   int64_t sample_index = 0;
+  // Benchmarks: time the GPU kernels after decoding (colour, rotation, gather, augment) with CUDA
+  // events on the current stream; waits for them, so leave it off in training.
+  bool time_gpu_stages = false;
 };
 
 struct LoadedClip {
   torch::Tensor pixels;         // (3, T, height, width) augment.dtype in [-1, 1], on the reader's device
   std::vector<int64_t> frames;  // the sampled frame indices, in order (fps mode may repeat one)
   AugmentParams params;         // the augmentation drawn for this sample
+  double gpu_stage_ms = -1;     // with time_gpu_stages on a CUDA reader: the kernels' GPU time
 };
 
 /// Throws what the sampler and the reader throw (kData for a clip too short, kDecode for damage).

@@ -5,6 +5,9 @@ its encode on the same input — whole clip (framewise encoding and tiling off) 
 defaults: 16 + 1 frame windows, 256 px tiles) — and compares its moments with teletron's.
 
 Usage: bench_vae_diffusers.py DIR [--device cuda] [--warmup 2] [--steps 5] [--json FILE]
+                              [--cudnn-benchmark off,on]
+--cudnn-benchmark times diffusers as shipped (off: torch's default) and/or with
+torch.backends.cudnn.benchmark = True, which teletron sets.
 Needs torch and diffusers (carried as wheels to the GPU machine).
 """
 import argparse
@@ -27,6 +30,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", default="")
+    parser.add_argument("--cudnn-benchmark", default="off")
     args = parser.parse_args()
 
     config = json.load(open(os.path.join(args.dump, "config.json")))
@@ -63,15 +67,18 @@ def main():
         return out.float().cpu(), ms, peak
 
     rows = []
-    for tiled, key in ((False, "moments"), (True, "moments_tiled")):
-        out, ms, peak = run(tiled)
-        row = {"variant": "tiled" if tiled else "whole", "ms": ms, "peak_gb": peak, "impl": "diffusers"}
-        if key in io:
-            ref = io[key]
-            row["relative_error_vs_teletron"] = ((out - ref).abs().max() / ref.abs().max()).item()
-        rows.append(row)
-        print(f"diffusers {row['variant']}: {ms:.1f} ms per clip, peak {peak:.2f} GiB, "
-              f"max|diff|/max vs teletron {row.get('relative_error_vs_teletron', float('nan')):.2e}")
+    for mode in args.cudnn_benchmark.split(","):
+        torch.backends.cudnn.benchmark = mode == "on"
+        for tiled, key in ((False, "moments"), (True, "moments_tiled")):
+            out, ms, peak = run(tiled)
+            row = {"variant": "tiled" if tiled else "whole", "ms": ms, "peak_gb": peak, "impl": "diffusers",
+                   "cudnn_benchmark": mode == "on"}
+            if key in io:
+                ref = io[key]
+                row["relative_error_vs_teletron"] = ((out - ref).abs().max() / ref.abs().max()).item()
+            rows.append(row)
+            print(f"diffusers {row['variant']} (cudnn.benchmark {mode}): {ms:.1f} ms per clip, peak {peak:.2f} GiB, "
+                  f"max|diff|/max vs teletron {row.get('relative_error_vs_teletron', float('nan')):.2e}")
     if args.json:
         with open(args.json, "a") as f:
             for row in rows:

@@ -41,7 +41,9 @@ rm -rf "$run_dir"
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 >"$out/util_$mode.txt" 2>/dev/null &
 sampler=$!
 start=$(date +%s)
-case "$mode" in
+# CPU time of everything the mode runs (bash's `time`: user + sys of the child processes).
+TIMEFORMAT="cpu ($mode): user %U s + sys %S s in %R s wall"
+time case "$mode" in
   online) "$tt" train "$work/train.yaml" --output "$run_dir" >"$out/train_$mode.log" 2>&1 ;;
   cpu4) taskset -c 0-3 "$tt" train "$work/train.yaml" --output "$run_dir" --set data_pipeline.video_decoding=cpu \
           >"$out/train_$mode.log" 2>&1 ;;
