@@ -5,8 +5,12 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh" || exit 1
 echo "build ${build_s}s"
+# Wheels: $WHEELS (default .wheels); those the machine's image has (numpy, pillow) may be left out.
+wheels=${WHEELS:-$root/.wheels}
 if ! python3 -c "import diffusers" 2>/dev/null; then
-  pip install --no-index --find-links "$root/.wheels" diffusers >"$out/pip.log" 2>&1 || { tail -5 "$out/pip.log"; exit 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheels"/*.whl >"$out/pip.log" 2>&1 ||
+    { tail -5 "$out/pip.log"; exit 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 json="$out/bench_vae.jsonl"
 : >"$json"
