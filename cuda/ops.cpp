@@ -232,3 +232,98 @@ torch::Tensor augment_clip_emulated(const torch::Tensor& rgb, const AugmentKerne
 }
 
 }  // namespace tt
+
+// ---- group norm ----
+
+#ifdef TELETRON_WITH_CUDA
+#include "cuda/group_norm.h"
+#endif
+
+namespace tt {
+namespace {
+
+void group_norm_check_param(const torch::Tensor& x, const torch::Tensor& param, const char* name) {
+  TORCH_CHECK(param.dim() == 1 && param.size(0) == x.size(1), "group_norm_silu: expected ", name, " (",
+              x.size(1), "), got ", param.sizes());
+  TORCH_CHECK(param.scalar_type() == torch::kFloat32 || param.scalar_type() == x.scalar_type(),
+              "group_norm_silu: ", name, " must be fp32 or x's ", x.scalar_type(), ", got ",
+              param.scalar_type());
+  TORCH_CHECK(param.device() == x.device(), "group_norm_silu: x on ", x.device(), " but ", name, " on ",
+              param.device());
+}
+
+void group_norm_check(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                      int64_t groups) {
+  TORCH_CHECK(x.dim() >= 3 && x.dim() <= 5,
+              "group_norm_silu: expected x (N, C, L), (N, C, H, W) or (N, C, D, H, W), got ", x.sizes());
+  TORCH_CHECK(x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat32,
+              "group_norm_silu: x must be bf16 or fp32, got ", x.scalar_type());
+  TORCH_CHECK(groups > 0 && x.size(1) % groups == 0, "group_norm_silu: groups must divide C = ", x.size(1),
+              ", got ", groups);
+  group_norm_check_param(x, weight, "weight");
+  group_norm_check_param(x, bias, "bias");
+}
+
+// The memory format y is given: x's, with contiguous winning where both fit (size-1 dims).
+at::MemoryFormat group_norm_format(const torch::Tensor& x) {
+  if (x.is_contiguous()) return at::MemoryFormat::Contiguous;
+  if (x.dim() == 5 && x.is_contiguous(at::MemoryFormat::ChannelsLast3d))
+    return at::MemoryFormat::ChannelsLast3d;
+  if (x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast)) return at::MemoryFormat::ChannelsLast;
+  return x.suggest_memory_format();  // strided views are copied into this
+}
+
+}  // namespace
+
+torch::Tensor group_norm_silu_reference(const torch::Tensor& x, const torch::Tensor& weight,
+                                        const torch::Tensor& bias, int64_t groups, double eps, bool silu) {
+  group_norm_check(x, weight, bias, groups);
+  namespace F = torch::nn::functional;
+  auto options = F::GroupNormFuncOptions(groups)
+                     .weight(weight.to(torch::kFloat32))
+                     .bias(bias.to(torch::kFloat32))
+                     .eps(eps);
+  auto y = F::group_norm(x.to(torch::kFloat32), options);  // like x, fp32
+  if (silu) y = F::silu(y);
+  return y.to(x.scalar_type()).contiguous(group_norm_format(x));
+}
+
+torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                              int64_t groups, double eps, bool silu) {
+  group_norm_check(x, weight, bias, groups);
+  if (!x.is_cuda()) return group_norm_silu_reference(x, weight, bias, groups, eps, silu);
+#ifdef TELETRON_WITH_CUDA
+  const c10::cuda::CUDAGuard guard(x.device());
+  const auto format = group_norm_format(x);
+  const int64_t batch = x.size(0), channels = x.size(1);
+  // Past kGroupNormMaxChannelsLast channels, channels-last input takes the channels-first kernels on a copy.
+  const bool channels_last =
+      format != at::MemoryFormat::Contiguous && channels <= kernels::kGroupNormMaxChannelsLast;
+  auto src = x.contiguous(channels_last ? format : at::MemoryFormat::Contiguous);
+  auto y = torch::empty_like(src);  // src's strides
+  if (x.numel() == 0) return y.contiguous(format);
+  kernels::GroupNormShape shape;
+  shape.batch = batch;
+  shape.channels = channels;
+  shape.spatial = x.numel() / (batch * channels);
+  shape.groups = groups;
+  shape.channels_last = channels_last;
+  shape.bf16 = x.scalar_type() == torch::kBFloat16;
+  shape.silu = silu;
+  shape.eps = eps;
+  auto w = weight.to(torch::kFloat32).contiguous();  // (C) fp32
+  auto b = bias.to(torch::kFloat32).contiguous();    // (C) fp32
+  auto scratch =
+      torch::empty({kernels::group_norm_scratch_size(shape)}, src.options().dtype(torch::kFloat32));
+  auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  cudaError_t status =
+      kernels::group_norm_silu(y.data_ptr(), src.data_ptr(), w.data_ptr<float>(), b.data_ptr<float>(),
+                               scratch.data_ptr<float>(), shape, stream);
+  TORCH_CHECK(status == cudaSuccess, "group_norm_silu kernel launch failed: ", cudaGetErrorString(status));
+  return y.contiguous(format);
+#else
+  TORCH_CHECK(false, "group_norm_silu: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+#endif
+}
+
+}  // namespace tt

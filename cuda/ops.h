@@ -57,3 +57,24 @@ torch::Tensor augment_clip_emulated(const torch::Tensor& rgb, const AugmentKerne
                                     int64_t out_w);
 
 }  // namespace tt
+
+// ---- group norm ----
+
+namespace tt {
+
+/// GroupNorm then, when `silu`, SiLU: the HunyuanVideo VAE's norm + activation in one statistics
+/// read and one read-write pass. x (N, C, D, H, W) (or (N, C, H, W), (N, C, L)) bf16 or fp32,
+/// contiguous or channels-last; weight, bias (C) fp32 or x's dtype; C % groups == 0. Statistics per
+/// (n, group) over (C/groups) x spatial values, biased variance:
+/// y = (x - mean) * rsqrt(var + eps) * weight[c] + bias[c], then y * sigmoid(y).
+/// Returns y with x's shape, dtype and memory format. CUDA tensors run cuda/group_norm.cu on the
+/// current stream (fp32 statistics, fp64 across blocks); CPU tensors run the reference.
+torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                              int64_t groups, double eps, bool silu);
+
+/// The plain-torch reference of group_norm_silu (any device): F::group_norm in fp32, SiLU, cast back
+/// to x's dtype and memory format.
+torch::Tensor group_norm_silu_reference(const torch::Tensor& x, const torch::Tensor& weight,
+                                        const torch::Tensor& bias, int64_t groups, double eps, bool silu);
+
+}  // namespace tt

@@ -1,0 +1,390 @@
+// Fused GroupNorm (+ SiLU) for the VAE: y = (x - mean[n,g]) * rstd[n,g] * w[c] + b[c], then
+// y * sigmoid(y). x is (N, C, S) channels-first or (N, S, C) channels-last, bf16 or fp32.
+//
+// Three kernels, queued on the caller's stream, no host synchronisation:
+// 1. Statistics. A group of one sample holds (C/G) * S values, 50M+ in the VAE, so many blocks
+//    share a group. Each thread keeps a Welford triple (count, mean, M2) in fp32: it loads kVec
+//    values at once (up to 16 bytes), takes their exact mean and M2 and merges them in with Chan's
+//    formula (one division per vector). The block merges its threads' triples and writes one
+//    partial per (n, g, block) into scratch.
+//    - channels-first: a group is one contiguous span of (C/G) * S values; block b of group (n, g)
+//      reads its b-th chunk (up to 64K values; less when that would leave under 1024 blocks).
+//    - channels-last: a group's channels are a run of C/G values at every position, too short to
+//      read alone, so a block reads whole rows of C values (coalesced) for a range of positions:
+//      thread x owns channels [x * kVec, (x + 1) * kVec), inside one group, at every position;
+//      the block then merges its triples group by group in shared memory.
+// 2. Finalize. One block per (n, g) merges that group's partials in double (Chan again) and writes
+//    {mean, rstd * w[c], b[c]} for each of its channels into an (N, C) table.
+// 3. Apply. Reads x once more and writes y = (x - mean) * scale + shift (+ SiLU), kVec at a time:
+//    channels-first gives a block a chunk of one (n, c) row, whose terms stay in registers;
+//    channels-last gives thread x the same channel vector at every position.
+// Centring on the mean before scaling keeps inputs with a large mean exact; short fp32 Welford
+// runs merged in double keep the variance of huge groups accurate.
+#include "cuda/group_norm.h"
+
+#include <cuda_bf16.h>
+
+namespace tt::kernels {
+namespace {
+
+constexpr int kThreads = 256;                // per block (channels-last: about, see block_shape)
+constexpr int64_t kStatsChunk = 65536;       // most values per channels-first statistics block
+constexpr int64_t kStatsChunkLast = 262144;  // most values per channels-last statistics block
+constexpr int64_t kMinStatsBlocks = 1024;    // smaller chunks below this many blocks (~8 per SM)
+constexpr int64_t kApplyChunk = 16384;       // values per apply block
+
+template <typename F>
+struct Welford {
+  F count, mean, m2;  // m2: sum of squared deviations from mean
+};
+
+struct ChannelAffine {
+  float mean, scale, shift;  // y = (x - mean) * scale + shift
+};
+
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+__device__ float to_float(float v) {
+  return v;
+}
+__device__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ void set_from_float(float& out, float v) {
+  out = v;
+}
+__device__ void set_from_float(__nv_bfloat16& out, float v) {
+  out = __float2bfloat16_rn(v);
+}
+
+template <typename T, int kVec>
+__device__ void load(const T* p, float (&v)[kVec]) {
+  const Pack<T, kVec> pack = *reinterpret_cast<const Pack<T, kVec>*>(p);
+  for (int k = 0; k < kVec; ++k) v[k] = to_float(pack.v[k]);
+}
+
+template <typename T, int kVec>
+__device__ void store(T* p, const float (&v)[kVec]) {
+  Pack<T, kVec> pack;
+  for (int k = 0; k < kVec; ++k) set_from_float(pack.v[k], v[k]);
+  *reinterpret_cast<Pack<T, kVec>*>(p) = pack;
+}
+
+// Chan's parallel merge; either side may be empty (count 0, mean 0, m2 0).
+template <typename F>
+__device__ Welford<F> merge(const Welford<F>& a, const Welford<F>& b) {
+  const F count = a.count + b.count;
+  if (count == F(0)) return a;
+  const F delta = b.mean - a.mean;
+  const F share = b.count / count;
+  return {count, a.mean + delta * share, a.m2 + b.m2 + delta * delta * a.count * share};
+}
+
+template <int kVec>
+__device__ Welford<float> welford_of(const float (&v)[kVec]) {
+  float sum = 0.0f;
+  for (int k = 0; k < kVec; ++k) sum += v[k];
+  const float mean = sum * (1.0f / kVec);
+  float m2 = 0.0f;
+  for (int k = 0; k < kVec; ++k) m2 += (v[k] - mean) * (v[k] - mean);
+  return {float(kVec), mean, m2};
+}
+
+template <typename F>
+__device__ Welford<F> warp_merge(Welford<F> w) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Welford<F> other{__shfl_xor_sync(0xffffffffu, w.count, offset),
+                           __shfl_xor_sync(0xffffffffu, w.mean, offset),
+                           __shfl_xor_sync(0xffffffffu, w.m2, offset)};
+    w = merge(w, other);
+  }
+  return w;
+}
+
+// The merge of every thread's triple, valid in thread 0; blockDim.x a multiple of 32.
+template <typename F>
+__device__ Welford<F> block_merge(Welford<F> w) {
+  __shared__ Welford<F> warps[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  w = warp_merge(w);
+  if (lane == 0) warps[warp] = w;
+  __syncthreads();
+  if (warp == 0) {
+    w = lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : Welford<F>{0, 0, 0};
+    w = warp_merge(w);
+  }
+  __syncthreads();  // warps[] is free for the next call
+  return w;
+}
+
+__device__ float normalize(float v, const ChannelAffine& a, bool silu) {
+  const float y = (v - a.mean) * a.scale + a.shift;
+  return silu ? y / (1.0f + __expf(-y)) : y;
+}
+
+}  // namespace
+
+// partials (N * G, gridDim.x) <- x (N * G, group_size), `chunk` values (a multiple of 8) a block;
+// grid (blocks per group, rows), block kThreads.
+template <typename T, int kVec>
+static __global__ void group_stats_first_kernel(Welford<float>* __restrict__ partials,
+                                                const T* __restrict__ x, int64_t group_size, int64_t rows,
+                                                int64_t chunk) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t end = begin + chunk < group_size ? begin + chunk : group_size;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const T* group = x + row * group_size;
+    Welford<float> w{0, 0, 0};
+    for (int64_t i = begin + threadIdx.x * kVec; i < end; i += kThreads * kVec) {
+      float v[kVec];
+      load<T, kVec>(group + i, v);
+      w = merge(w, welford_of<kVec>(v));
+    }
+    w = block_merge(w);
+    if (threadIdx.x == 0) partials[row * gridDim.x + blockIdx.x] = w;
+  }
+}
+
+// partials (N, G, gridDim.x) <- x (N, S, C); grid (blocks per sample, N), block (C / kVec, lanes).
+template <typename T, int kVec>
+static __global__ void __launch_bounds__(1024)
+    group_stats_last_kernel(Welford<float>* __restrict__ partials, const T* __restrict__ x, int64_t batch,
+                            int64_t spatial, int64_t channels, int64_t groups, int64_t positions_per_block) {
+  __shared__ Welford<float> threads[1024];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * positions_per_block;
+  const int64_t end = begin + positions_per_block < spatial ? begin + positions_per_block : spatial;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int vectors_per_group = static_cast<int>(channels / groups / kVec);
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
+    const T* sample = x + n * spatial * channels + threadIdx.x * kVec;
+    Welford<float> w{0, 0, 0};
+    for (int64_t p = begin + threadIdx.y; p < end; p += blockDim.y) {
+      float v[kVec];
+      load<T, kVec>(sample + p * channels, v);
+      w = merge(w, welford_of<kVec>(v));
+    }
+    threads[t] = w;
+    __syncthreads();
+    // Thread g merges group g: channel vectors [g * vectors_per_group, ...) of every position lane.
+    for (int64_t g = t; g < groups; g += blockDim.x * blockDim.y) {
+      Welford<float> m{0, 0, 0};
+      for (unsigned lane = 0; lane < blockDim.y; ++lane)
+        for (int j = 0; j < vectors_per_group; ++j)
+          m = merge(m, threads[lane * blockDim.x + g * vectors_per_group + j]);
+      partials[(n * groups + g) * gridDim.x + blockIdx.x] = m;
+    }
+    __syncthreads();  // threads[] is rewritten for the next sample
+  }
+}
+
+// table (N, C) <- partials (N * G, blocks_per_group); grid (N * G), block kThreads.
+static __global__ void group_finalize_kernel(ChannelAffine* __restrict__ table,
+                                             const Welford<float>* __restrict__ partials,
+                                             int64_t blocks_per_group, const float* __restrict__ weight,
+                                             const float* __restrict__ bias, int64_t channels, int64_t groups,
+                                             double eps) {
+  __shared__ float mean, rstd;
+  const int64_t row = blockIdx.x;  // n * G + g
+  Welford<double> w{0, 0, 0};
+  for (int64_t b = threadIdx.x; b < blocks_per_group; b += blockDim.x) {
+    const Welford<float> p = partials[row * blocks_per_group + b];
+    w = merge(w, Welford<double>{p.count, p.mean, p.m2});
+  }
+  w = block_merge(w);
+  if (threadIdx.x == 0) {
+    mean = static_cast<float>(w.mean);
+    rstd = static_cast<float>(1.0 / sqrt(w.m2 / w.count + eps));
+  }
+  __syncthreads();
+  const int64_t per_group = channels / groups;
+  const int64_t first = row * per_group;  // = n * C + g * per_group
+  for (int64_t j = threadIdx.x; j < per_group; j += blockDim.x) {
+    const int64_t c = (row % groups) * per_group + j;
+    table[first + j] = {mean, rstd * weight[c], bias[c]};
+  }
+}
+
+// y <- x (N * C, S); grid (chunks per row, rows), block kThreads.
+template <typename T, int kVec>
+static __global__ void group_apply_first_kernel(T* __restrict__ y, const T* __restrict__ x,
+                                                const ChannelAffine* __restrict__ table, int64_t spatial,
+                                                int64_t rows, bool silu) {
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const ChannelAffine a = table[row];
+    const int64_t offset = row * spatial;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kVec;
+    for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < spatial;
+         i += stride) {
+      float v[kVec];
+      load<T, kVec>(x + offset + i, v);
+      for (int k = 0; k < kVec; ++k) v[k] = normalize(v[k], a, silu);
+      store<T, kVec>(y + offset + i, v);
+    }
+  }
+}
+
+// y <- x (N, S, C); grid (position chunks, N), block (C / kVec, lanes).
+template <typename T, int kVec>
+static __global__ void __launch_bounds__(1024)
+    group_apply_last_kernel(T* __restrict__ y, const T* __restrict__ x,
+                            const ChannelAffine* __restrict__ table, int64_t batch, int64_t spatial,
+                            int64_t channels, int64_t positions_per_block, bool silu) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * positions_per_block;
+  const int64_t end = begin + positions_per_block < spatial ? begin + positions_per_block : spatial;
+  const int64_t c0 = threadIdx.x * kVec;
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
+    ChannelAffine a[kVec];
+    for (int k = 0; k < kVec; ++k) a[k] = table[n * channels + c0 + k];
+    const int64_t sample = n * spatial * channels + c0;
+    for (int64_t p = begin + threadIdx.y; p < end; p += blockDim.y) {
+      float v[kVec];
+      load<T, kVec>(x + sample + p * channels, v);
+      for (int k = 0; k < kVec; ++k) v[k] = normalize(v[k], a[k], silu);
+      store<T, kVec>(y + sample + p * channels, v);
+    }
+  }
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+unsigned grid_rows(int64_t rows) {
+  return static_cast<unsigned>(rows < 65535 ? rows : 65535);
+}
+
+// Channels-last blocks cover this many positions (all C channels of each).
+int64_t positions_per_block(int64_t chunk, int64_t channels) {
+  return chunk / channels > 1 ? chunk / channels : 1;
+}
+
+// Values (channels-first; a multiple of 8, so vectors never straddle blocks) or positions
+// (channels-last) per statistics block: the most the constants allow, fewer where that would leave
+// under kMinStatsBlocks blocks.
+int64_t stats_chunk(const GroupNormShape& s) {
+  const int64_t fill = ceil_div(s.batch * s.channels * s.spatial, kMinStatsBlocks);
+  if (s.channels_last)
+    return positions_per_block(fill < kStatsChunkLast ? fill : kStatsChunkLast, s.channels);
+  const int64_t values = fill < kStatsChunk ? fill : kStatsChunk;
+  return values < 2048 ? 2048 : ceil_div(values, 8) * 8;
+}
+
+int64_t blocks_per_group(const GroupNormShape& s) {
+  if (s.channels_last) return ceil_div(s.spatial, stats_chunk(s));
+  return ceil_div(s.channels / s.groups * s.spatial, stats_chunk(s));
+}
+
+// The widest vector (at most 16 bytes) that `run` values split into, with every pointer aligned to it.
+int vector_width(int64_t run, int element_size, const void* a, const void* b) {
+  for (int vec = 16 / element_size; vec > 1; vec /= 2) {
+    const auto bytes = static_cast<uintptr_t>(vec * element_size);
+    if (run % vec == 0 && reinterpret_cast<uintptr_t>(a) % bytes == 0 &&
+        reinterpret_cast<uintptr_t>(b) % bytes == 0)
+      return vec;
+  }
+  return 1;
+}
+
+// Channels-last block: thread x per channel vector, enough position lanes for about kThreads threads.
+dim3 block_shape(int64_t channel_vectors) {
+  const int64_t lanes = kThreads / channel_vectors > 1 ? kThreads / channel_vectors : 1;
+  return dim3(static_cast<unsigned>(channel_vectors), static_cast<unsigned>(lanes));
+}
+
+template <typename T>
+void launch_stats(Welford<float>* partials, const T* x, const GroupNormShape& s, cudaStream_t stream) {
+  const auto per_group = static_cast<unsigned>(blocks_per_group(s));
+  if (!s.channels_last) {
+    const int64_t group_size = s.channels / s.groups * s.spatial;
+    const int64_t rows = s.batch * s.groups;
+    const int64_t chunk = stats_chunk(s);
+    const int vec = vector_width(group_size, sizeof(T), x, x);
+    const dim3 g(per_group, grid_rows(rows));
+    if (vec == 8)
+      group_stats_first_kernel<T, 8><<<g, kThreads, 0, stream>>>(partials, x, group_size, rows, chunk);
+    if (vec == 4)
+      group_stats_first_kernel<T, 4><<<g, kThreads, 0, stream>>>(partials, x, group_size, rows, chunk);
+    if (vec == 2)
+      group_stats_first_kernel<T, 2><<<g, kThreads, 0, stream>>>(partials, x, group_size, rows, chunk);
+    if (vec == 1)
+      group_stats_first_kernel<T, 1><<<g, kThreads, 0, stream>>>(partials, x, group_size, rows, chunk);
+    return;
+  }
+  const int vec = vector_width(s.channels / s.groups, sizeof(T), x, x);
+  const dim3 g(per_group, grid_rows(s.batch));
+  const dim3 block = block_shape(s.channels / vec);
+  const int64_t ppb = stats_chunk(s);
+  const int64_t n = s.batch, sp = s.spatial, c = s.channels, gr = s.groups;
+  if (vec == 8) group_stats_last_kernel<T, 8><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
+  if (vec == 4) group_stats_last_kernel<T, 4><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
+  if (vec == 2) group_stats_last_kernel<T, 2><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
+  if (vec == 1) group_stats_last_kernel<T, 1><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
+}
+
+template <typename T>
+void launch_apply(T* y, const T* x, const ChannelAffine* table, const GroupNormShape& s,
+                  cudaStream_t stream) {
+  if (!s.channels_last) {
+    const int vec = vector_width(s.spatial, sizeof(T), x, y);
+    const int64_t rows = s.batch * s.channels;
+    const dim3 g(static_cast<unsigned>(ceil_div(s.spatial, kApplyChunk)), grid_rows(rows));
+    const int64_t sp = s.spatial;
+    if (vec == 8) group_apply_first_kernel<T, 8><<<g, kThreads, 0, stream>>>(y, x, table, sp, rows, s.silu);
+    if (vec == 4) group_apply_first_kernel<T, 4><<<g, kThreads, 0, stream>>>(y, x, table, sp, rows, s.silu);
+    if (vec == 2) group_apply_first_kernel<T, 2><<<g, kThreads, 0, stream>>>(y, x, table, sp, rows, s.silu);
+    if (vec == 1) group_apply_first_kernel<T, 1><<<g, kThreads, 0, stream>>>(y, x, table, sp, rows, s.silu);
+    return;
+  }
+  const int vec = vector_width(s.channels, sizeof(T), x, y);
+  const int64_t ppb = positions_per_block(kApplyChunk, s.channels);
+  const dim3 g(static_cast<unsigned>(ceil_div(s.spatial, ppb)), grid_rows(s.batch));
+  const dim3 block = block_shape(s.channels / vec);
+  const int64_t n = s.batch, sp = s.spatial, c = s.channels;
+  if (vec == 8) group_apply_last_kernel<T, 8><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
+  if (vec == 4) group_apply_last_kernel<T, 4><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
+  if (vec == 2) group_apply_last_kernel<T, 2><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
+  if (vec == 1) group_apply_last_kernel<T, 1><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
+}
+
+template <typename T>
+cudaError_t launch_all(T* y, const T* x, const float* weight, const float* bias, float* scratch,
+                       const GroupNormShape& s, cudaStream_t stream) {
+  auto* partials = reinterpret_cast<Welford<float>*>(scratch);  // (N, G, blocks per group)
+  const int64_t per_group = blocks_per_group(s);
+  auto* table = reinterpret_cast<ChannelAffine*>(partials + s.batch * s.groups * per_group);  // (N, C)
+  launch_stats<T>(partials, x, s, stream);
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) return status;
+  group_finalize_kernel<<<static_cast<unsigned>(s.batch * s.groups), kThreads, 0, stream>>>(
+      table, partials, per_group, weight, bias, s.channels, s.groups, s.eps);
+  status = cudaGetLastError();
+  if (status != cudaSuccess) return status;
+  launch_apply<T>(y, x, table, s, stream);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int64_t group_norm_scratch_size(const GroupNormShape& shape) {
+  const int64_t partials = shape.batch * shape.groups * blocks_per_group(shape);
+  return (partials * sizeof(Welford<float>) + shape.batch * shape.channels * sizeof(ChannelAffine)) /
+         sizeof(float);
+}
+
+cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const float* bias, float* scratch,
+                            const GroupNormShape& shape, cudaStream_t stream) {
+  const GroupNormShape& s = shape;
+  if (s.batch * s.channels * s.spatial == 0) return cudaSuccess;
+  if (s.groups <= 0 || s.channels % s.groups != 0) return cudaErrorInvalidValue;
+  if (s.channels_last && s.channels > kGroupNormMaxChannelsLast) return cudaErrorInvalidValue;
+  if (s.bf16)
+    return launch_all(static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(x), weight, bias,
+                      scratch, s, stream);
+  return launch_all(static_cast<float*>(y), static_cast<const float*>(x), weight, bias, scratch, s, stream);
+}
+
+}  // namespace tt::kernels

@@ -1,0 +1,39 @@
+// Launcher of the fused GroupNorm(+SiLU) kernels (no torch here; see cuda/ops.h for the entry and
+// cuda/group_norm.cu for the algorithm).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tt::kernels {
+
+/// Shape and options of one group_norm_silu call. x is (N, C, S...) with S the product of the
+/// dims after C, stored either channels-first (N, C, S) or channels-last (N, S, C), densely.
+struct GroupNormShape {
+  int64_t batch = 0;           /// N
+  int64_t channels = 0;        /// C; channels-last needs C <= kGroupNormMaxChannelsLast
+  int64_t spatial = 0;         /// S = D * H * W
+  int64_t groups = 0;          /// G, divides C
+  bool channels_last = false;  /// memory order (N, S, C) instead of (N, C, S)
+  bool bf16 = false;           /// x and y are bf16, else fp32
+  bool silu = false;           /// y = y * sigmoid(y) after the affine
+  double eps = 1e-6;           /// added to the biased variance
+};
+
+/// The channels-last kernels give each thread one fixed run of channels; past this the entry uses
+/// the channels-first kernels on a contiguous copy.
+inline constexpr int64_t kGroupNormMaxChannelsLast = 1024;
+
+/// fp32 scratch elements group_norm_silu needs for `shape`: the per-block partial statistics and a
+/// (N, C) table of per-channel affine terms.
+int64_t group_norm_scratch_size(const GroupNormShape& shape);
+
+/// y = GroupNorm(x) * weight[c] + bias[c] (then SiLU when shape.silu), statistics in fp32/fp64.
+/// x, y: (N, C, S) or (N, S, C) bf16 or fp32 as shape says, dense; weight, bias: (C) fp32;
+/// scratch: group_norm_scratch_size(shape) fp32. Everything is queued on `stream` (no host
+/// synchronisation). Returns the first launch error.
+cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const float* bias, float* scratch,
+                            const GroupNormShape& shape, cudaStream_t stream);
+
+}  // namespace tt::kernels

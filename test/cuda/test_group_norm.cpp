@@ -1,0 +1,180 @@
+// The fused GroupNorm(+SiLU) op: the CPU path against F::group_norm and a float64 computation of
+// the definition; the CUDA kernels (both memory formats, bf16 and fp32, odd and large shapes, a
+// large-mean input) against the CPU reference computed in fp32 from the same input.
+#include <torch/torch.h>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <vector>
+
+#include "cuda/ops.h"
+#include "test/test_util.h"
+
+namespace {
+
+namespace F = torch::nn::functional;
+
+struct Case {
+  std::vector<int64_t> shape;  // (N, C, ...)
+  int64_t groups;
+};
+
+at::MemoryFormat channels_last_format(int64_t dim) {
+  return dim == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+}
+
+// randn + offset, fp32 values rounded to `dtype`, stored channels-last when asked.
+torch::Tensor make_input(const std::vector<int64_t>& shape, torch::Dtype dtype, bool channels_last,
+                         float offset = 0.0f) {
+  auto x = (torch::randn(shape) + offset).to(dtype);
+  return channels_last ? x.contiguous(channels_last_format(x.dim())) : x;
+}
+
+// The definition in float64: biased variance per (n, group), affine, SiLU. Returns (x's shape) fp64.
+torch::Tensor group_norm_f64(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                             int64_t groups, double eps, bool silu) {
+  const int64_t n = x.size(0), c = x.size(1);
+  auto v = x.to(torch::kFloat64).contiguous().view({n, groups, -1});
+  auto mean = v.mean(-1, true);
+  auto var = (v - mean).pow(2).mean(-1, true);
+  std::vector<int64_t> param_shape(x.dim(), 1);
+  param_shape[1] = c;
+  auto y = ((v - mean) / (var + eps).sqrt()).view(x.sizes()) * weight.to(torch::kFloat64).view(param_shape) +
+           bias.to(torch::kFloat64).view(param_shape);
+  return silu ? y * torch::sigmoid(y) : y;
+}
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+double mean_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().mean().item<double>();
+}
+
+// The kernel on `x` (CPU) moved to the GPU against the fp32 CPU reference of the same values:
+// fp32 max |err| <= 1e-4; bf16 max |err| <= 0.03 (about 2 ulps at the magnitudes here), mean <= 2e-3.
+// The output keeps x's shape, dtype and strides. `misaligned`: the GPU copy of x starts one element
+// into its storage, so no vector loads fit.
+void check_against_reference(const torch::Tensor& x, int64_t groups, bool silu, bool misaligned = false) {
+  const int64_t c = x.size(1);
+  // Affine terms in x's dtype, as the VAE keeps them; |y| stays below 8, where a bf16 ulp is 1/32.
+  auto weight = (0.75 + 0.5 * torch::rand({c})).to(x.scalar_type());
+  auto bias = (0.1 * torch::randn({c})).to(x.scalar_type());
+  const double eps = 1e-6;
+  const torch::Device cuda(torch::kCUDA);
+  auto on_gpu = x.to(cuda);
+  if (misaligned) {
+    on_gpu = torch::empty({x.numel() + 1}, on_gpu.options()).narrow(0, 1, x.numel()).view(x.sizes()).copy_(x);
+  }
+  auto y = tt::group_norm_silu(on_gpu, weight.to(cuda), bias.to(cuda), groups, eps, silu).cpu();
+  auto expected = tt::group_norm_silu_reference(x.to(torch::kFloat32), weight.to(torch::kFloat32),
+                                                bias.to(torch::kFloat32), groups, eps, silu);
+  const double max_err = max_abs_diff(y, expected), mean_err = mean_abs_diff(y, expected);
+  INFO(x.sizes() << " " << x.scalar_type() << " strides " << x.strides() << " groups " << groups << " silu "
+                 << silu << ": max |err| " << max_err << ", mean |err| " << mean_err);
+  CHECK(y.sizes() == x.sizes());
+  CHECK(y.scalar_type() == x.scalar_type());
+  CHECK(y.strides() == x.strides());
+  if (x.scalar_type() == torch::kFloat32) {
+    CHECK(max_err <= 1e-4);
+  } else {
+    CHECK(max_err <= 0.03);
+    CHECK(mean_err <= 2e-3);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("group_norm_silu on the CPU is F::group_norm then SiLU", "[group_norm]") {
+  torch::manual_seed(1);
+  for (const Case& k : {Case{{2, 8, 3, 5, 7}, 4}, Case{{1, 6, 4, 9}, 3}, Case{{3, 4, 11}, 2}}) {
+    for (bool channels_last : {false, true}) {
+      if (channels_last && k.shape.size() == 3) continue;
+      for (bool silu : {false, true}) {
+        auto x = make_input(k.shape, torch::kFloat32, channels_last, 0.5f);
+        auto weight = torch::randn({k.shape[1]});
+        auto bias = torch::randn({k.shape[1]});
+        auto y = tt::group_norm_silu(x, weight, bias, k.groups, 1e-5, silu);
+        auto expected =
+            F::group_norm(x, F::GroupNormFuncOptions(k.groups).weight(weight).bias(bias).eps(1e-5));
+        if (silu) expected = F::silu(expected);
+        INFO(x.sizes() << " channels-last " << channels_last << " silu " << silu);
+        CHECK(max_abs_diff(y, expected) <= 1e-6);
+        CHECK(max_abs_diff(y, group_norm_f64(x, weight, bias, k.groups, 1e-5, silu)) <= 1e-5);
+        CHECK(y.strides() == x.strides());
+      }
+    }
+  }
+}
+
+TEST_CASE("group_norm_silu on the CPU keeps bf16 and computes in fp32", "[group_norm]") {
+  torch::manual_seed(2);
+  auto x = make_input({2, 16, 3, 4, 5}, torch::kBFloat16, true);
+  auto weight = (0.75 + 0.5 * torch::rand({16})).to(torch::kBFloat16);  // |y| < 8: a bf16 ulp <= 1/32
+  auto bias = (0.1 * torch::randn({16})).to(torch::kBFloat16);
+  auto y = tt::group_norm_silu(x, weight, bias, 8, 1e-6, true);
+  CHECK(y.scalar_type() == torch::kBFloat16);
+  CHECK(y.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+  auto expected = group_norm_f64(x, weight, bias, 8, 1e-6, true).to(torch::kBFloat16);
+  CHECK(max_abs_diff(y, expected) <= 0.03);
+}
+
+TEST_CASE("group_norm_silu refuses bad arguments", "[group_norm]") {
+  using Catch::Matchers::ContainsSubstring;
+  auto x = torch::randn({1, 6, 2, 3, 4});
+  auto w = torch::ones({6}), b = torch::zeros({6});
+  CHECK_THROWS_WITH(tt::group_norm_silu(x, w, b, 4, 1e-6, true),
+                    ContainsSubstring("groups must divide C = 6"));
+  CHECK_THROWS_WITH(tt::group_norm_silu(x, torch::ones({5}), b, 3, 1e-6, true),
+                    ContainsSubstring("expected weight (6)"));
+  CHECK_THROWS_WITH(tt::group_norm_silu(x, w, b.to(torch::kFloat64), 3, 1e-6, true),
+                    ContainsSubstring("bias must be fp32"));
+  CHECK_THROWS_WITH(tt::group_norm_silu(x.to(torch::kFloat64), w, b, 3, 1e-6, true),
+                    ContainsSubstring("x must be bf16 or fp32"));
+  CHECK_THROWS_WITH(tt::group_norm_silu(torch::randn({6, 4}), w, b, 3, 1e-6, true),
+                    ContainsSubstring("expected x (N, C, L)"));
+}
+
+TEST_CASE("the CUDA group norm matches the reference", "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(3);
+  // Odd sizes (scalar loads; pairs in the statistics) and one VAE-sized group of 900K values.
+  for (const Case& k : {Case{{2, 64, 5, 17, 23}, 32}, Case{{1, 128, 9, 120, 208}, 32}}) {
+    for (bool channels_last : {false, true}) {
+      for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+        for (bool silu : {true, false}) {
+          check_against_reference(make_input(k.shape, dtype, channels_last), k.groups, silu);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the CUDA group norm takes other ranks, wide and misaligned inputs", "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(4);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    check_against_reference(make_input({3, 48, 101}, dtype, false), 8, true);
+    check_against_reference(make_input({2, 32, 7, 9}, dtype, true), 16, true);
+    check_against_reference(make_input({2, 96, 3, 5, 8}, dtype, true), 32, true);  // 3 channels a group
+    // More channels than the channels-last kernels take: the channels-first ones run on a copy.
+    check_against_reference(make_input({1, 2048, 2, 3, 5}, dtype, true), 32, true);
+    check_against_reference(make_input({2, 64, 4, 8, 8}, dtype, false), 32, true, true);
+  }
+}
+
+TEST_CASE("the CUDA group norm keeps the variance of a large-mean input", "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(5);
+  const torch::Device cuda(torch::kCUDA);
+  for (bool channels_last : {false, true}) {
+    // std 1 around 100: E[x^2] - E[x]^2 in fp32 would lose most digits of the variance.
+    auto x = make_input({1, 128, 9, 120, 208}, torch::kFloat32, channels_last, 100.0f);
+    auto weight = torch::ones({128}), bias = torch::zeros({128});
+    auto y = tt::group_norm_silu(x.to(cuda), weight.to(cuda), bias.to(cuda), 32, 1e-6, false).cpu();
+    const double err = max_abs_diff(y, group_norm_f64(x, weight, bias, 32, 1e-6, false));
+    INFO("channels-last " << channels_last << ": max |err| " << err << " (output std 1)");
+    CHECK(err <= 1e-3);
+  }
+}
