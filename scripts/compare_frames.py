@@ -31,6 +31,28 @@ def read_safetensors(path):
     return out
 
 
+
+def save_safetensors(path: str, tensors: dict, metadata: dict) -> None:
+    """safetensors layout: u64 little-endian header size, JSON header (keys sorted, padded with
+    spaces to 8 bytes), then the raw little-endian fp32 data in header order."""
+    header = {"__metadata__": dict(sorted(metadata.items()))}
+    chunks = []
+    offset = 0
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().to(torch.float32).contiguous()
+        data = tensor.numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for data in chunks:
+            f.write(data)
+
+
 def main():
     dump = read_safetensors(sys.argv[1])
     frames, indices = dump["frames"], dump["indices"].tolist()

@@ -25,10 +25,14 @@ import json
 import math
 import os
 import struct
+import sys
 
 import torch
 import diffusers
 from diffusers import HunyuanVideoTransformer3DModel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_frames import save_safetensors  # noqa: E402
 
 CONFIG = {
     "in_channels": 16,
@@ -89,27 +93,6 @@ def randomise_(model: torch.nn.Module, generator: torch.Generator) -> None:
                 fan_in = param[0].numel()
                 param.copy_(noise * (0.8 / math.sqrt(fan_in)))
             assert param.abs().min() > 0, f"{name} has a zero entry"
-
-
-def save_safetensors(path: str, tensors: dict, metadata: dict) -> None:
-    """safetensors layout: u64 little-endian header size, JSON header (keys sorted, padded with
-    spaces to 8 bytes), then the raw little-endian fp32 data in header order."""
-    header = {"__metadata__": dict(sorted(metadata.items()))}
-    chunks = []
-    offset = 0
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().to(torch.float32).contiguous()
-        data = tensor.numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for data in chunks:
-            f.write(data)
 
 
 def main() -> None:

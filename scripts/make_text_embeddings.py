@@ -12,7 +12,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_parity_fixtures import save_safetensors  # noqa: E402
+from compare_frames import save_safetensors  # noqa: E402
 
 
 def main():
