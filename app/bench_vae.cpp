@@ -89,28 +89,42 @@ void run_bench_vae(const BenchVaeOptions& o) {
   if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark);
   struct Variant {
     std::string name;
-    bool tiled;
+    std::string tiling;  // whole | frames | tiled
     std::string runtime;
   };
   const std::vector<std::string> runtimes = split_commas(o.runtimes);
   TT_CHECK(!runtimes.empty(), ErrorCode::kConfig, "--runtimes is empty");
+  // --tiling: whole (no windows, no tiles), frames (diffusers' default framewise encoding: windows
+  // of 16 + 1 frames; training's vae.tiling auto), tiled (windows and 256-px tiles; vae.tiling on).
+  std::vector<std::string> tilings = split_commas(o.tiling == "both" ? "whole,tiled" : o.tiling == "off" ? "whole"
+                                                  : o.tiling == "on"  ? "tiled"
+                                                                      : o.tiling);
   std::vector<Variant> variants;
   for (const std::string& runtime : runtimes) {
     (void)named_runtime(runtime);
-    if (o.tiling == "off" || o.tiling == "both") variants.push_back({"whole clip", false, runtime});
-    if (o.tiling == "on" || o.tiling == "both")
-      variants.push_back({"tiled (diffusers' tiles: 16+1 frames, 256 px)", true, runtime});
+    for (const std::string& tiling : tilings) {
+      TT_CHECK_HINT(tiling == "whole" || tiling == "frames" || tiling == "tiled", ErrorCode::kConfig,
+                    "use whole, frames, tiled (comma-separated), or off/on/both", "--tiling: unknown ", tiling);
+      variants.push_back({tiling == "whole"    ? "whole clip"
+                          : tiling == "frames" ? "frame windows (diffusers' default: 16+1 frames)"
+                                               : "tiled (diffusers' tiles: 16+1 frames, 256 px)",
+                          tiling, runtime});
+    }
   }
-  VaeTiling tiles;
-  tiles.temporal = true;
-  tiles.spatial = true;
+  auto tiling_of = [](const std::string& name) {
+    VaeTiling t;
+    t.temporal = name != "whole";
+    t.spatial = name == "tiled";
+    return t;
+  };
   torch::NoGradGuard no_grad;
   nlohmann::json results = nlohmann::json::array();
-  torch::Tensor whole_moments, tiled_moments;
-  std::map<bool, torch::Tensor> first_moments;  // per tiling: the first runtime's output, to compare the others with
+  std::map<std::string, torch::Tensor> last_moments;   // per tiling: the last runtime's output (dumped)
+  std::map<std::string, torch::Tensor> first_moments;  // per tiling: the first runtime's, to compare the others with
   for (const Variant& variant : variants) {
     vae->set_runtime(named_runtime(variant.runtime));
-    auto encode = [&] { return variant.tiled ? vae->moments_tiled(input, tiles) : vae->moments(input); };
+    const VaeTiling tiles = tiling_of(variant.tiling);
+    auto encode = [&] { return variant.tiling == "whole" ? vae->moments(input) : vae->moments_tiled(input, tiles); };
     torch::Tensor moments;
     for (int64_t i = 0; i < o.warmup; ++i) moments = encode();
     sync(device);
@@ -121,17 +135,17 @@ void run_bench_vae(const BenchVaeOptions& o) {
     const double ms = 1000.0 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
                       static_cast<double>(std::max<int64_t>(1, o.steps));
     const double peak = peak_memory_gb(device);
-    (variant.tiled ? tiled_moments : whole_moments) = moments;
+    last_moments[variant.tiling] = moments;
     const torch::Tensor output = moments.to(torch::kFloat32);
-    if (!first_moments.count(variant.tiled)) first_moments[variant.tiled] = output;
-    const torch::Tensor& first = first_moments[variant.tiled];
+    if (!first_moments.count(variant.tiling)) first_moments[variant.tiling] = output;
+    const torch::Tensor& first = first_moments[variant.tiling];
     const double vs_first = ((output - first).abs().max() / first.abs().max()).item<double>();
     std::printf("bench-vae %s, runtime %s, %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB, max|diff|/max vs "
                 "runtime %s %.2e\n",
                 variant.name.c_str(), variant.runtime.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height),
                 static_cast<int>(o.width), device.str().c_str(), dtype == torch::kBFloat16 ? "bf16" : "fp32", ms, peak,
                 runtimes.front().c_str(), vs_first);
-    results.push_back({{"variant", variant.tiled ? "tiled" : "whole"}, {"runtime", variant.runtime}, {"ms", ms},
+    results.push_back({{"variant", variant.tiling}, {"runtime", variant.runtime}, {"ms", ms},
                        {"peak_gb", peak}, {"frames", o.frames}, {"height", o.height}, {"width", o.width},
                        {"preset", o.preset}, {"cudnn_benchmark", o.cudnn_benchmark},
                        {"relative_diff_vs_first_runtime", vs_first}});
@@ -147,8 +161,8 @@ void run_bench_vae(const BenchVaeOptions& o) {
     safetensors::save(o.dump + "/diffusion_pytorch_model.safetensors", weights);
     write_text_synced(o.dump + "/config.json", diffusers_config(vae->config()).dump(2) + "\n");
     safetensors::TensorMap io = {{"input", input.to(torch::kFloat32).cpu()}};
-    if (whole_moments.defined()) io["moments"] = whole_moments.to(torch::kFloat32).cpu();
-    if (tiled_moments.defined()) io["moments_tiled"] = tiled_moments.to(torch::kFloat32).cpu();
+    for (const auto& [tiling, moments] : last_moments)
+      io[tiling == "whole" ? "moments" : "moments_" + tiling] = moments.to(torch::kFloat32).cpu();
     safetensors::save(o.dump + "/io.safetensors", io);
     std::printf("bench-vae: weights, config.json and io.safetensors in %s\n", o.dump.c_str());
   }

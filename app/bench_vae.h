@@ -15,7 +15,9 @@ struct BenchVaeOptions {
   std::string weights;  // "" = fixed random weights
   std::string device = "cuda";
   int64_t frames = 33, height = 480, width = 832;
-  std::string tiling = "both";  // off | on | both (time whole and tiled)
+  // Which encodes to time, comma-separated: whole, frames (framewise windows, diffusers' default and
+  // training's vae.tiling auto), tiled (windows + spatial tiles); off = whole, on = tiled, both = whole,tiled.
+  std::string tiling = "both";
   // How the encoder runs (VaeRuntime), comma-separated, each timed side by side: plain (NCDHW,
   // LibTorch GroupNorm, one tile at a time), channels-last, fused (GroupNorm+SiLU kernel), fast (both),
   // fast-batched (both + tiles of one shape batched: the default runtime).

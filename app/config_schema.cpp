@@ -21,7 +21,6 @@ constexpr ConfigRange kZeroStage = {0, 3, false, false};             // 0..3
 constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (and even: config.cpp)
 
 // The features a key waits for; "tele_tron.<key>: has no effect yet (arrives with <feature>)".
-constexpr const char* kPrefetch = "parallel CPU workers of the video pipeline";
 constexpr const char* kOpticalFlow = "optical flow";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
@@ -89,7 +88,7 @@ const ConfigField kFields[] = {
     {.path = "data_pipeline.augment.saturation", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.saturation), .range = kNonNegative},
     {.path = "data_pipeline.augment.hue", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.hue), .range = kNonNegative},
     {.path = "data_pipeline.prefetch", .kind = K::kInt, .at = TT_AT(data_pipeline.prefetch), .range = kNonNegative},
-    {.path = "data_pipeline.workers", .kind = K::kInt, .at = TT_AT(data_pipeline.workers), .range = kNonNegative, .not_yet = kPrefetch},
+    {.path = "data_pipeline.workers", .kind = K::kInt, .at = TT_AT(data_pipeline.workers), .range = kNonNegative},
 
     // batch_size fills Config::batch_size and Config::batch_size_dynamic.
     {.path = "batch_size", .kind = K::kBatchSize, .at = [](Config& c) -> void* { return &c; }, .not_yet = kDynamicBatch, .not_yet_value = "dynamic"},

@@ -12,8 +12,14 @@
 namespace tt {
 
 BatchPrefetcher::BatchPrefetcher(int64_t capacity, torch::Device device, std::function<PlannedBatch()> plan,
-                                 std::function<LatentBatch(const PlannedBatch&)> load)
-    : capacity_(std::max<int64_t>(1, capacity)), device_(device), plan_(std::move(plan)), load_(std::move(load)) {
+                                 std::function<LatentBatch(const PlannedBatch&)> load,
+                                 std::function<void(const PlannedBatch&)> hint, int64_t lookahead)
+    : capacity_(std::max<int64_t>(1, capacity)),
+      device_(device),
+      plan_(std::move(plan)),
+      load_(std::move(load)),
+      hint_(std::move(hint)),
+      lookahead_(hint_ ? std::max<int64_t>(0, lookahead) : 0) {
   producer_ = std::thread([this] { produce(); });
 }
 
@@ -31,6 +37,7 @@ void BatchPrefetcher::produce() {
   std::optional<c10::cuda::CUDAStreamGuard> stream;
   if (device_.is_cuda()) stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
 #endif
+  std::deque<PlannedBatch> planned;  // plans made (and hinted) but not loaded yet, in order
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -39,7 +46,12 @@ void BatchPrefetcher::produce() {
     }
     Slot slot;
     try {
-      slot.item.plan = plan_();
+      while (static_cast<int64_t>(planned.size()) < 1 + lookahead_) {
+        planned.push_back(plan_());
+        if (hint_) hint_(planned.back());
+      }
+      slot.item.plan = std::move(planned.front());
+      planned.pop_front();
       slot.item.batch = load_(slot.item.plan);
 #ifdef TELETRON_WITH_CUDA
       if (device_.is_cuda()) {

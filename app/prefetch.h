@@ -36,9 +36,12 @@ class BatchPrefetcher {
     PlannedBatch plan;
   };
 
-  /// `plan` and `load` run on the producer thread, one batch after another.
+  /// `plan` and `load` run on the producer thread, one batch after another. With `hint`, the producer
+  /// plans `lookahead` batches beyond the one it loads and passes each plan to `hint` as it is made
+  /// (the video source starts decoding those clips on its worker threads).
   BatchPrefetcher(int64_t capacity, torch::Device device, std::function<PlannedBatch()> plan,
-                  std::function<LatentBatch(const PlannedBatch&)> load);
+                  std::function<LatentBatch(const PlannedBatch&)> load,
+                  std::function<void(const PlannedBatch&)> hint = nullptr, int64_t lookahead = 0);
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
@@ -58,6 +61,8 @@ class BatchPrefetcher {
   torch::Device device_;
   std::function<PlannedBatch()> plan_;
   std::function<LatentBatch(const PlannedBatch&)> load_;
+  std::function<void(const PlannedBatch&)> hint_;
+  int64_t lookahead_ = 0;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Slot> queue_;

@@ -396,9 +396,13 @@ void Trainer::run() {
           plan.index_after = producer_cursor_.position.index;
           return plan;
         },
-        [this](const PlannedBatch& plan) { return dataset_->get_batch(plan.indices, plan.epochs); });
-    spdlog::info("data: the video pipeline runs up to {} batches ahead{}", config_.data_pipeline.prefetch,
-                 device_.is_cuda() ? " on its own CUDA stream" : " on its own thread");
+        [this](const PlannedBatch& plan) { return dataset_->get_batch(plan.indices, plan.epochs); },
+        [this](const PlannedBatch& plan) { dataset_->prepare(plan.indices, plan.epochs); },
+        // Enough planned batches beyond the one in the VAE to keep every clip worker busy.
+        (config_.data_pipeline.workers + config_.batch_size - 1) / config_.batch_size);
+    spdlog::info("data: the video pipeline runs up to {} batches ahead{}; {} clip worker(s) decode ahead of the VAE",
+                 config_.data_pipeline.prefetch, device_.is_cuda() ? " on its own CUDA stream" : " on its own thread",
+                 config_.data_pipeline.workers);
   }
   {
     std::ofstream resolved(run_dir_ / "config.resolved.yaml");

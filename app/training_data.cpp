@@ -7,7 +7,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#ifdef TELETRON_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include "app/video_data.h"
 #include "core/errors.h"
@@ -45,6 +57,101 @@ class LatentTrainingData : public TrainingData {
   std::unique_ptr<LatentDataset> dataset_;
 };
 
+// data_pipeline.workers threads that load clips (decode -> colour -> augment) ahead of the VAE, so
+// that the producer thread's VAE never waits for a decoder: submit() queues a sample, take() returns
+// it (waiting while it is still loading). Each worker runs on its own CUDA stream; a clip made there
+// comes with an event the taker's stream waits on. Clips loaded on the CPU for a GPU run are copied
+// into pinned memory, so their upload can be asynchronous.
+class ClipWorkers {
+ public:
+  struct Result {
+    LoadedClip clip;
+    std::exception_ptr error;
+    std::shared_ptr<void> ready;  // at::cuda::CUDAEvent after the worker's kernels (CUDA clips)
+  };
+  using Key = std::pair<int64_t, int64_t>;  // (row, epoch)
+
+  ClipWorkers(int64_t count, torch::Device device, std::function<LoadedClip(int64_t, int64_t)> load)
+      : device_(device), load_(std::move(load)) {
+    for (int64_t i = 0; i < count; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~ClipWorkers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    for (auto& thread : threads_) thread.join();
+  }
+
+  void submit(int64_t row, int64_t epoch) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!pending_.emplace(Key{row, epoch}, std::nullopt).second) return;
+      jobs_.emplace_back(row, epoch);
+    }
+    changed_.notify_all();
+  }
+
+  /// The submitted sample's result (after it is done), or nothing when it was never submitted.
+  std::optional<Result> take(int64_t row, int64_t epoch) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto it = pending_.find(Key{row, epoch});
+    if (it == pending_.end()) return std::nullopt;
+    changed_.wait(lock, [&] { return it->second.has_value(); });
+    std::optional<Result> result = std::move(it->second);
+    pending_.erase(it);
+    return result;
+  }
+
+ private:
+  void work() {
+#ifdef TELETRON_WITH_CUDA
+    std::optional<c10::cuda::CUDAStreamGuard> stream;
+    if (device_.is_cuda()) stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+#endif
+    for (;;) {
+      Key job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;
+        job = jobs_.front();
+        jobs_.pop_front();
+      }
+      Result result;
+      try {
+        result.clip = load_(job.first, job.second);
+#ifdef TELETRON_WITH_CUDA
+        if (result.clip.pixels.is_cuda()) {
+          auto event = std::make_shared<at::cuda::CUDAEvent>();
+          event->record(c10::cuda::getCurrentCUDAStream(device_.index()));
+          result.ready = event;
+        } else if (device_.is_cuda()) {
+          result.clip.pixels = result.clip.pixels.pin_memory();
+        }
+#endif
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        pending_[job] = std::move(result);
+      }
+      changed_.notify_all();
+    }
+  }
+
+  torch::Device device_;
+  std::function<LoadedClip(int64_t, int64_t)> load_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Key> jobs_;
+  std::map<Key, std::optional<Result>> pending_;  // submitted: empty while loading
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
 class VideoTrainingData : public TrainingData {
  public:
   VideoTrainingData(const Config& config, const HunyuanVideoConfig& model, torch::Device device)
@@ -58,7 +165,9 @@ class VideoTrainingData : public TrainingData {
                     ") differs from tele_tron.data.buckets[", b, "].frames (", buckets_[b].frames, ")");
     }
     reader_options_ = video_reader_options(config);
-    reader_options_.device = device;
+    // video_decoding: cpu is the CPU path end to end (decode, colour, augment); the clip goes to the
+    // GPU for the VAE from pinned memory. nvdec keeps every stage after demuxing on the GPU.
+    reader_options_.device = config.data_pipeline.video_decoding == "cpu" ? torch::Device(torch::kCPU) : device;
     vae_dtype_ = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
     augment_ = augment_options(config, vae_dtype_);
     load_vae(config, model);
@@ -173,7 +282,16 @@ class VideoTrainingData : public TrainingData {
     }
   }
 
-  Sample load(int64_t index, int64_t epoch) {
+  void prepare(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs) override {
+    if (config_.data_pipeline.workers <= 0) return;
+    if (!workers_)
+      workers_ = std::make_unique<ClipWorkers>(config_.data_pipeline.workers, device_,
+                                               [this](int64_t row, int64_t epoch) { return load_pixels(row, epoch); });
+    for (size_t i = 0; i < indices.size(); ++i) workers_->submit(indices[i], epochs[i]);
+  }
+
+  // Sample -> decode -> colour -> augment, on the reader's device. Thread-safe.
+  LoadedClip load_pixels(int64_t index, int64_t epoch) const {
     const VideoManifestRow& row = rows_[static_cast<size_t>(index)];
     VideoReader reader(row.video, reader_options_);
     const int64_t bucket = row_bucket_[static_cast<size_t>(index)];
@@ -186,11 +304,31 @@ class VideoTrainingData : public TrainingData {
     request.seed = static_cast<uint64_t>(config_.train.seed);
     request.epoch = epoch;
     request.sample_index = index;
-    const LoadedClip clip = load_clip(reader, request);
+    return load_clip(reader, request);
+  }
+
+  Sample load(int64_t index, int64_t epoch) {
+    const VideoManifestRow& row = rows_[static_cast<size_t>(index)];
+    LoadedClip clip;
+    std::optional<ClipWorkers::Result> ahead = workers_ ? workers_->take(index, epoch) : std::nullopt;
+    if (ahead) {
+      if (ahead->error) std::rethrow_exception(ahead->error);
+      clip = std::move(ahead->clip);
+#ifdef TELETRON_WITH_CUDA
+      if (ahead->ready) {
+        const auto stream = c10::cuda::getCurrentCUDAStream(device_.index());
+        static_cast<at::cuda::CUDAEvent*>(ahead->ready.get())->block(stream);
+        clip.pixels.record_stream(stream);  // made on the worker's stream, read on this one
+      }
+#endif
+    } else {
+      clip = load_pixels(index, epoch);
+    }
     Sample sample;
     {
       torch::NoGradGuard no_grad;
-      const torch::Tensor pixels = clip.pixels.unsqueeze(0).to(device_, vae_dtype_);  // (1, 3, T, H, W)
+      const torch::Tensor pixels =
+          clip.pixels.unsqueeze(0).to(device_, vae_dtype_, /*non_blocking=*/clip.pixels.is_pinned());  // (1, 3, T, H, W)
       sample.latents = vae_->encode_mean(pixels, tiling_).squeeze(0).to(torch::kFloat32);
     }
     auto text = safetensors::load(row.text_embeddings, {"text_states", "text_mask", "pooled"});
@@ -300,6 +438,7 @@ class VideoTrainingData : public TrainingData {
   int64_t text_length_ = 0;
   int64_t failed_ = 0;
   int64_t allowed_failures_ = 0;
+  std::unique_ptr<ClipWorkers> workers_;  // made by the first prepare(); joined before the members above go
 };
 
 }  // namespace

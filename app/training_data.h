@@ -1,8 +1,9 @@
 // Where training batches come from: cached latents (data.source: latents, pipeline/latent_dataset)
 // or raw videos (data.source: video): each row's clip is sampled, decoded (NVDEC on a GPU where it
 // takes the stream), augmented (pipeline/clip_loader) and encoded by the frozen VAE
-// (model/vae), its text embeddings read from the row's file. Synchronous for now: the side-stream
-// prefetch of the video pipeline comes next (issue 5), and its time shows as data_wait_ms.
+// (model/vae), its text embeddings read from the row's file. app/prefetch runs get_batch ahead of
+// the step on its own thread and CUDA stream; prepare() lets data_pipeline.workers threads decode
+// the clips of later batches meanwhile, so the VAE is the only stage the producer waits on.
 //
 // Video failures: a sample whose clip cannot be loaded (damaged file, too short, unreadable) is
 // logged with its manifest line, path and reason, counted, and replaced by the next row in manifest
@@ -35,6 +36,9 @@ class TrainingData {
   /// Samples `indices`, each of the epoch at the same position of `epochs` (video: the epoch varies
   /// frame sampling and augmentation).
   virtual LatentBatch get_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs) = 0;
+  /// A batch get_batch will be asked for later, in order: the video source starts loading its clips
+  /// on data_pipeline.workers threads (the prefetch producer passes plans ahead of the one it loads).
+  virtual void prepare(const std::vector<int64_t>& /*indices*/, const std::vector<int64_t>& /*epochs*/) {}
   /// One sample with no replacement: throws (kDecode, kData, kIo) when it cannot be loaded.
   /// Safe to call from several threads at once (teletron preprocess --jobs).
   virtual LatentSample load_one(int64_t index, int64_t epoch) = 0;

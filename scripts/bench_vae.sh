@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU machine: the VAE encoder against diffusers (issue 5), same weights (random, fixed), same input,
-# same run: teletron bench-vae whole and tiled at 33x480x832 bf16, then diffusers on the dumped
+# same run: teletron bench-vae whole, frame windows and tiled at 33x480x832 bf16, then diffusers on the dumped
 # weights and input. Carry .device and .wheels (diffusers wheels: see scripts/bench_model.sh).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh" || exit 1
@@ -18,7 +18,7 @@ json="$out/bench_vae.jsonl"
 : >"$json"
 # Runtimes side by side (ablation); the last one listed is the default and is the one dumped for
 # the output comparison with diffusers.
-"$tt" bench-vae --preset hunyuan --device cuda --frames 33 --height 480 --width 832 --tiling both \
+"$tt" bench-vae --preset hunyuan --device cuda --frames 33 --height 480 --width 832 --tiling whole,frames,tiled \
   --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched}" \
   --warmup 2 --steps 5 --dump /tmp/vae_dump --json "$json" 2>&1 | grep -E "^bench-vae|TT_ERR|error"
 python3 scripts/bench_vae_diffusers.py /tmp/vae_dump --device cuda --warmup 2 --steps 5 --json "$json" \
@@ -39,7 +39,7 @@ for o in ours:
     fast = f"{tb['ms']:.1f} | {tb['ms'] / o['ms']:.2f}x" if tb else "- | -"
     print(f"| {o['variant']} | {o.get('runtime', '')} | {o['ms']:.1f} | {o['peak_gb']:.2f} | {t['ms']:.1f} | "
           f"{t['ms'] / o['ms']:.2f}x | {fast} | {t['peak_gb']:.2f} |")
-for (variant, bench), t in sorted(theirs.items()):
+for (variant, bench), t in sorted(theirs.items(), key=lambda item: (item[0][0], item[0][1])):
     print(f"diffusers {variant} (cudnn.benchmark {bench}) vs teletron's default runtime: max|diff|/max "
           f"{t.get('relative_error_vs_teletron', float('nan')):.2e}")
 PY

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """diffusers' side of the VAE benchmark (BENCHMARKS.md, issue 5): loads the encoder weights that
 `teletron bench-vae --dump DIR` wrote into diffusers' AutoencoderKLHunyuanVideo (same config), times
-its encode on the same input — whole clip (framewise encoding and tiling off) and tiled (diffusers'
-defaults: 16 + 1 frame windows, 256 px tiles) — and compares its moments with teletron's.
+its encode on the same input — whole clip (framewise encoding and tiling off), frames (framewise
+encoding, diffusers' default: 16 + 1 frame windows) and tiled (windows + enable_tiling's 256 px
+tiles), for each variant teletron dumped — and compares its moments with teletron's.
 
 Usage: bench_vae_diffusers.py DIR [--device cuda] [--warmup 2] [--steps 5] [--json FILE]
                               [--cudnn-benchmark off,on]
@@ -45,9 +46,9 @@ def main():
     io = read_safetensors(os.path.join(args.dump, "io.safetensors"))
     x = io["input"].to(device, dtype)
 
-    def run(tiled):
-        vae.use_framewise_encoding = tiled
-        if tiled:
+    def run(variant):
+        vae.use_framewise_encoding = variant != "whole"
+        if variant == "tiled":
             vae.enable_tiling()
         else:
             vae.disable_tiling()
@@ -69,13 +70,14 @@ def main():
     rows = []
     for mode in args.cudnn_benchmark.split(","):
         torch.backends.cudnn.benchmark = mode == "on"
-        for tiled, key in ((False, "moments"), (True, "moments_tiled")):
-            out, ms, peak = run(tiled)
-            row = {"variant": "tiled" if tiled else "whole", "ms": ms, "peak_gb": peak, "impl": "diffusers",
+        for variant, key in (("whole", "moments"), ("frames", "moments_frames"), ("tiled", "moments_tiled")):
+            if key not in io:
+                continue
+            out, ms, peak = run(variant)
+            row = {"variant": variant, "ms": ms, "peak_gb": peak, "impl": "diffusers",
                    "cudnn_benchmark": mode == "on"}
-            if key in io:
-                ref = io[key]
-                row["relative_error_vs_teletron"] = ((out - ref).abs().max() / ref.abs().max()).item()
+            ref = io[key]
+            row["relative_error_vs_teletron"] = ((out - ref).abs().max() / ref.abs().max()).item()
             rows.append(row)
             print(f"diffusers {row['variant']} (cudnn.benchmark {mode}): {ms:.1f} ms per clip, peak {peak:.2f} GiB, "
                   f"max|diff|/max vs teletron {row.get('relative_error_vs_teletron', float('nan')):.2e}")

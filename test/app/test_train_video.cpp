@@ -135,6 +135,44 @@ TEST_CASE("train on raw videos: a broken clip is skipped within max_failed_share
   }
 }
 
+TEST_CASE("train on raw videos: a clip that opens but fails to decode mid-run is skipped, logged and replaced",
+          "[train][video]") {
+  const std::vector<std::string> clips = make_clips();
+  // A clip whose container and index are whole (moov first) but whose frame data from 45 % on is
+  // zeroed: it passes the start-up probe and fails only when a later frame is decoded.
+  const auto made = tt::test::media_command(
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=25 -frames:v 24 -c:v libx264 -g 8 -pix_fmt yuv420p "
+      "-movflags +faststart '{media}/tv_faststart.mp4'");
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  TempDir dir("tt_train_video_midrun");
+  std::string bytes = tt::test::read_file(tt::test::media_dir() + "/tv_faststart.mp4");
+  const size_t from = bytes.size() * 45 / 100;
+  std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(from), bytes.end(), '\0');
+  tt::test::write_file(dir / "damaged.mp4", bytes);
+  const std::string manifest = write_manifest(dir, {clips[0], clips[1], dir / "damaged.mp4", clips[3]});
+  for (int64_t prefetch : {0, 2}) {  // synchronous, and through the prefetch producer + clip workers
+    INFO("prefetch " << prefetch);
+    const std::string config =
+        write_config(dir, manifest, 4, 0.5, prefetch, "midrun" + std::to_string(prefetch) + ".yaml");
+    const auto result = tt::test::run_teletron("train '" + config + "' --output '" +
+                                               (dir / ("ok" + std::to_string(prefetch))) + "' 2>&1");
+    INFO(result.output);
+    CHECK(result.exit_code == 0);
+    CHECK_THAT(result.output, !ContainsSubstring("fit none of data.buckets"));  // the probe passed it
+    CHECK_THAT(result.output, ContainsSubstring("skipping sample (line 3 of"));
+    CHECK_THAT(result.output, ContainsSubstring("damaged.mp4"));
+    CHECK_THAT(result.output, ContainsSubstring("never came out of the decoder"));
+    CHECK_THAT(result.output, ContainsSubstring("1 failed so far"));
+    CHECK_THAT(result.output, ContainsSubstring("step 4/4"));
+  }
+  const std::string strict = write_config(dir, manifest, 4, 0.0, 2, "strict.yaml");
+  const auto stopped = tt::test::run_teletron("train '" + strict + "' --output '" + (dir / "stop") + "' 2>&1");
+  INFO(stopped.output);
+  CHECK(stopped.exit_code == 3);
+  CHECK_THAT(stopped.output, ContainsSubstring("TT_ERR_DATA: 1 samples failed to load, more than data.max_failed_share"));
+}
+
 TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicates, and trains", "[train][video]") {
   const std::vector<std::string> clips = make_clips();
   TempDir dir("tt_preprocess");
