@@ -2,7 +2,6 @@
 #include "app/bench_video.h"
 
 #include <nlohmann/json.hpp>
-#include <sched.h>
 #include <torch/torch.h>
 
 #ifdef TELETRON_WITH_CUDA
@@ -29,13 +28,6 @@ struct Totals {
   std::atomic<int64_t> clips{0}, decoded{0}, needed{0}, nvdec{0}, seeks{0}, inits{0};
   std::atomic<int64_t> gpu_stage_us{0}, gpu_stage_clips{0};  // --time-gpu-stages
 };
-
-int allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
-  return CPU_COUNT(&set);
-}
 
 // One clip through the chosen pipeline; returns after its output exists (GPU work finished).
 void process(const BenchVideoOptions& o, const std::string& path, int64_t sample_index, Totals& totals) {
@@ -122,7 +114,7 @@ void run_bench_video(const BenchVideoOptions& o) {
   run_workers(tasks, totals);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  const int cpus = allowed_cpus();
+  const int cpus = allowed_cpu_count();
   const double clips_per_s = static_cast<double>(totals.clips) / seconds;
   const double decoded_per_s = static_cast<double>(totals.decoded) / seconds;
   std::printf("bench-video %s: mode %s, %d workers, %d CPU cores, skip %s: %lld clips in %.2f s -> %.2f clips/s, "

@@ -22,6 +22,7 @@
 #endif
 
 #include "app/video_data.h"
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/safetensors.h"
 #include "model/vae.h"
@@ -284,9 +285,18 @@ class VideoTrainingData : public TrainingData {
 
   void prepare(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs) override {
     if (config_.data_pipeline.workers <= 0) return;
-    if (!workers_)
+    if (!workers_) {
+      if (reader_options_.device.is_cpu() && device_.is_cuda()) {
+        // The CPU path of a GPU run works in parallel across clips: each worker gets an equal share
+        // of the cores for its decoder and its augmentation, rather than every worker's threads on
+        // every core. (CPU training keeps the defaults: its step needs the cores too.)
+        const int share = std::max<int>(1, allowed_cpu_count() / static_cast<int>(config_.data_pipeline.workers));
+        reader_options_.thread_count = share;
+        at::set_num_threads(share);
+      }
       workers_ = std::make_unique<ClipWorkers>(config_.data_pipeline.workers, device_,
                                                [this](int64_t row, int64_t epoch) { return load_pixels(row, epoch); });
+    }
     for (size_t i = 0; i < indices.size(); ++i) workers_->submit(indices[i], epochs[i]);
   }
 

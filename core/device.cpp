@@ -1,6 +1,9 @@
 // Device selection and memory readings (see device.h).
 #include "core/device.h"
 
+#include <algorithm>
+#include <thread>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <cstdlib>
@@ -72,6 +75,13 @@ void reset_peak_memory(const torch::Device& device) {
 #ifdef TELETRON_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 #endif
+}
+
+int allowed_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  return CPU_COUNT(&set);
 }
 
 }  // namespace tt

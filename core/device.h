@@ -24,4 +24,7 @@ std::string configure_attention_backend();
 double peak_memory_gb(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);
 
+/// CPU cores this process may run on (its affinity mask, so `taskset` counts).
+int allowed_cpu_count();
+
 }  // namespace tt

@@ -7,8 +7,9 @@
 #   MODES, space-separated, run in this order:
 #        cached  teletron preprocess once (timed), then the training on the cached latents
 #        online  NVDEC + GPU kernels + VAE on a side stream, all 16 cores
-#        cpu16   CPU decode and augment (data_pipeline.video_decoding: cpu), all 16 cores
-#        cpu4    the same, taskset to 4 cores (an 8-GPU node's share)
+#        cpu16   the CPU path (data_pipeline.video_decoding: cpu: decode, colour, augment on the host),
+#                16 clip workers on all 16 cores
+#        cpu4    the same with 4 workers, taskset to 4 cores (an 8-GPU node's share)
 #        vae     teletron bench-vae of the VAE as training runs it (frame windows, default runtime)
 #   STEPS (default 200) for cached and online, CPU_STEPS (default 60) for the CPU modes.
 # Per mode: samples/s, step time, data-wait share, GPU busy share (NVML utilization.gpu sampled every
@@ -69,8 +70,8 @@ for mode in $modes; do
       echo "preprocess (pipeline + VAE, one job): 24 clips in $(( ($(date +%s%N) - pre_start) / 1000000 )) ms"
       train cached "$steps" "" --set data.source=latents --set data.manifest="$work/cache/manifest.jsonl" ;;
     online) train online "$steps" "" ;;
-    cpu16) train cpu16 "$cpu_steps" "" --set data_pipeline.video_decoding=cpu ;;
-    cpu4) train cpu4 "$cpu_steps" 0-3 --set data_pipeline.video_decoding=cpu ;;
+    cpu16) train cpu16 "$cpu_steps" "" --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=16 ;;
+    cpu4) train cpu4 "$cpu_steps" 0-3 --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=4 ;;
     vae) "$tt" bench-vae --preset hunyuan --device cuda --frames 33 --height 480 --width 832 --tiling frames \
            --warmup 2 --steps 5 --json "$out/vae_train.jsonl" 2>&1 | grep -E "^bench-vae|TT_ERR" ;;
     *) echo "unknown mode $mode"; exit 2 ;;

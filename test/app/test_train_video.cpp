@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -358,4 +359,20 @@ TEST_CASE("train on raw videos on CUDA: batches made ahead on the side stream eq
   // The trace covers an epoch boundary inside the prefetch window and the resume inside epoch 1.
   CHECK(expected[3]["epochs"][0] == 1);
   CHECK(expected[4]["epochs"][0] == 1);
+
+  // The CPU path (decode, colour, augment on the host; pinned memory to the GPU's VAE) takes the same
+  // samples; its pixels differ from the kernels' within the colour tolerance, so the latents agree
+  // only roughly.
+  setenv("TELETRON_CUDNN_BENCHMARK", "0", 1);
+  train(ahead, dir / "cpu_path", dir / "cpu_path.trace", "--set data_pipeline.video_decoding=cpu");
+  unsetenv("TELETRON_CUDNN_BENCHMARK");
+  const std::vector<nlohmann::json> cpu_path = read_metrics(dir / "cpu_path.trace");
+  REQUIRE(cpu_path.size() == expected.size());
+  for (size_t k = 0; k < cpu_path.size(); ++k) {
+    INFO("batch " << k << ": " << cpu_path[k].dump() << " vs " << expected[k].dump());
+    CHECK(cpu_path[k]["indices"] == expected[k]["indices"]);
+    CHECK(cpu_path[k]["epochs"] == expected[k]["epochs"]);
+    const double a = cpu_path[k]["latents_abs_sum"].get<double>(), b = expected[k]["latents_abs_sum"].get<double>();
+    CHECK(std::abs(a - b) <= 0.02 * b);
+  }
 }
