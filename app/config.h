@@ -31,6 +31,7 @@ struct VaeSection {
   std::string preset = "hunyuan";  // hunyuan | tiny
   std::optional<std::string> weights;
   std::string tiling = "auto";  // auto | on | off
+  int64_t tile_batch = 4;         // tiles / frame windows of one shape encoded together (memory vs speed)
 
   bool operator==(const VaeSection&) const = default;
 };

@@ -63,6 +63,7 @@ const ConfigField kFields[] = {
     {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny"},
     {.path = "vae.weights", .kind = K::kOptString, .at = TT_AT(vae.weights)},
     {.path = "vae.tiling", .kind = K::kString, .at = TT_AT(vae.tiling), .choices = "auto|on|off", .aliases = "true=on,false=off"},
+    {.path = "vae.tile_batch", .kind = K::kInt, .at = TT_AT(vae.tile_batch), .range = kAtLeastOne},
 
     {.path = "data.source", .kind = K::kString, .at = TT_AT(data.source), .choices = "latents|video"},
     {.path = "data.manifest", .kind = K::kString, .at = TT_AT(data.manifest)},

@@ -248,6 +248,9 @@ class VideoTrainingData : public TrainingData {
     // process, which tests that compare runs across processes need.
     const char* benchmark = std::getenv("TELETRON_CUDNN_BENCHMARK");
     if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(!(benchmark && std::string(benchmark) == "0"));
+    VaeRuntime runtime;
+    runtime.tile_batch = config.vae.tile_batch;
+    vae_->set_runtime(runtime);
     if (config.vae.tiling == "on") {
       tiling_.temporal = true;
       tiling_.spatial = true;
