@@ -15,16 +15,21 @@
 # Per mode: samples/s, step time, data-wait share, GPU busy share (NVML utilization.gpu sampled every
 # 200 ms: the share of samples with a kernel running), CPU cores used (user + sys time / wall time of
 # the process, bash's `time`), peak memory; then the issue's target check. Logs and metrics in $OUT.
+# Smoke test off the GPU machine: TV_DEVICE=cpu TV_MODEL=tiny TV_VAE=tiny TV_BUCKET="9 64 64"
+# TV_TEXT="--dim 64 --pooled 32 --length 8 --valid 6" TV_WORK=/tmp/tv_smoke (defaults: cuda, 1b,
+# hunyuan with random weights, "33 480 832", the 1b's text widths, /tmp/tv).
 set -uo pipefail
 modes=${1:-"cached online"}
 steps=${2:-200}
 cpu_steps=${3:-60}
+device=${TV_DEVICE:-cuda}
+read -r frames height width <<<"${TV_BUCKET:-33 480 832}"
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh" || exit 1
 echo "build ${build_s}s"
-work=/tmp/tv
+work=${TV_WORK:-/tmp/tv}
 mkdir -p "$work"
 clips=("$root"/.benchclips/*.mp4)
-[ -f "$work/text/text0023.safetensors" ] || python3 scripts/make_text_embeddings.py "$work/text" --count 24 >/dev/null
+[ -f "$work/text/text0023.safetensors" ] || python3 scripts/make_text_embeddings.py "$work/text" --count 24 ${TV_TEXT:-} >/dev/null
 : >"$work/manifest.jsonl"
 for i in $(seq 0 23); do
   printf '{"video": "%s", "text_embeddings": "%s/text/text%04d.safetensors"}\n' "${clips[$((i % ${#clips[@]}))]}" "$work" "$i" \
@@ -32,15 +37,15 @@ for i in $(seq 0 23); do
 done
 cat >"$work/train.yaml" <<YAML
 tele_tron:
-  model: {preset: 1b}
-  vae: {preset: hunyuan, weights: random}
+  model: {preset: ${TV_MODEL:-1b}}
+  vae: {preset: ${TV_VAE:-hunyuan}$([ "${TV_VAE:-hunyuan}" = hunyuan ] && echo ", weights: random")}
   data:
     source: video
     manifest: $work/manifest.jsonl
-    buckets: [{frames: 33, height: 480, width: 832}]
+    buckets: [{frames: $frames, height: $height, width: $width}]
   data_pipeline: {frame_sampler: {mode: stratified}, prefetch: 5}
   optimizer: {lr: 1.0e-4, warmup_steps: 10}
-  train: {device: cuda, log_every: 10, checkpoint_every: 100000, keep_checkpoints: 1}
+  train: {device: $device, log_every: 10, checkpoint_every: 100000, keep_checkpoints: 1}
 YAML
 
 train() {  # MODE STEPS [taskset cores] [extra --set ...]
@@ -72,7 +77,8 @@ for mode in $modes; do
     online) train online "$steps" "" ;;
     cpu16) train cpu16 "$cpu_steps" "" --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=16 ;;
     cpu4) train cpu4 "$cpu_steps" 0-3 --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=4 ;;
-    vae) "$tt" bench-vae --preset hunyuan --device cuda --frames 33 --height 480 --width 832 --tiling frames \
+    vae) "$tt" bench-vae --preset "${TV_VAE:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
+           --width "$width" --tiling frames \
            --warmup 2 --steps 5 --json "$out/vae_train.jsonl" 2>&1 | grep -E "^bench-vae|TT_ERR" ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
