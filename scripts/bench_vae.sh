@@ -17,11 +17,15 @@ fi
 json="$out/bench_vae.jsonl"
 : >"$json"
 # Runtimes side by side (ablation); the last one listed is the default and is the one dumped for
-# the output comparison with diffusers.
-"$tt" bench-vae --preset hunyuan --device cuda --frames 33 --height 480 --width 832 --tiling whole,frames,tiled \
+# the output comparison with diffusers. Smoke test off the GPU machine: VAE_PRESET=tiny VAE_DEVICE=cpu
+# VAE_SIZE="9 64 320".
+read -r frames height width <<<"${VAE_SIZE:-33 480 832}"
+device=${VAE_DEVICE:-cuda}
+"$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
+  --width "$width" --tiling whole,frames,tiled \
   --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched}" \
   --warmup 2 --steps 5 --dump /tmp/vae_dump --json "$json" 2>&1 | grep -E "^bench-vae|TT_ERR|error"
-python3 scripts/bench_vae_diffusers.py /tmp/vae_dump --device cuda --warmup 2 --steps 5 --json "$json" \
+python3 scripts/bench_vae_diffusers.py /tmp/vae_dump --device "$device" --warmup 2 --steps 5 --json "$json" \
   --cudnn-benchmark off,on 2>&1 | grep -E "^diffusers|Error"
 python3 - "$json" <<'PY'
 import json, sys
