@@ -3,7 +3,7 @@
 # clips of scripts/make_bench_clips.sh (carry .device and .benchclips), 33 frames -> 480x832, the
 # HunyuanVideo VAE architecture with fixed random weights (vae.weights: random; the machine has no
 # network for the real ones: the cost is the same), prefetch 5 on a side stream.
-# Usage: scripts/gpu_train_video.sh "MODES" [STEPS] [CPU_STEPS]
+# Usage: scripts/gpu_train_video.sh "MODES" [STEPS] [CPU_STEPS] [CACHED_STEPS]
 #   MODES, space-separated, run in this order:
 #        cached  teletron preprocess once (timed), then the training on the cached latents
 #        online  NVDEC + GPU kernels + VAE on a side stream, all 16 cores
@@ -11,7 +11,8 @@
 #                16 clip workers on all 16 cores
 #        cpu4    the same with 4 workers, taskset to 4 cores (an 8-GPU node's share)
 #        vae     teletron bench-vae of the VAE as training runs it (frame windows, default runtime)
-#   STEPS (default 200) for cached and online, CPU_STEPS (default 60) for the CPU modes.
+#   STEPS (default 200) for online, CPU_STEPS (default 60) for the CPU modes, CACHED_STEPS (default
+#   STEPS) for cached latents (its step time is flat after warm-up).
 # Per mode: samples/s, step time, data-wait share, GPU busy share (NVML utilization.gpu sampled every
 # 200 ms: the share of samples with a kernel running), CPU cores used (user + sys time / wall time of
 # the process, bash's `time`), peak memory; then the issue's target check. Logs and metrics in $OUT.
@@ -22,6 +23,7 @@ set -uo pipefail
 modes=${1:-"cached online"}
 steps=${2:-200}
 cpu_steps=${3:-60}
+cached_steps=${4:-$steps}
 device=${TV_DEVICE:-cuda}
 read -r frames height width <<<"${TV_BUCKET:-33 480 832}"
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh" || exit 1
@@ -73,7 +75,7 @@ for mode in $modes; do
       pre_start=$(date +%s%N)
       "$tt" preprocess "$work/train.yaml" --output "$work/cache" >"$out/preprocess.log" 2>&1 || tail -3 "$out/preprocess.log"
       echo "preprocess (pipeline + VAE, one job): 24 clips in $(( ($(date +%s%N) - pre_start) / 1000000 )) ms"
-      train cached "$steps" "" --set data.source=latents --set data.manifest="$work/cache/manifest.jsonl" ;;
+      train cached "$cached_steps" "" --set data.source=latents --set data.manifest="$work/cache/manifest.jsonl" ;;
     online) train online "$steps" "" ;;
     cpu16) train cpu16 "$cpu_steps" "" --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=16 ;;
     cpu4) train cpu4 "$cpu_steps" 0-3 --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=4 ;;
