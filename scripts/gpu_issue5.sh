@@ -3,10 +3,10 @@
 #   scripts/gpu_issue5.sh 1   carry .device .benchclips: 1b training on cached latents (100 steps:
 #                             flat after warm-up) and online (200 steps), then the VAE's time per
 #                             clip as training runs it -> the target line.
-#   scripts/gpu_issue5.sh 2   carry .device .benchclips .testmedia: the [gpu] tests of the cuda,
-#                             model and app binaries, then the CPU-path training on all 16 cores and on 4.
-#   scripts/gpu_issue5.sh 3   carry .device .vaewheels (diffusers, importlib_metadata, zipp wheels):
-#                             the VAE against diffusers (whole, frame windows, tiled), same run.
+#   scripts/gpu_issue5.sh 2   carry .device .testmedia: every [gpu] test (all four test binaries).
+#   scripts/gpu_issue5.sh 3   carry .device .benchclips .vaewheels (diffusers, importlib_metadata,
+#                             zipp wheels): the VAE against diffusers (whole, frame windows, tiled),
+#                             same run; then the CPU-path training on all 16 cores and on 4.
 # Keeps at most 8 files in $OUT (what the device tool returns); everything else under /tmp/o.
 set -uo pipefail
 part=${1:?usage: gpu_issue5.sh 1|2|3}
@@ -27,14 +27,14 @@ case "$part" in
     source "$here/device_build.sh" || exit 1
     echo "build ${build_s}s" | tee -a "$log"
     export TELETRON_TEST_MEDIA=$root/.testmedia
-    for binary in teletron_tests_cuda teletron_tests_model teletron_tests_app; do
-      timeout 150 "$build/test/$binary" "[gpu]" 2>&1 | tail -4 | tee -a "$log"
-    done
-    timeout 280 "$here/gpu_train_video.sh" "cpu16 cpu4" 200 40 2>&1 | tee -a "$log"
-    cp "$OUT"/metrics_cpu16.jsonl "$OUT"/metrics_cpu4.jsonl "$OUT"/train_cpu4.log "$final"/ 2>/dev/null ;;
+    for binary in teletron_tests_cuda teletron_tests_model teletron_tests_pipeline teletron_tests_app; do
+      timeout 150 "$build/test/$binary" "[gpu]" 2>&1 | tail -12 | tee -a "$log"
+    done ;;
   3)
     export TELETRON_BUILD_TARGETS=teletron WHEELS=$root/.vaewheels
-    VAE_RUNTIMES=plain,fast-batched timeout 400 "$here/bench_vae.sh" 2>&1 | tee -a "$log"
-    cp "$OUT"/bench_vae.jsonl "$final"/ 2>/dev/null ;;
+    VAE_RUNTIMES=plain,fast-batched timeout 200 "$here/bench_vae.sh" 2>&1 | tee -a "$log"
+    timeout 250 "$here/gpu_train_video.sh" "cpu16 cpu4" 200 40 2>&1 | tee -a "$log"
+    cp "$OUT"/bench_vae.jsonl "$OUT"/metrics_cpu16.jsonl "$OUT"/metrics_cpu4.jsonl "$OUT"/train_cpu4.log \
+      "$final"/ 2>/dev/null ;;
   *) echo "part 1, 2 or 3" >&2; exit 2 ;;
 esac
