@@ -55,8 +55,8 @@ void process(const BenchVideoOptions& o, const std::string& path, int64_t sample
     request.sample_index = sample_index;
     request.time_gpu_stages = o.time_gpu_stages;
     const LoadedClip loaded = load_clip(reader, request);
-    if (loaded.gpu_stage_ms >= 0) {
-      totals.gpu_stage_us += static_cast<int64_t>(loaded.gpu_stage_ms * 1000.0);
+    if (loaded.gpu_stages) {
+      totals.gpu_stage_us += static_cast<int64_t>(loaded.gpu_stages->elapsed_ms() * 1000.0);
       ++totals.gpu_stage_clips;
     }
     const torch::Tensor& clip = loaded.pixels;  // (3, T, H, W) bf16

@@ -454,16 +454,23 @@ void Trainer::run() {
       last_print = Clock::now();
     }
     if (log_now) {
-      metrics.write({{"step", step_},
-                     {"loss", loss},
-                     {"lr", lr},
-                     {"grad_norm", last_grad_norm_.item<double>()},
-                     {"samples_per_s", samples_per_s},
-                     {"step_ms", step_ms},
-                     {"data_wait_ms", 1000.0 * data_wait_s_ / window_steps},
-                     {"data_wait_share", data_wait_share},
-                     {"peak_mem_gb", peak_memory_gb(device_)},
-                     {"epoch", position_.epoch}});
+      nlohmann::json row = {{"step", step_},
+                            {"loss", loss},
+                            {"lr", lr},
+                            {"grad_norm", last_grad_norm_.item<double>()},
+                            {"samples_per_s", samples_per_s},
+                            {"step_ms", step_ms},
+                            {"data_wait_ms", 1000.0 * data_wait_s_ / window_steps},
+                            {"data_wait_share", data_wait_share},
+                            {"peak_mem_gb", peak_memory_gb(device_)},
+                            {"epoch", position_.epoch}};
+      // Video on a GPU: the pipeline's GPU time per sample (samples whose events have completed).
+      const PipelineGpuTime gpu_time = dataset_->take_gpu_time();
+      if (gpu_time.samples > 0) {
+        row["before_vae_gpu_ms_per_sample"] = gpu_time.before_vae_ms / static_cast<double>(gpu_time.samples);
+        row["vae_gpu_ms_per_sample"] = gpu_time.vae_ms / static_cast<double>(gpu_time.samples);
+      }
+      metrics.write(row);
       loss_sum_.zero_();
       nonfinite_.zero_();
       data_wait_s_ = 0.0;

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #ifdef TELETRON_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -24,6 +25,7 @@
 #include "app/video_data.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "core/gpu_timer.h"
 #include "core/safetensors.h"
 #include "model/vae.h"
 #include "pipeline/clip_loader.h"
@@ -317,7 +319,21 @@ class VideoTrainingData : public TrainingData {
     request.seed = static_cast<uint64_t>(config_.train.seed);
     request.epoch = epoch;
     request.sample_index = index;
+    request.time_gpu_stages = device_.is_cuda();
     return load_clip(reader, request);
+  }
+
+  PipelineGpuTime take_gpu_time() override {
+    std::lock_guard<std::mutex> lock(timing_mutex_);
+    while (!timing_.empty()) {
+      const auto& [before_vae, vae] = timing_.front();
+      if ((before_vae && !before_vae->done()) || !vae->done()) break;
+      timed_.before_vae_ms += before_vae ? before_vae->elapsed_ms() : 0.0;
+      timed_.vae_ms += vae->elapsed_ms();
+      ++timed_.samples;
+      timing_.pop_front();
+    }
+    return std::exchange(timed_, PipelineGpuTime{});
   }
 
   Sample load(int64_t index, int64_t epoch) {
@@ -342,7 +358,14 @@ class VideoTrainingData : public TrainingData {
       torch::NoGradGuard no_grad;
       const torch::Tensor pixels =
           clip.pixels.unsqueeze(0).to(device_, vae_dtype_, /*non_blocking=*/clip.pixels.is_pinned());  // (1, 3, T, H, W)
+      std::shared_ptr<GpuInterval> vae_time = GpuInterval::start(device_);
       sample.latents = vae_->encode_mean(pixels, tiling_).squeeze(0).to(torch::kFloat32);
+      if (vae_time) {
+        vae_time->stop();
+        std::lock_guard<std::mutex> lock(timing_mutex_);
+        timing_.emplace_back(clip.gpu_stages, vae_time);
+        if (timing_.size() > 256) timing_.pop_front();  // nobody reads them (preprocess): keep a few events
+      }
     }
     auto text = safetensors::load(row.text_embeddings, {"text_states", "text_mask", "pooled"});
     sample.text_states = text.at("text_states").to(torch::kFloat32);
@@ -451,6 +474,9 @@ class VideoTrainingData : public TrainingData {
   int64_t text_length_ = 0;
   int64_t failed_ = 0;
   int64_t allowed_failures_ = 0;
+  std::mutex timing_mutex_;  // load() runs on the producer (and preprocess's jobs), take_gpu_time() on the trainer
+  std::deque<std::pair<std::shared_ptr<GpuInterval>, std::shared_ptr<GpuInterval>>> timing_;  // (before VAE, VAE)
+  PipelineGpuTime timed_;
   std::unique_ptr<ClipWorkers> workers_;  // made by the first prepare(); joined before the members above go
 };
 

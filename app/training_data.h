@@ -24,6 +24,14 @@
 
 namespace tt {
 
+/// GPU time of the video pipeline over `samples` samples (CUDA runs; see core/gpu_timer.h: each
+/// interval is its stream's time, so work of other streams at the same moment can lengthen it).
+struct PipelineGpuTime {
+  int64_t samples = 0;
+  double before_vae_ms = 0;  // colour, rotation, gather, augment (decoding runs on NVDEC's engines)
+  double vae_ms = 0;
+};
+
 class TrainingData {
  public:
   virtual ~TrainingData() = default;
@@ -45,6 +53,8 @@ class TrainingData {
   /// Bucket (index into data.buckets) of every row, -1 for rows that fit none; empty when every
   /// sample has one shape (cached latents), and the trainer then batches samples in epoch order.
   virtual std::vector<int64_t> row_buckets() const { return {}; }
+  /// Totals since the last call of the samples whose timing events have completed; never waits.
+  virtual PipelineGpuTime take_gpu_time() { return {}; }
   /// The manifest line and source file of row `index` (for messages and preprocess's output).
   virtual std::pair<int64_t, std::string> row_origin(int64_t index) const = 0;
 };

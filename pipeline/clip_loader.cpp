@@ -7,12 +7,6 @@
 
 #include "cuda/ops.h"
 
-#ifdef TELETRON_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#endif
-
-#include <optional>
-
 namespace tt {
 
 LoadedClip load_clip(VideoReader& reader, const ClipRequest& request) {
@@ -22,16 +16,9 @@ LoadedClip load_clip(VideoReader& reader, const ClipRequest& request) {
   std::vector<int64_t> distinct = clip.frames;  // sorted already; fps mode may repeat a frame
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   const DecodedFrames decoded = reader.decode(distinct);
-#ifdef TELETRON_WITH_CUDA
-  // Recorded after decode() ordered the current stream behind the frame copies: the interval holds
+  // Started after decode() ordered the current stream behind the frame copies: the interval holds
   // this function's kernels only.
-  std::optional<at::cuda::CUDAEvent> start, end;
-  if (request.time_gpu_stages && decoded.y.is_cuda()) {
-    start.emplace(cudaEventDefault);
-    end.emplace(cudaEventDefault);
-    start->record();
-  }
-#endif
+  if (request.time_gpu_stages && decoded.y.is_cuda()) clip.gpu_stages = GpuInterval::start(decoded.y.device());
   torch::Tensor rgb = rotate_frames(yuv420_to_rgb(decoded.y, decoded.uv, yuv_format(decoded)),
                                     reader.info().rotation);  // (U, H', W', 3) uint8
   if (distinct.size() != clip.frames.size()) {
@@ -43,13 +30,7 @@ LoadedClip load_clip(VideoReader& reader, const ClipRequest& request) {
   }
   clip.params = draw_augment_params(request.augment, request.seed, request.epoch, request.sample_index);
   clip.pixels = augment_clip(rgb, clip.params, request.height, request.width, request.augment.dtype);
-#ifdef TELETRON_WITH_CUDA
-  if (start) {
-    end->record();
-    end->synchronize();
-    clip.gpu_stage_ms = start->elapsed_time(*end);
-  }
-#endif
+  if (clip.gpu_stages) clip.gpu_stages->stop();
   return clip;
 }
 

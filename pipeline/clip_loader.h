@@ -4,6 +4,10 @@
 // On a CUDA reader every step after demuxing runs on the GPU (NVDEC where it takes the stream).
 #pragma once
 
+#include <memory>
+
+#include "core/gpu_timer.h"
+
 #include <torch/types.h>
 
 #include <cstdint>
@@ -23,8 +27,8 @@ struct ClipRequest {
   uint64_t seed = 0;
   int64_t epoch = 0;
   int64_t sample_index = 0;
-  // Benchmarks: time the GPU kernels after decoding (colour, rotation, gather, augment) with CUDA
-  // events on the current stream; waits for them, so leave it off in training.
+  // Time the GPU kernels after decoding (colour, rotation, gather, augment) with two CUDA events on
+  // the current stream (LoadedClip::gpu_stages; read them later, nothing waits here).
   bool time_gpu_stages = false;
 };
 
@@ -32,7 +36,7 @@ struct LoadedClip {
   torch::Tensor pixels;         // (3, T, height, width) augment.dtype in [-1, 1], on the reader's device
   std::vector<int64_t> frames;  // the sampled frame indices, in order (fps mode may repeat one)
   AugmentParams params;         // the augmentation drawn for this sample
-  double gpu_stage_ms = -1;     // with time_gpu_stages on a CUDA reader: the kernels' GPU time
+  std::shared_ptr<GpuInterval> gpu_stages;  // with time_gpu_stages on a CUDA reader: the kernels' interval
 };
 
 /// Throws what the sampler and the reader throw (kData for a clip too short, kDecode for damage).

@@ -90,8 +90,9 @@ python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 summary = {}
-print("| mode | steps | samples/s | step ms | data wait | GPU busy (NVML) | CPU cores busy | peak GB |")
-print("|---|---|---|---|---|---|---|---|")
+print("| mode | steps | samples/s | step ms | data wait | GPU busy (NVML) | CPU cores busy | peak GB | "
+      "GPU ms per sample before the VAE | VAE GPU ms per sample (under load) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for mode in ("cached", "online", "cpu16", "cpu4"):
     path = os.path.join(out, f"metrics_{mode}.jsonl")
     if not os.path.exists(path):
@@ -102,10 +103,17 @@ for mode in ("cached", "online", "cpu16", "cpu4"):
     util = [float(x) for x in open(os.path.join(out, f"util_{mode}.txt")) if x.strip().replace(".", "", 1).isdigit()]
     user, system, wall = (float(x) for x in open(os.path.join(out, f"time_{mode}.txt")).read().split())
     summary[mode] = {"samples_per_s": mean("samples_per_s"), "step_ms": mean("step_ms")}
+    timed = [r for r in steady if "vae_gpu_ms_per_sample" in r]
+    pre = sum(r["before_vae_gpu_ms_per_sample"] for r in timed) / len(timed) if timed else float("nan")
+    vae = sum(r["vae_gpu_ms_per_sample"] for r in timed) / len(timed) if timed else float("nan")
     print(f"| {mode} | {rows[-1]['step']} | {mean('samples_per_s'):.3f} | {mean('step_ms'):.0f} | "
           f"{100 * mean('data_wait_share'):.1f} % | {sum(u > 0 for u in util) / max(len(util), 1) * 100:.1f} % "
           f"(mean util {sum(util) / max(len(util), 1):.0f} %) | {(user + system) / wall:.1f} | "
-          f"{max(r['peak_mem_gb'] for r in rows):.1f} |")
+          f"{max(r['peak_mem_gb'] for r in rows):.1f} | {pre:.2f} | {vae:.0f} |")
+    if timed:
+        per_sample_ms = 1000.0 / mean("samples_per_s")
+        print(f"  {mode}: the stages before the VAE take {100 * pre / per_sample_ms:.2f} % of the GPU time per sample "
+              f"(upper bound: CUDA-event intervals on a shared GPU; target < 2 %)")
 vae_path = os.path.join(out, "vae_train.jsonl")
 if os.path.exists(vae_path) and "cached" in summary and "online" in summary:
     vae_ms = [json.loads(l) for l in open(vae_path) if l.strip()][-1]["ms"]
