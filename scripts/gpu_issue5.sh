@@ -36,7 +36,7 @@ case "$part" in
   3)
     export TELETRON_BUILD_TARGETS=teletron WHEELS=$root/.vaewheels
     VAE_RUNTIMES=plain,fast-batched timeout 200 "$here/bench_vae.sh" 2>&1 | tee -a "$log"
-    timeout 250 "$here/gpu_train_video.sh" "cpu16 cpu4" 200 40 2>&1 | tee -a "$log"
+    timeout 260 "$here/gpu_train_video.sh" "cpu16 cpu4" 200 30 2>&1 | tee -a "$log"
     cp "$OUT"/bench_vae.jsonl "$OUT"/metrics_cpu16.jsonl "$OUT"/metrics_cpu4.jsonl "$OUT"/train_cpu4.log \
       "$final"/ 2>/dev/null ;;
   4)
