@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -95,4 +96,38 @@ TEST_CASE("prefetched batches equal synchronous ones on a side stream (CUDA)", "
   at::globalContext().setDeterministicCuDNN(true);
   at::globalContext().setBenchmarkCuDNN(false);
   check_prefetch_equals_synchronous("cuda:0");
+}
+
+TEST_CASE("the prefetch producer hints planned batches in order, lookahead ahead of the one it loads", "[prefetch]") {
+  std::mutex mutex;
+  std::vector<int64_t> hinted, loaded;
+  int64_t planned = 0;
+  bool loaded_before_hinted = false;  // Catch2's CHECK is not for other threads: checked at the end
+  {
+    tt::BatchPrefetcher prefetcher(
+        2, torch::kCPU,
+        [&] {
+          tt::PlannedBatch plan;
+          plan.indices = {planned++};
+          plan.epochs = {0};
+          return plan;
+        },
+        [&](const tt::PlannedBatch& plan) {
+          std::lock_guard<std::mutex> lock(mutex);
+          // Every batch is hinted before it is loaded, with `lookahead` later ones hinted as well.
+          if (static_cast<int64_t>(hinted.size()) < plan.indices[0] + 1 + 3) loaded_before_hinted = true;
+          loaded.push_back(plan.indices[0]);
+          return tt::LatentBatch{torch::full({1}, static_cast<double>(plan.indices[0]))};
+        },
+        [&](const tt::PlannedBatch& plan) {
+          std::lock_guard<std::mutex> lock(mutex);
+          hinted.push_back(plan.indices[0]);
+        },
+        3);
+    for (int64_t k = 0; k < 6; ++k) CHECK(prefetcher.next().batch.latents.item<double>() == static_cast<double>(k));
+  }
+  CHECK_FALSE(loaded_before_hinted);
+  CHECK(loaded.size() >= 6);
+  for (size_t i = 0; i < hinted.size(); ++i) CHECK(hinted[i] == static_cast<int64_t>(i));
+  for (size_t i = 0; i < loaded.size(); ++i) CHECK(loaded[i] == static_cast<int64_t>(i));
 }
