@@ -12,6 +12,7 @@
 #include <map>
 #include <vector>
 
+#include "app/config_schema.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/file_io.h"
@@ -55,17 +56,6 @@ VaeRuntime named_runtime(const std::string& name) {
   return rt;
 }
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    if (end > start) out.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 void run_bench_vae(const BenchVaeOptions& o) {
@@ -92,13 +82,11 @@ void run_bench_vae(const BenchVaeOptions& o) {
     std::string tiling;  // whole | frames | tiled
     std::string runtime;
   };
-  const std::vector<std::string> runtimes = split_commas(o.runtimes);
-  TT_CHECK(!runtimes.empty(), ErrorCode::kConfig, "--runtimes is empty");
+  const std::vector<std::string> runtimes = config_text::split(o.runtimes, ',');
   // --tiling: whole (no windows, no tiles), frames (diffusers' default framewise encoding: windows
   // of 16 + 1 frames; training's vae.tiling auto), tiled (windows and 256-px tiles; vae.tiling on).
-  std::vector<std::string> tilings = split_commas(o.tiling == "both" ? "whole,tiled" : o.tiling == "off" ? "whole"
-                                                  : o.tiling == "on"  ? "tiled"
-                                                                      : o.tiling);
+  const std::vector<std::string> tilings = config_text::split(
+      o.tiling == "both" ? "whole,tiled" : o.tiling == "off" ? "whole" : o.tiling == "on" ? "tiled" : o.tiling, ',');
   std::vector<Variant> variants;
   for (const std::string& runtime : runtimes) {
     (void)named_runtime(runtime);

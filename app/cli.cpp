@@ -45,6 +45,12 @@ struct SynthArgs {
   int64_t seed = 1234;
 };
 
+// --device auto|cpu|cuda; `from_config` says the default comes from train.device.
+void add_device_option(CLI::App* command, std::string* device, const std::string& help, bool from_config = true) {
+  CLI::Option* option = command->add_option("--device", *device, help)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  if (from_config) option->default_str("train.device (auto)");
+}
+
 void add_set_option(CLI::App* command, std::vector<std::string>* sets) {
   command->add_option("--set", *sets, "Override a config key, e.g. --set optimizer.lr=2e-5 (repeatable)")
       ->allow_extra_args(false)
@@ -145,9 +151,7 @@ int run_cli(int argc, char** argv) {
       ->default_str("train.max_steps")
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--output", train.output, "Run folder")->default_str("train.output_dir");
-  train_cmd->add_option("--device", train.device, "Device")
-      ->default_str("train.device (auto)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_device_option(train_cmd, &train.device, "Device");
 
   std::string config_path;
   std::vector<std::string> config_sets;
@@ -172,9 +176,7 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_option("config", bench.config, "YAML config (model, precision, device); defaults when left out");
   add_set_option(bench_cmd, &bench.sets);
   bench_cmd->add_option("--preset", bench.preset, "Model preset (tiny, 1b, 13b)")->default_str("model.preset (1b)");
-  bench_cmd->add_option("--device", bench.device, "Device")
-      ->default_str("train.device (auto)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_device_option(bench_cmd, &bench.device, "Device");
   bench_cmd->add_option("--batch", bench.options.batch, "Samples per step")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--frames", bench.options.frames, "Clip frames (4n+1)")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--height", bench.options.height, "Clip height (multiple of 16)")->check(CLI::PositiveNumber);
@@ -229,9 +231,7 @@ int run_cli(int argc, char** argv) {
       ->default_str("min(CPU cores, 8)")
       ->check(CLI::NonNegativeNumber);
   validate_cmd->add_option("--report", validate.report, "Write a JSON report here");
-  validate_cmd->add_option("--device", validate.device, "Decode for this device (cuda: NVDEC where possible)")
-      ->default_str("train.device (auto)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_device_option(validate_cmd, &validate.device, "Decode for this device (cuda: NVDEC where possible)");
 
   PreprocessOptions preprocess;
   auto* preprocess_cmd = app.add_subcommand(
@@ -240,16 +240,14 @@ int run_cli(int argc, char** argv) {
   add_set_option(preprocess_cmd, &preprocess.sets);
   preprocess_cmd->add_option("--output", preprocess.output, "Output folder (manifest.jsonl + latents/)")->required();
   preprocess_cmd->add_option("--jobs", preprocess.jobs, "Rows encoded at once")->check(CLI::PositiveNumber);
-  preprocess_cmd->add_option("--device", preprocess.device, "Device")
-      ->default_str("train.device (auto)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_device_option(preprocess_cmd, &preprocess.device, "Device");
 
   BenchVaeOptions bench_vae;
   auto* bench_vae_cmd = app.add_subcommand(
       "bench-vae", "Time the VAE encoder on a random clip, whole and tiled; --dump for the diffusers comparison");
   bench_vae_cmd->add_option("--preset", bench_vae.preset, "VAE preset")->check(CLI::IsMember({"hunyuan", "tiny"}));
   bench_vae_cmd->add_option("--weights", bench_vae.weights, "diffusers VAE folder or file")->default_str("random");
-  bench_vae_cmd->add_option("--device", bench_vae.device, "Device")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_device_option(bench_vae_cmd, &bench_vae.device, "Device", /*from_config=*/false);
   bench_vae_cmd->add_option("--frames", bench_vae.frames, "Clip frames (4n+1)")->check(CLI::PositiveNumber);
   bench_vae_cmd->add_option("--height", bench_vae.height, "Clip height")->check(CLI::PositiveNumber);
   bench_vae_cmd->add_option("--width", bench_vae.width, "Clip width")->check(CLI::PositiveNumber);

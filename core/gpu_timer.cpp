@@ -26,7 +26,7 @@ class CudaInterval : public GpuInterval {
  private:
   torch::Device device_;
   at::cuda::CUDAEvent start_;
-  mutable at::cuda::CUDAEvent end_;
+  at::cuda::CUDAEvent end_;
 };
 #endif
 

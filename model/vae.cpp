@@ -317,16 +317,17 @@ torch::Tensor HunyuanVaeImpl::moments(const torch::Tensor& x) {
   TT_CHECK(x.dim() == 5 && x.size(1) == config_.in_channels, ErrorCode::kData, "VAE input must be (B, ",
            config_.in_channels, ", T, H, W), got ", x.sizes());
   (void)vae_latent_shape(config_, x.size(2), x.size(3), x.size(4));
-  if (!x.is_cuda() || !runtime_.channels_last) return quant_conv_(encoder_->forward(x, runtime_));
-  if (!weights_channels_last_) {
-    // Once: every 3D convolution weight to NDHWC, the layout cuDNN's fast kernels take.
+  // The 3D convolution weights follow the activations' layout (NDHWC: what cuDNN's fast kernels
+  // take); converted when the runtime or the device changes which one that is.
+  const auto layout = x.is_cuda() && runtime_.channels_last ? torch::MemoryFormat::ChannelsLast3d
+                                                             : torch::MemoryFormat::Contiguous;
+  // conv_in's 3x3x3 kernel tells the layouts apart (a 1x1x1 kernel is contiguous in both).
+  if (!encoder_->conv_in->conv->weight.is_contiguous(layout)) {
     torch::NoGradGuard no_grad;
     for (auto& p : parameters())
-      if (p.dim() == 5) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast3d));
-    weights_channels_last_ = true;
+      if (p.dim() == 5) p.set_data(p.contiguous(layout));
   }
-  torch::Tensor h = encoder_->forward(x.contiguous(torch::MemoryFormat::ChannelsLast3d), runtime_);
-  return quant_conv_(h).contiguous();
+  return quant_conv_(encoder_->forward(x.contiguous(layout), runtime_)).contiguous();
 }
 
 torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x) {

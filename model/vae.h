@@ -109,7 +109,6 @@ class HunyuanVaeImpl : public torch::nn::Module {
  private:
   HunyuanVaeConfig config_;
   VaeRuntime runtime_;
-  bool weights_channels_last_ = false;
   std::vector<torch::Tensor> moments_batched(const std::vector<torch::Tensor>& crops);
   std::shared_ptr<HunyuanVaeEncoderImpl> encoder_;
   torch::nn::Conv3d quant_conv_{nullptr};
