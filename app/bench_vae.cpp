@@ -63,7 +63,7 @@ void run_bench_vae(const BenchVaeOptions& o) {
   const torch::Dtype dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
   const HunyuanVaeConfig preset = hunyuan_vae_preset(o.preset, "--preset");
   HunyuanVae vae{nullptr};
-  if (!o.weights.empty()) {
+  if (!o.weights.empty() && o.weights != "random") {  // `random`, as in vae.weights: fixed random weights
     vae = load_hunyuan_vae(o.weights, preset, device, dtype);
   } else {
     vae = HunyuanVae(preset);

@@ -12,7 +12,7 @@ namespace tt {
 
 struct BenchVaeOptions {
   std::string preset = "hunyuan";
-  std::string weights;  // "" = fixed random weights
+  std::string weights;  // "" or "random" = fixed random weights
   std::string device = "cuda";
   int64_t frames = 33, height = 480, width = 832;
   // Which encodes to time, comma-separated: whole, frames (framewise windows, diffusers' default and

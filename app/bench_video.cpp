@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #ifdef TELETRON_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -17,6 +16,7 @@
 
 #include "core/device.h"
 #include "core/errors.h"
+#include "core/stream_handoff.h"
 #include "cuda/ops.h"
 #include "pipeline/clip_loader.h"
 #include "pipeline/video_reader.h"
@@ -92,10 +92,8 @@ void run_bench_video(const BenchVideoOptions& o) {
     for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&, w] {
         try {
-#ifdef TELETRON_WITH_CUDA
-          std::optional<c10::cuda::CUDAStreamGuard> guard;
-          if (o.mode != "cpu" && torch::cuda::is_available()) guard.emplace(c10::cuda::getStreamFromPool(false, 0));
-#endif
+          const SideStream stream(o.mode != "cpu" && torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
+                                                                                 : torch::Device(torch::kCPU));
           for (int64_t t = next++; t < count; t = next++)
             process(o, o.clips[t % o.clips.size()], t, totals);
         } catch (const std::exception& error) {

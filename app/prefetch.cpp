@@ -3,11 +3,7 @@
 
 #include <torch/torch.h>
 
-#ifdef TELETRON_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include "core/stream_handoff.h"
 
 namespace tt {
 
@@ -33,10 +29,7 @@ BatchPrefetcher::~BatchPrefetcher() {
 }
 
 void BatchPrefetcher::produce() {
-#ifdef TELETRON_WITH_CUDA
-  std::optional<c10::cuda::CUDAStreamGuard> stream;
-  if (device_.is_cuda()) stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
-#endif
+  const SideStream stream(device_);
   std::deque<PlannedBatch> planned;  // plans made (and hinted) but not loaded yet, in order
   for (;;) {
     {
@@ -53,13 +46,7 @@ void BatchPrefetcher::produce() {
       slot.item.plan = std::move(planned.front());
       planned.pop_front();
       slot.item.batch = load_(slot.item.plan);
-#ifdef TELETRON_WITH_CUDA
-      if (device_.is_cuda()) {
-        auto event = std::make_shared<at::cuda::CUDAEvent>();
-        event->record(c10::cuda::getCurrentCUDAStream(device_.index()));
-        slot.ready = event;
-      }
-#endif
+      slot.ready = StreamHandoff::record(device_);
     } catch (...) {
       slot.error = std::current_exception();
     }
@@ -83,15 +70,8 @@ BatchPrefetcher::Item BatchPrefetcher::next() {
   }
   changed_.notify_all();
   if (slot.error) std::rethrow_exception(slot.error);
-#ifdef TELETRON_WITH_CUDA
-  if (slot.ready) {
-    const auto consumer = c10::cuda::getCurrentCUDAStream(device_.index());
-    static_cast<at::cuda::CUDAEvent*>(slot.ready.get())->block(consumer);
-    for (torch::Tensor* tensor : {&slot.item.batch.latents, &slot.item.batch.text_states, &slot.item.batch.text_mask,
-                                  &slot.item.batch.pooled})
-      if (tensor->defined() && tensor->is_cuda()) tensor->record_stream(consumer);
-  }
-#endif
+  const LatentBatch& batch = slot.item.batch;
+  slot.ready.accept({batch.latents, batch.text_states, batch.text_mask, batch.pooled});
   return std::move(slot.item);
 }
 

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/stream_handoff.h"
 #include "pipeline/latent_dataset.h"
 
 namespace tt {
@@ -53,7 +54,7 @@ class BatchPrefetcher {
   struct Slot {
     Item item;
     std::exception_ptr error;
-    std::shared_ptr<void> ready;  // a CUDA event (at::cuda::CUDAEvent) on GPU runs
+    StreamHandoff ready;  // after the producer's kernels (GPU runs)
   };
   void produce();
 

@@ -16,17 +16,12 @@
 #include <thread>
 #include <utility>
 
-#ifdef TELETRON_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 #include "app/video_data.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/gpu_timer.h"
 #include "core/safetensors.h"
+#include "core/stream_handoff.h"
 #include "model/vae.h"
 #include "pipeline/clip_loader.h"
 #include "pipeline/video_manifest.h"
@@ -70,7 +65,7 @@ class ClipWorkers {
   struct Result {
     LoadedClip clip;
     std::exception_ptr error;
-    std::shared_ptr<void> ready;  // at::cuda::CUDAEvent after the worker's kernels (CUDA clips)
+    StreamHandoff ready;  // after the worker's kernels (clips made on the GPU)
   };
   using Key = std::pair<int64_t, int64_t>;  // (row, epoch)
 
@@ -109,10 +104,7 @@ class ClipWorkers {
 
  private:
   void work() {
-#ifdef TELETRON_WITH_CUDA
-    std::optional<c10::cuda::CUDAStreamGuard> stream;
-    if (device_.is_cuda()) stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
-#endif
+    const SideStream stream(device_);
     for (;;) {
       Key job;
       {
@@ -125,15 +117,10 @@ class ClipWorkers {
       Result result;
       try {
         result.clip = load_(job.first, job.second);
-#ifdef TELETRON_WITH_CUDA
-        if (result.clip.pixels.is_cuda()) {
-          auto event = std::make_shared<at::cuda::CUDAEvent>();
-          event->record(c10::cuda::getCurrentCUDAStream(device_.index()));
-          result.ready = event;
-        } else if (device_.is_cuda()) {
+        if (result.clip.pixels.is_cuda())
+          result.ready = StreamHandoff::record(device_);
+        else if (device_.is_cuda())
           result.clip.pixels = result.clip.pixels.pin_memory();
-        }
-#endif
       } catch (...) {
         result.error = std::current_exception();
       }
@@ -175,8 +162,8 @@ class VideoTrainingData : public TrainingData {
     augment_ = augment_options(config, vae_dtype_);
     load_vae(config, model);
     check_rows(config, model);
-    assign_buckets();
     allowed_failures_ = static_cast<int64_t>(config.data.max_failed_share * static_cast<double>(rows_.size()));
+    assign_buckets();
   }
 
   std::vector<int64_t> row_buckets() const override { return row_bucket_; }
@@ -343,13 +330,7 @@ class VideoTrainingData : public TrainingData {
     if (ahead) {
       if (ahead->error) std::rethrow_exception(ahead->error);
       clip = std::move(ahead->clip);
-#ifdef TELETRON_WITH_CUDA
-      if (ahead->ready) {
-        const auto stream = c10::cuda::getCurrentCUDAStream(device_.index());
-        static_cast<at::cuda::CUDAEvent*>(ahead->ready.get())->block(stream);
-        clip.pixels.record_stream(stream);  // made on the worker's stream, read on this one
-      }
-#endif
+      ahead->ready.accept({clip.pixels});  // made on the worker's stream, read on this one
     } else {
       clip = load_pixels(index, epoch);
     }
@@ -448,8 +429,7 @@ class VideoTrainingData : public TrainingData {
       spdlog::warn("{} of {} rows fit none of data.buckets and are left out (teletron validate-data lists them):{}",
                    unfit, rows_.size(), examples);
     failed_ += unreadable;
-    const int64_t allowed = static_cast<int64_t>(config_.data.max_failed_share * static_cast<double>(rows_.size()));
-    TT_CHECK_HINT(failed_ <= allowed, ErrorCode::kData,
+    TT_CHECK_HINT(failed_ <= allowed_failures_, ErrorCode::kData,
                   "run `teletron validate-data` on the config and fix or drop the files it lists, or raise "
                   "tele_tron.data.max_failed_share",
                   unreadable, " of ", rows_.size(), " videos cannot be opened, more than data.max_failed_share (",

@@ -129,10 +129,11 @@ struct VideoInfo {
   int64_t header_frame_count = 0; // what the container header says (0 = not stored, e.g. Matroska)
   int64_t frame_count = 0;        // from the frame index: exact
   std::string decode_path;        // "nvdec" or "cpu"
+  std::string decode_reason;      // why that path, e.g. the cuvidGetDecoderCaps answer
+
   /// The size as displayed: width and height swapped for 90/270 degree rotations.
   int displayed_width() const { return rotation == 90 || rotation == 270 ? height : width; }
   int displayed_height() const { return rotation == 90 || rotation == 270 ? width : height; }
-  std::string decode_reason;      // why that path, e.g. the cuvidGetDecoderCaps answer
 };
 
 /// Every frame of the stream in presentation order, from demuxing packets (no decoding).
@@ -145,7 +146,7 @@ struct FrameIndex {
   /// seconds(i) of every frame: what the frame sampler takes.
   std::vector<double> times() const {
     std::vector<double> out(pts.size());
-    for (size_t i = 0; i < pts.size(); ++i) out[i] = static_cast<double>(pts[i]) * time_base;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = seconds(static_cast<int64_t>(i));
     return out;
   }
   int64_t size() const { return static_cast<int64_t>(pts.size()); }

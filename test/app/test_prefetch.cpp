@@ -117,7 +117,9 @@ TEST_CASE("the prefetch producer hints planned batches in order, lookahead ahead
           // Every batch is hinted before it is loaded, with `lookahead` later ones hinted as well.
           if (static_cast<int64_t>(hinted.size()) < plan.indices[0] + 1 + 3) loaded_before_hinted = true;
           loaded.push_back(plan.indices[0]);
-          return tt::LatentBatch{torch::full({1}, static_cast<double>(plan.indices[0]))};
+          tt::LatentBatch batch;
+          batch.latents = torch::full({1}, static_cast<double>(plan.indices[0]));
+          return batch;
         },
         [&](const tt::PlannedBatch& plan) {
           std::lock_guard<std::mutex> lock(mutex);

@@ -84,6 +84,25 @@ std::string write_config(const TempDir& dir, const std::string& manifest, int64_
   return path;
 }
 
+// `teletron train CONFIG --output OUT EXTRA`, which must succeed; returns what it printed.
+std::string train_ok(const std::string& config, const std::string& out, const std::string& extra = "") {
+  const auto result = tt::test::run_teletron("train '" + config + "' --output '" + out + "' " + extra + " 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  return result.output;
+}
+
+// Two runs' model.safetensors hold the same tensors, bit for bit.
+void check_same_weights(const std::string& a_path, const std::string& b_path) {
+  const auto a = tt::safetensors::load(a_path);
+  const auto b = tt::safetensors::load(b_path);
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, tensor] : a) {
+    INFO(name);
+    CHECK(torch::equal(tensor, b.at(name)));
+  }
+}
+
 std::vector<nlohmann::json> read_metrics(const std::string& path) {
   std::vector<nlohmann::json> rows;
   std::ifstream in(path);
@@ -99,10 +118,7 @@ TEST_CASE("train on raw videos (tiny VAE + tiny Transformer, CPU): the loss fall
   TempDir dir("tt_train_video");
   const std::string manifest = write_manifest(dir, clips);
   const std::string config = write_config(dir, manifest, 80, 0.0);
-  const auto result = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "run") + "' 2>&1");
-  INFO(result.output);
-  REQUIRE(result.exit_code == 0);
-  CHECK_THAT(result.output, ContainsSubstring("videos -> 9x64x64"));
+  CHECK_THAT(train_ok(config, dir / "run"), ContainsSubstring("videos -> 9x64x64"));
   const auto rows = read_metrics(dir / "run/metrics.jsonl");
   REQUIRE(rows.size() == 16);
   const double first = (rows[0]["loss"].get<double>() + rows[1]["loss"].get<double>()) / 2;
@@ -208,9 +224,7 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   latent_config.replace(latent_config.find("source: video"), 13, "source: latents");
   latent_config.replace(latent_config.find(dir / "manifest.jsonl"), (dir / "manifest.jsonl").size(), out + "/manifest.jsonl");
   tt::test::write_file(dir / "latents.yaml", latent_config);
-  const auto train = tt::test::run_teletron("train '" + (dir / "latents.yaml") + "' --output '" + (dir / "run") + "' 2>&1");
-  INFO(train.output);
-  CHECK(train.exit_code == 0);
+  train_ok(dir / "latents.yaml", dir / "run");
 }
 
 TEST_CASE("train on raw videos: prefetching ahead gives the synchronous run's weights; resume is exact",
@@ -218,42 +232,22 @@ TEST_CASE("train on raw videos: prefetching ahead gives the synchronous run's we
   const std::vector<std::string> clips = make_clips();
   TempDir dir("tt_prefetch");
   write_manifest(dir, clips);
-  auto train = [&](const std::string& config, const std::string& out, const std::string& extra) {
-    const auto result = tt::test::run_teletron("train '" + config + "' --output '" + out + "' " + extra + " 2>&1");
-    INFO(result.output);
-    REQUIRE(result.exit_code == 0);
-    return result.output;
-  };
-  auto weights = [](const std::string& run, int64_t step) {
-    char folder[64];
-    std::snprintf(folder, sizeof(folder), "/checkpoints/step_%07lld/model.safetensors", static_cast<long long>(step));
-    return tt::safetensors::load(run + folder);
-  };
+  const std::string step10 = "/checkpoints/step_0000010/model.safetensors";
   // 10 steps of 2 samples over 6 rows: the epoch boundary falls inside the prefetched window.
   const std::string synchronous = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 0, "sync.yaml");
   const std::string ahead = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 4, "ahead.yaml");
-  train(synchronous, dir / "sync", "");
-  const std::string log = train(ahead, dir / "ahead", "");
+  train_ok(synchronous, dir / "sync");
+  const std::string log = train_ok(ahead, dir / "ahead");
   CHECK_THAT(log, ContainsSubstring("runs up to 4 batches ahead"));
-  const auto a = weights(dir / "sync", 10);
-  const auto b = weights(dir / "ahead", 10);
-  REQUIRE(a.size() == b.size());
-  for (const auto& [name, tensor] : a) {
-    INFO(name);
-    CHECK(torch::equal(tensor, b.at(name)));
-  }
+  check_same_weights(dir / "sync" + step10, dir / "ahead" + step10);
   // Stop at step 4 (checkpoint), resume with prefetch to step 10: the same weights as straight.
   const std::string half = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 4, "half.yaml");
   std::string half_text = tt::test::read_file(half);
   half_text.replace(half_text.find("checkpoint_every: 10"), 20, "checkpoint_every: 4 ");
   tt::test::write_file(half, half_text);
-  train(half, dir / "resumed", "--max-steps 4");
-  train(half, dir / "resumed", "--resume auto --max-steps 10");
-  const auto c = tt::safetensors::load(dir / "resumed/checkpoints/step_0000010/model.safetensors");
-  for (const auto& [name, tensor] : a) {
-    INFO(name);
-    CHECK(torch::equal(tensor, c.at(name)));
-  }
+  train_ok(half, dir / "resumed", "--max-steps 4");
+  train_ok(half, dir / "resumed", "--resume auto --max-steps 10");
+  check_same_weights(dir / "sync" + step10, dir / "resumed" + step10);
 }
 
 TEST_CASE("train on raw videos with two buckets: clips go to the closest aspect ratio; resume is exact",
@@ -269,24 +263,13 @@ TEST_CASE("train on raw videos with two buckets: clips go to the closest aspect 
                "buckets: [{frames: 9, height: 64, width: 80}, {frames: 9, height: 80, width: 64}]");
   yaml.replace(yaml.find("checkpoint_every: 8"), 19, "checkpoint_every: 4");
   tt::test::write_file(dir / "buckets.yaml", yaml);
-  auto train = [&](const std::string& out, const std::string& extra) {
-    const auto result = tt::test::run_teletron("train '" + (dir / "buckets.yaml") + "' --output '" + out + "' " + extra +
-                                               " 2>&1");
-    INFO(result.output);
-    REQUIRE(result.exit_code == 0);
-    return result.output;
-  };
-  const std::string log = train(dir / "straight", "");
+  const std::string config = dir / "buckets.yaml";
+  const std::string log = train_ok(config, dir / "straight");
   CHECK_THAT(log, ContainsSubstring("9x64x80: 5 clips, 9x80x64: 3 clips"));
-  train(dir / "resumed", "--max-steps 4");
-  train(dir / "resumed", "--resume auto");
-  const auto a = tt::safetensors::load(dir / "straight/checkpoints/step_0000008/model.safetensors");
-  const auto b = tt::safetensors::load(dir / "resumed/checkpoints/step_0000008/model.safetensors");
-  REQUIRE(a.size() == b.size());
-  for (const auto& [name, tensor] : a) {
-    INFO(name);
-    CHECK(torch::equal(tensor, b.at(name)));
-  }
+  train_ok(config, dir / "resumed", "--max-steps 4");
+  train_ok(config, dir / "resumed", "--resume auto");
+  check_same_weights(dir / "straight/checkpoints/step_0000008/model.safetensors",
+                     dir / "resumed/checkpoints/step_0000008/model.safetensors");
 }
 
 TEST_CASE("train on raw videos: the hunyuan VAE needs weights (or `random`, for benchmarks)", "[train][video]") {
