@@ -90,7 +90,7 @@ python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 summary = {}
-print("| mode | steps | samples/s | step ms | data wait | GPU busy (NVML) | CPU cores busy | peak GB | "
+print("| mode | steps | samples/s | step ms | data wait | GPU busy (NVML) | CPU cores busy | peak GiB | "
       "GPU ms per sample before the VAE | VAE GPU ms per sample (under load) |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for mode in ("cached", "online", "cpu16", "cpu4"):
