@@ -352,6 +352,12 @@ class VideoTrainingData : public TrainingData {
     sample.text_states = text.at("text_states").to(torch::kFloat32);
     sample.text_mask = text.at("text_mask").to(torch::kBool);
     sample.pooled = text.at("pooled").to(torch::kFloat32);
+    // The text tensors (small, on the host) are checked here; the VAE's latents are not, which would
+    // wait for the encode on this thread.
+    LatentSample text_only{torch::Tensor(), sample.text_states, sample.text_mask, sample.pooled};
+    const std::string problem = check_sample_values(text_only);
+    TT_CHECK_HINT(problem.empty(), ErrorCode::kData, "re-create the row's text embeddings file, or drop the row",
+                  config_.data.manifest, ":", row.line, ": ", row.text_embeddings, ": ", problem);
     return sample;
   }
 

@@ -10,6 +10,7 @@
 
 #include "cuda/colour.cuh"
 #include "cuda/flow_matching.cuh"
+#include "cuda/spin.cuh"
 #endif
 
 namespace tt {
@@ -323,6 +324,25 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weigh
   return y.contiguous(format);
 #else
   TORCH_CHECK(false, "group_norm_silu: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+#endif
+}
+
+torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s) {
+  TORCH_CHECK(flag.is_cuda() && flag.scalar_type() == torch::kInt32 && flag.numel() == 1,
+              "spin_until_set: flag must be a (1) int32 CUDA tensor, got ", flag.sizes(), " ", flag.scalar_type(), " on ",
+              flag.device());
+  TORCH_CHECK(timeout_s > 0, "spin_until_set: timeout_s must be > 0, got ", timeout_s);
+#ifdef TELETRON_WITH_CUDA
+  const c10::cuda::CUDAGuard guard(flag.device());
+  auto timed_out = torch::empty({1}, flag.options());  // (1) int32
+  const cudaError_t status =
+      kernels::spin_until_set(flag.data_ptr<int32_t>(), timed_out.data_ptr<int32_t>(),
+                              static_cast<int64_t>(timeout_s * 1e9),
+                              c10::cuda::getCurrentCUDAStream(flag.device().index()).stream());
+  TORCH_CHECK(status == cudaSuccess, "spin kernel launch failed: ", cudaGetErrorString(status));
+  return timed_out;
+#else
+  TORCH_CHECK(false, "spin_until_set: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
 #endif
 }
 

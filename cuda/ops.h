@@ -78,3 +78,14 @@ torch::Tensor group_norm_silu_reference(const torch::Tensor& x, const torch::Ten
                                         const torch::Tensor& bias, int64_t groups, double eps, bool silu);
 
 }  // namespace tt
+
+// ---- spin wait (tests, diagnostics) ----
+
+namespace tt {
+
+/// Holds the current CUDA stream until flag (1) int32 on the same device becomes non-zero (written
+/// by another stream) or `timeout_s` pass. Returns a (1) int32 tensor, written when the wait ends:
+/// 1 when it timed out, 0 when the flag came. Queued without waiting on the host.
+torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s);
+
+}  // namespace tt

@@ -72,7 +72,8 @@ torch::Tensor TokenRefinerImpl::forward(const torch::Tensor& text, const torch::
                                         const torch::Tensor& mask, bool all_valid) {
   // Masked mean over valid tokens, in fp32.
   auto mask_f = mask.to(torch::kFloat32).unsqueeze(-1);                     // (B, L, 1)
-  auto pooled = (text.to(torch::kFloat32) * mask_f).sum(1) / mask_f.sum(1);  // (B, text_dim)
+  // An all-zero mask (rejected at load, but the model does not rely on it) averages to 0, not 0/0.
+  auto pooled = (text.to(torch::kFloat32) * mask_f).sum(1) / mask_f.sum(1).clamp_min(1.0);  // (B, text_dim)
   pooled = pooled.to(text.scalar_type());
   auto temb = timestep_embedder_(timestep_sinusoid(timestep).to(pooled.scalar_type())) + text_embedder_(pooled);
   auto h = proj_in_(text);

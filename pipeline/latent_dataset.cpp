@@ -195,6 +195,9 @@ LatentSample LatentDataset::get(int64_t index) const {
   sample.text_states = tensors["text_states"].to(torch::kFloat32);
   sample.text_mask = tensors["text_mask"].to(torch::kBool);  // nonzero = attend
   sample.pooled = tensors["pooled"].to(torch::kFloat32);
+  const std::string problem = check_sample_values(sample);
+  if (!problem.empty())
+    bad_row(row, problem, "re-create this row's file (teletron preprocess, or your text encoder), or drop the row");
   // The file may have been replaced since the constructor checked it; stacking would then fail
   // with a far less helpful message.
   if (sample.latents.sizes().vec() != latent_shape_ || sample.text_states.size(0) != text_length_ ||
@@ -202,6 +205,23 @@ LatentSample LatentDataset::get(int64_t index) const {
       sample.pooled.size(0) != options_.pooled_dim)
     bad_row(row, "tensor shapes changed since the manifest was checked", "do not rewrite data files during a run");
   return sample;
+}
+
+std::string check_sample_values(const LatentSample& sample) {
+  if (sample.text_mask.defined() && sample.text_mask.numel() > 0 && !sample.text_mask.any().item<bool>())
+    return "text_mask marks no token (all zero): the sample has no text to condition on";
+  const std::pair<const char*, const torch::Tensor*> values[] = {
+      {"latents", &sample.latents}, {"text_states", &sample.text_states}, {"pooled", &sample.pooled}};
+  for (const auto& [name, tensor] : values) {
+    if (!tensor->defined() || tensor->numel() == 0) continue;
+    const torch::Tensor finite = torch::isfinite(*tensor);
+    if (finite.all().item<bool>()) continue;
+    const int64_t bad = finite.numel() - finite.sum().item<int64_t>();
+    const int64_t first = torch::logical_not(finite).flatten().nonzero().index({0, 0}).item<int64_t>();
+    return str_cat(name, " holds ", bad, " non-finite value", bad == 1 ? "" : "s", " (NaN or inf; the first at flat "
+                   "index ", first, ")");
+  }
+  return "";
 }
 
 LatentBatch LatentDataset::get_batch(const std::vector<int64_t>& indices) const {

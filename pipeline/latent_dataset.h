@@ -30,6 +30,12 @@ struct LatentSample {
   torch::Tensor pooled;       // (pooled_dim) fp32
 };
 
+/// What is wrong with a loaded sample's values, or "" when nothing is: a text_mask that marks no
+/// token (the refiner's masked mean would average nothing, and the sample carries no text), or a
+/// non-finite value in latents, text_states or pooled (it would surface as TT_ERR_NAN steps later).
+/// Undefined tensors are skipped (a video sample is checked before its latents exist).
+std::string check_sample_values(const LatentSample& sample);
+
 struct LatentBatch {
   torch::Tensor latents;      // (B, C, T', H', W') fp32
   torch::Tensor text_states;  // (B, L, text_dim) fp32

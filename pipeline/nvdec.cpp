@@ -3,8 +3,13 @@
 #include "pipeline/nvdec.h"
 
 #include "core/errors.h"
+#include "core/stream_handoff.h"
+
+#include <map>
+#include <memory>
 
 #ifdef TELETRON_WITH_NVDEC
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -70,8 +75,8 @@ bool copy_frame(const AVFrame* frame, const torch::Tensor& y, const torch::Tenso
   TT_ASSERT(frame->width == width && frame->height == height, "NVDEC frame ", frame->width, "x", frame->height,
             " does not match the stream's ", width, "x", height);
   auto s = static_cast<cudaStream_t>(stream);
-  auto check = [](cudaError_t rc) {
-    TT_CHECK(rc == cudaSuccess, ErrorCode::kInternal, "copying an NVDEC surface failed: ", cudaGetErrorString(rc));
+  auto check = [s](cudaError_t rc) {
+    if (rc != cudaSuccess) throw_sync_error(s, "copying an NVDEC surface", cudaGetErrorString(rc));
   };
   check(cudaMemcpy2DAsync(y.data_ptr(), width * bytes, frame->data[0], frame->linesize[0], width * bytes, height,
                           cudaMemcpyDeviceToDevice, s));
@@ -87,24 +92,80 @@ bool copy_frame(const AVFrame* frame, const torch::Tensor& y, const torch::Tenso
 
 namespace {
 
-void check_cuda(cudaError_t rc, const char* what) {
-  TT_CHECK(rc == cudaSuccess, ErrorCode::kInternal, what, " failed: ", cudaGetErrorString(rc));
+void check_sync(cudaError_t rc, const char* what, cudaStream_t signaller, cudaStream_t waiter) {
+  if (rc != cudaSuccess)
+    throw_sync_error(signaller, str_cat("NVDEC: ", what, " for stream ", static_cast<void*>(waiter)),
+                     cudaGetErrorString(rc));
 }
 
 // `waiter` waits for what is queued on `signaller` so far.
 void order(cudaStream_t signaller, cudaStream_t waiter) {
   if (signaller == waiter) return;
   cudaEvent_t event = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating a CUDA event");
-  check_cuda(cudaEventRecord(event, signaller), "recording a CUDA event");
-  check_cuda(cudaStreamWaitEvent(waiter, event, 0), "waiting for a CUDA event");
-  check_cuda(cudaEventDestroy(event), "releasing a CUDA event");  // freed once it has fired
+  check_sync(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating an event", signaller, waiter);
+  const cudaError_t recorded = cudaEventRecord(event, signaller);
+  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(waiter, event, 0) : recorded;
+  cudaEventDestroy(event);  // freed once it has fired
+  check_sync(recorded, "recording an event", signaller, waiter);
+  check_sync(waited, "waiting for an event", signaller, waiter);
 }
 
 }  // namespace
 
-void* pool_stream(int device_index) {
-  return c10::cuda::getStreamFromPool(false, static_cast<c10::DeviceIndex>(device_index)).stream();
+// A stream this thread owns on one device; synchronised before it is destroyed, because a later
+// stream may get the same handle and the caching allocator keys the memory it keeps by handle.
+class OwnedStream {
+ public:
+  explicit OwnedStream(int device_index) : device_index_(device_index) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_index);
+    const cudaError_t rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    cudaSetDevice(previous);
+    check_sync(rc, "creating the decoding stream", nullptr, nullptr);
+  }
+  ~OwnedStream() {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_index_);
+    cudaStreamSynchronize(stream_);  // errors ignored: at process exit the runtime may be gone already
+    cudaStreamDestroy(stream_);
+    cudaSetDevice(previous);
+  }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  int device_index_ = 0;
+};
+
+void* decode_stream(int device_index) {
+  thread_local std::map<int, std::unique_ptr<OwnedStream>> streams;  // by device
+  std::unique_ptr<OwnedStream>& stream = streams[device_index];
+  if (!stream) stream = std::make_unique<OwnedStream>(device_index);
+  return stream->get();
+}
+
+void synchronize(void* stream) {
+  const auto raw = static_cast<cudaStream_t>(stream);
+  check_sync(cudaStreamSynchronize(raw), "waiting for the decoding stream", raw, nullptr);
+}
+
+struct StreamScope::Guard {
+  c10::cuda::CUDAStreamGuard guard;
+};
+
+StreamScope::StreamScope(void* stream, int device_index)
+    : guard_(new Guard{c10::cuda::CUDAStreamGuard(c10::cuda::getStreamFromExternal(
+          static_cast<cudaStream_t>(stream), static_cast<c10::DeviceIndex>(device_index)))}) {}
+
+StreamScope::~StreamScope() = default;
+
+void used_on_current(const torch::Tensor& tensor, int device_index) {
+  if (tensor.defined() && tensor.is_cuda())
+    tensor.record_stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)));
 }
 
 void wait_for_current(void* stream, int device_index) {
@@ -119,7 +180,12 @@ void current_waits_for(void* stream, int device_index) {
 
 #else
 
-void* pool_stream(int) { return nullptr; }
+void* decode_stream(int) { return nullptr; }
+void synchronize(void*) {}
+struct StreamScope::Guard {};
+StreamScope::StreamScope(void*, int) {}
+StreamScope::~StreamScope() = default;
+void used_on_current(const torch::Tensor&, int) {}
 void wait_for_current(void*, int) {}
 void current_waits_for(void*, int) {}
 

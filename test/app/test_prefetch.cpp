@@ -1,8 +1,16 @@
-// BatchPrefetcher on the video source: batches prepared `capacity` ahead (on their own CUDA stream on
-// a GPU) equal the batches of synchronous loading, in order, while the consumer keeps its own stream
-// busy and churns the caching allocator between batches (a use-after-free of a prefetched tensor's
-// memory would change its contents). CPU and [gpu] variants; the GPU one also checks that the
-// tensors arrive on the device.
+// BatchPrefetcher and the stream hand-off behind it:
+// - on the video source, batches prepared `capacity` ahead (on their own CUDA stream on a GPU) equal
+//   the batches of synchronous loading, in order (CPU and [gpu] variants; the GPU one also checks
+//   that the tensors arrive on the device). The VAE's convolutions run on two threads there, and
+//   LibTorch keeps cuDNN's benchmark results per thread: with benchmarking on, each thread times the
+//   algorithms itself and, on a busy GPU, may pick another one, whose bf16 result differs in the last
+//   bits on every batch. The test pins cuDNN's heuristic choice (TELETRON_CUDNN_BENCHMARK=0), the
+//   same on both threads;
+// - the hazard test: a spin kernel holds the consumer's stream while the producer frees, re-allocates
+//   and overwrites a handed-off batch's memory. With record_stream (the default) the consumer still
+//   reads the batch; with it switched off (a test-only switch) it reads the producer's sentinel, every
+//   time, which shows that the check can fail;
+// - the order in which the producer hints and loads planned batches.
 #include <catch2/catch_test_macros.hpp>
 #include <torch/torch.h>
 
@@ -10,6 +18,8 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <cstdlib>
+#include <future>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -19,6 +29,8 @@
 #include "app/prefetch.h"
 #include "app/training_data.h"
 #include "core/safetensors.h"
+#include "core/stream_handoff.h"
+#include "cuda/ops.h"
 #include "test/test_util.h"
 
 namespace {
@@ -80,8 +92,10 @@ void check_prefetch_equals_synchronous(const std::string& device_name) {
     for (int i = 0; i < 20; ++i) busy = torch::tanh(busy.matmul(busy) * 1e-3);
     std::vector<torch::Tensor> churn;
     for (int i = 0; i < 8; ++i) churn.push_back(torch::full_like(item.batch.latents, 7.0));
-    INFO("batch " << k);
-    CHECK(torch::equal(item.batch.latents.cpu(), expected[static_cast<size_t>(k)]));
+    const torch::Tensor got = item.batch.latents.cpu();
+    INFO("batch " << k << ": max |prefetched - synchronous| = "
+                  << (got - expected[static_cast<size_t>(k)]).abs().max().item<float>());
+    CHECK(torch::equal(got, expected[static_cast<size_t>(k)]));
   }
 }
 
@@ -94,9 +108,103 @@ TEST_CASE("prefetched batches equal synchronous ones on a side stream (CUDA)", "
   (void)make_dataset(record);  // record the clips before the GPU check on machines with the CLI
   TT_REQUIRE_GPU();
   at::globalContext().setDeterministicCuDNN(true);
-  at::globalContext().setBenchmarkCuDNN(false);
+  // The video source sets cuDNN's benchmark flag from TELETRON_CUDNN_BENCHMARK (on unless "0"); the
+  // same algorithms on the producer's thread as on this one need it off. Not overwritten when set,
+  // so TELETRON_CUDNN_BENCHMARK=1 shows the per-thread choice on a busy GPU.
+  setenv("TELETRON_CUDNN_BENCHMARK", "0", /*overwrite=*/0);
   check_prefetch_equals_synchronous("cuda:0");
 }
+
+#ifdef TELETRON_WITH_CUDA
+namespace {
+
+struct HazardResult {
+  bool consumer_saw_batch = false;     // every value the consumer read was the batch's
+  bool consumer_saw_sentinel = false;  // some value was the producer's sentinel
+  bool same_block = false;             // the producer's new tensor got the batch's memory
+  bool timed_out = false;              // the spin kernel gave up waiting for the producer's flag
+};
+
+// Batch 0 (all 1) goes to the consumer, whose stream is then held by a spin kernel; behind it the
+// consumer queues a copy of the batch, and drops the batch. Only then does the producer make batch
+// 1: it allocates a tensor of batch 0's size on its stream, fills it with the sentinel -7 and sets
+// the flag that releases the spin. Without record_stream the allocator gives the producer batch 0's
+// memory at once, and the consumer's copy (run after the spin) reads -7.
+HazardResult run_hazard(bool record_stream) {
+  const torch::Device device("cuda:0");
+  const int64_t numel = (3 << 20) + 4099;  // 12 MiB + a bit: a block of its own
+  const auto floats = torch::TensorOptions().device(device).dtype(torch::kFloat32);
+  torch::Tensor flag = torch::zeros({1}, floats.dtype(torch::kInt32));
+  std::promise<void> dropped_promise;
+  std::shared_future<void> dropped = dropped_promise.get_future().share();
+  void* batch_memory = nullptr;
+  HazardResult result;
+  tt::StreamHandoff::set_record_stream_for_testing(record_stream);
+  {
+    int64_t planned = 0;
+    tt::BatchPrefetcher prefetcher(
+        1, device,
+        [&] {
+          tt::PlannedBatch plan;
+          plan.indices = {planned++};
+          plan.epochs = {0};
+          return plan;
+        },
+        [&](const tt::PlannedBatch& plan) {
+          tt::LatentBatch batch;
+          if (plan.indices[0] == 0) {
+            batch.latents = torch::ones({numel}, floats);
+            batch_memory = batch.latents.data_ptr();
+          } else if (plan.indices[0] > 1) {
+            batch.latents = torch::zeros({1}, floats);  // made ahead while the test ends
+          } else {
+            dropped.wait();  // the consumer has let batch 0 go
+            torch::Tensor reused = torch::empty({numel}, floats);
+            result.same_block = reused.data_ptr() == batch_memory;
+            reused.fill_(-7.0);
+            flag.fill_(1);  // after the sentinel, on this (the producer's) stream
+            batch.latents = reused;
+          }
+          return batch;
+        });
+    torch::Tensor copy, timed_out;
+    {
+      tt::BatchPrefetcher::Item item = prefetcher.next();
+      timed_out = tt::spin_until_set(flag, 20.0);
+      copy = item.batch.latents.clone();  // queued behind the spin on the consumer's stream
+    }  // the consumer's last reference to batch 0 goes here
+    dropped_promise.set_value();
+    (void)prefetcher.next();
+    const torch::Tensor host = copy.cpu();  // waits for the consumer's stream
+    result.timed_out = timed_out.item<int32_t>() != 0;
+    result.consumer_saw_batch = torch::all(host == 1.0).item<bool>();
+    result.consumer_saw_sentinel = torch::any(host == -7.0).item<bool>();
+  }
+  tt::StreamHandoff::set_record_stream_for_testing(true);
+  torch::cuda::synchronize();
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("a handed-off batch's memory is not re-used while the consumer's stream still reads it (CUDA)",
+          "[gpu][prefetch]") {
+  TT_REQUIRE_GPU();
+  SECTION("record_stream on (the default): the consumer reads the batch") {
+    const HazardResult result = run_hazard(true);
+    CHECK_FALSE(result.timed_out);
+    CHECK_FALSE(result.same_block);
+    CHECK(result.consumer_saw_batch);
+    CHECK_FALSE(result.consumer_saw_sentinel);
+  }
+  SECTION("record_stream off: the test sees the hazard (it can fail)") {
+    const HazardResult result = run_hazard(false);
+    CHECK_FALSE(result.timed_out);
+    CHECK(result.same_block);
+    CHECK(result.consumer_saw_sentinel);
+  }
+}
+#endif
 
 TEST_CASE("the prefetch producer hints planned batches in order, lookahead ahead of the one it loads", "[prefetch]") {
   std::mutex mutex;

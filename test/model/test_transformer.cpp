@@ -104,6 +104,19 @@ TEST_CASE("padded text tokens do not change the output", "[model]") {
   CHECK_FALSE(torch::allclose(reference[1], changed_valid[1], 1e-4, 1e-4));
 }
 
+TEST_CASE("an all-zero text mask gives a finite output (the refiner's masked mean is 0, not 0/0)", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  auto in = make_inputs(c, 2, 6);
+  in.encoder_attention_mask[0].fill_(false);  // sample 0: no valid text token at all
+  auto out = model->forward(in);
+  CHECK(torch::isfinite(out).all().item<bool>());
+  // Its text is invisible: other values there change nothing.
+  in.encoder_hidden_states[0].copy_(torch::randn({6, c.text_embed_dim}) * 50);
+  CHECK(torch::allclose(out, model->forward(in), 1e-5, 1e-5));
+}
+
 TEST_CASE("batch elements are independent", "[model]") {
   auto c = small_config();
   tt::HunyuanVideoTransformer model(c);

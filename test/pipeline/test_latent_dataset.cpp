@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "core/errors.h"
@@ -223,4 +224,50 @@ TEST_CASE("epoch_order is a deterministic permutation", "[latent_dataset]") {
   CHECK(tt::epoch_order(10, 42, 0) == std::vector<int64_t>{4, 6, 7, 0, 9, 5, 1, 2, 3, 8});
   CHECK(tt::epoch_order(10, 42, 1) == std::vector<int64_t>{6, 9, 4, 5, 8, 3, 1, 0, 7, 2});
   CHECK(tt::epoch_order(10, 7, 3) == std::vector<int64_t>{1, 9, 3, 4, 6, 8, 7, 2, 0, 5});
+}
+
+TEST_CASE("latent dataset rejects an all-zero text mask and non-finite values when a row is loaded",
+          "[latent_dataset]") {
+  Fixture f;
+  // Row 2 passes the header checks; its values are wrong, which get() finds.
+  auto load_error = [&](const st::TensorMap& tensors) {
+    st::save(f.dir / "bad.safetensors", tensors);
+    f.write_manifest("{\"latents\": \"a.safetensors\"}\n{\"latents\": \"bad.safetensors\"}\n");
+    tt::LatentDataset dataset(small_options(f.manifest));
+    CHECK_NOTHROW(dataset.get(0));
+    return tt::test::expect_error([&] { (void)dataset.get(1); });
+  };
+  SECTION("all-zero text_mask") {
+    st::TensorMap row = good_row(4);
+    row["text_mask"] = torch::zeros({7}, torch::kUInt8);
+    check_row_error(load_error(row), "train.jsonl:2: ", "bad.safetensors: text_mask marks no token");
+  }
+  SECTION("NaN in latents") {
+    st::TensorMap row = good_row(4, torch::kFloat32);
+    row["latents"].view({-1})[17] = std::numeric_limits<float>::quiet_NaN();
+    check_row_error(load_error(row), "train.jsonl:2: ",
+                    "bad.safetensors: latents holds 1 non-finite value (NaN or inf; the first at flat index 17)");
+  }
+  SECTION("inf in text_states") {
+    st::TensorMap row = good_row(4);
+    row["text_states"] = row["text_states"].to(torch::kFloat32);
+    row["text_states"][3][2] = -std::numeric_limits<float>::infinity();
+    row["text_states"][5][0] = std::numeric_limits<float>::infinity();
+    check_row_error(load_error(row), "train.jsonl:2: ", "bad.safetensors: text_states holds 2 non-finite values");
+  }
+  SECTION("NaN in pooled") {
+    st::TensorMap row = good_row(4);
+    row["pooled"][0] = std::numeric_limits<float>::quiet_NaN();
+    check_row_error(load_error(row), "train.jsonl:2: ", "bad.safetensors: pooled holds 1 non-finite value");
+  }
+}
+
+TEST_CASE("check_sample_values passes a good sample and skips tensors that are not there", "[latent_dataset]") {
+  tt::LatentSample sample;
+  sample.text_states = torch::randn({3, 4});
+  sample.text_mask = torch::tensor({1, 0, 0}).to(torch::kBool);
+  sample.pooled = torch::randn({5});
+  CHECK(tt::check_sample_values(sample).empty());  // no latents yet (a video sample before its VAE encode)
+  sample.latents = torch::full({2, 2}, std::numeric_limits<float>::infinity());
+  CHECK(tt::check_sample_values(sample) == "latents holds 4 non-finite values (NaN or inf; the first at flat index 0)");
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# GPU machine: issue 11's stream checks (carry .device .testmedia). Prints a table; logs in $OUT.
+#   scripts/gpu_issue11.sh streams   while another process loads the GPU (scripts/gpu_load.py), in
+#                                    four parallel lanes: the prefetch equality test 20 times as it is
+#                                    now and 8 times with cuDNN benchmarking on (TELETRON_CUDNN_BENCHMARK=1,
+#                                    each thread then picks its own algorithms), the hand-off hazard test
+#                                    20 times, the NVDEC busy-stream test 20 times; then a copy of the tree
+#                                    with record_stream removed (core/stream_handoff.cpp) and with the
+#                                    old NVDEC order (the decoding stream waits for the caller's stream,
+#                                    no wait before unmapping): the hazard and busy-stream tests must fail.
+#   scripts/gpu_issue11.sh ctest     every test ([gpu] included) under `ctest -j 8`, RUNS times (default 3).
+set -uo pipefail
+part=${1:?usage: gpu_issue11.sh streams|ctest}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+source "$here/device_build.sh" || exit 1
+echo "build ${build_s}s"
+export TELETRON_TEST_MEDIA=$root/.testmedia
+equality='prefetched batches equal synchronous ones on a side stream (CUDA)'
+hazard="a handed-off batch's memory is not re-used while the consumer's stream still reads it (CUDA)"
+busy="NVDEC frames stay right while the caller's stream is busy during the decode"
+
+# lanes LABEL COUNT LANES BINARY "TEST" [ENV...]: COUNT runs of one test case, LANES processes at a
+# time; one table row; every run's log appended to $out/LABEL.log.
+lanes() {
+  local label=$1 count=$2 width=$3 binary=$4 name=$5; shift 5
+  local dir=/tmp/tt_runs_$label
+  rm -rf "$dir"; mkdir -p "$dir"
+  for lane in $(seq 1 "$width"); do
+    (for i in $(seq "$lane" "$width" "$count"); do
+       (cd "$(dirname "$binary")" && timeout 120 env "$@" "$binary" "$name") >"$dir/$i.log" 2>&1
+       echo $? >"$dir/$i.rc"
+     done) &
+  done
+  wait
+  local pass=0 fail=0 skip=0
+  for i in $(seq 1 "$count"); do
+    local rc; rc=$(cat "$dir/$i.rc")
+    if [ "$rc" = 0 ] && grep -q "All tests passed" "$dir/$i.log"; then pass=$((pass + 1))
+    elif [ "$rc" = 4 ]; then skip=$((skip + 1))
+    else fail=$((fail + 1)); fi
+    { echo "=== run $i exit $rc"; cat "$dir/$i.log"; } >>"$out/$label.log"
+  done
+  echo "| $label | $count | $pass | $fail | $skip |"
+  grep -hE "max \|prefetched|FAILED:|with expansion" "$dir"/*.log | sort | uniq -c | sort -rn | head -5
+}
+
+case "$part" in
+  streams)
+    python3 "$root/scripts/gpu_load.py" 420 >"$out/gpu_load.log" 2>&1 &
+    load=$!
+    sleep 5
+    app="$build/test/teletron_tests_app"
+    pipeline="$build/test/teletron_tests_pipeline"
+    echo "| test case (under load) | runs | passed | failed | skipped |"
+    echo "|---|---|---|---|---|"
+    lanes equality 20 4 "$app" "$equality"
+    lanes equality_benchmark_on 8 4 "$app" "$equality" TELETRON_CUDNN_BENCHMARK=1
+    lanes hazard 20 4 "$app" "$hazard"
+    lanes nvdec_busy 20 4 "$pipeline" "$busy"
+    work=/tmp/tt_old
+    rm -rf "$work"; mkdir -p "$work"
+    (cd "$root" && tar --exclude=./.device --exclude=./.testmedia -cf - .) | tar -xf - -C "$work"
+    sed -i 's/tensor.record_stream(consumer);/(void)tensor;  \/\/ record_stream removed/' "$work/core/stream_handoff.cpp"
+    sed -i -e '/^    nvdec::synchronize(cuda_stream);$/d' \
+           -e '/if (s.use_nvdec) on_decode_stream.emplace/d' \
+           -e 's/^  const int64_t reseek_gap = /  if (s.use_nvdec) nvdec::wait_for_current(s.cuda_stream, s.device_index);\n  const int64_t reseek_gap = /' \
+      "$work/pipeline/video_reader.cpp"
+    echo "patched: $(grep -c 'record_stream removed' "$work/core/stream_handoff.cpp") record_stream line removed;" \
+         "$(grep -c 'nvdec::wait_for_current' "$work/pipeline/video_reader.cpp") old wait restored"
+    cmake -S "$work" -B /tmp/build_old -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+      >"$out/old_configure.log" 2>&1
+    start=$(date +%s)
+    timeout 300 cmake --build /tmp/build_old -j "$(nproc)" --target teletron_tests_app teletron_tests_pipeline \
+      >"$out/old_build.log" 2>&1 || { tail -20 "$out/old_build.log"; }
+    echo "patched build $(( $(date +%s) - start ))s"
+    lanes hazard_without_record_stream 4 4 /tmp/build_old/test/teletron_tests_app "$hazard"
+    lanes nvdec_busy_old_order 4 4 /tmp/build_old/test/teletron_tests_pipeline "$busy"
+    kill $load 2>/dev/null; wait $load 2>/dev/null
+    cat "$out/gpu_load.log"
+    ;;
+  ctest)
+    for i in $(seq 1 "${RUNS:-3}"); do
+      start=$(date +%s)
+      timeout 280 ctest --test-dir "$build" --output-on-failure -j 8 >"$out/ctest_$i.log" 2>&1
+      rc=$?
+      echo "ctest run $i: exit $rc in $(( $(date +%s) - start )) s: $(grep -E 'tests passed|tests failed' "$out/ctest_$i.log")"
+      grep -E "\((Failed|SEGFAULT|Timeout|Subprocess aborted)\)" "$out/ctest_$i.log" | head
+      echo "  gpu tests passed: $(grep -E 'Passed' "$out/ctest_$i.log" | grep -c 'gpu\|CUDA\|NVDEC\|cuda') (by name); skipped: $(grep -c 'Skipped' "$out/ctest_$i.log")"
+    done
+    ;;
+  *) echo "streams or ctest" >&2; exit 2 ;;
+esac
