@@ -5,11 +5,8 @@
 #include "core/errors.h"
 #include "core/stream_handoff.h"
 
-#include <map>
-#include <memory>
 
 #ifdef TELETRON_WITH_NVDEC
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -112,60 +109,40 @@ void order(cudaStream_t signaller, cudaStream_t waiter) {
 
 }  // namespace
 
-// A stream this thread owns on one device; synchronised before it is destroyed, because a later
-// stream may get the same handle and the caching allocator keys the memory it keeps by handle.
-class OwnedStream {
- public:
-  explicit OwnedStream(int device_index) : device_index_(device_index) {
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_index);
-    const cudaError_t rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-    cudaSetDevice(previous);
-    check_sync(rc, "creating the decoding stream", nullptr, nullptr);
-  }
-  ~OwnedStream() {
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_index_);
-    cudaStreamSynchronize(stream_);  // errors ignored: at process exit the runtime may be gone already
-    cudaStreamDestroy(stream_);
-    cudaSetDevice(previous);
-  }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  int device_index_ = 0;
-};
-
-void* decode_stream(int device_index) {
-  thread_local std::map<int, std::unique_ptr<OwnedStream>> streams;  // by device
-  std::unique_ptr<OwnedStream>& stream = streams[device_index];
-  if (!stream) stream = std::make_unique<OwnedStream>(device_index);
-  return stream->get();
+OwnedStream::~OwnedStream() {
+  if (stream_ == nullptr) return;
+  // Synchronised first: a later stream may get the same handle, and the caching allocator keys the
+  // memory it keeps by stream handle.
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_index_);
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  cudaSetDevice(previous);
 }
 
-void synchronize(void* stream) {
-  const auto raw = static_cast<cudaStream_t>(stream);
-  check_sync(cudaStreamSynchronize(raw), "waiting for the decoding stream", raw, nullptr);
+void* OwnedStream::get(int device_index) {
+  if (stream_ != nullptr) {
+    TT_ASSERT(device_index == device_index_, "a reader's stream is on device ", device_index_, ", asked for ",
+              device_index);
+    return stream_;
+  }
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_index);
+  cudaStream_t stream = nullptr;
+  const cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaSetDevice(previous);
+  check_sync(rc, "creating the decoder's stream", nullptr, nullptr);
+  stream_ = stream;
+  device_index_ = device_index;
+  return stream_;
 }
 
-struct StreamScope::Guard {
-  c10::cuda::CUDAStreamGuard guard;
-};
-
-StreamScope::StreamScope(void* stream, int device_index)
-    : guard_(new Guard{c10::cuda::CUDAStreamGuard(c10::cuda::getStreamFromExternal(
-          static_cast<cudaStream_t>(stream), static_cast<c10::DeviceIndex>(device_index)))}) {}
-
-StreamScope::~StreamScope() = default;
-
-void used_on_current(const torch::Tensor& tensor, int device_index) {
-  if (tensor.defined() && tensor.is_cuda())
-    tensor.record_stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)));
+void OwnedStream::synchronize() const {
+  if (stream_ == nullptr) return;
+  const auto stream = static_cast<cudaStream_t>(stream_);
+  check_sync(cudaStreamSynchronize(stream), "waiting for the decoder's stream", stream, nullptr);
 }
 
 void wait_for_current(void* stream, int device_index) {
@@ -185,13 +162,6 @@ void synchronize(void*) {}
 struct StreamScope::Guard {};
 StreamScope::StreamScope(void*, int) {}
 StreamScope::~StreamScope() = default;
-void used_on_current(const torch::Tensor&, int) {}
-void wait_for_current(void*, int) {}
-void current_waits_for(void*, int) {}
-
-void attach(AVCodecContext*, int, void*, FormatEvents*, const std::string& path) {
-  throw Error(ErrorCode::kInternal, str_cat(path, ": NVDEC requested from a build without it"));
-}
 
 bool copy_frame(const AVFrame*, const torch::Tensor&, const torch::Tensor&, void*) { return false; }
 

@@ -53,27 +53,23 @@ void attach(AVCodecContext* codec, int device_index, void* stream, FormatEvents*
 /// floor(H/2) chroma rows out of the decoder; the last row repeats the one above it.
 bool copy_frame(const AVFrame* frame, const torch::Tensor& y, const torch::Tensor& uv, void* stream);
 
-/// The calling thread's decoding stream on `device_index` (a non-blocking cudaStream_t): made on
-/// first use, one per thread and device, never one of LibTorch's pool (which could be a producer's
-/// stream, whose VAE encode the copies would then queue behind); finished and destroyed when the
-/// thread ends. TT_ERR_SYNC when CUDA cannot make it.
-void* decode_stream(int device_index);
-
-/// Blocks the host until the work queued on `stream` has finished (TT_ERR_SYNC when that fails).
-void synchronize(void* stream);
-
-/// For its lifetime, `stream` is the current stream of `device_index` on this thread (so that
-/// tensors made meanwhile come from the caching allocator's pool for that stream).
-class StreamScope {
+/// A CUDA stream (cudaStream_t, non-blocking) owned by one reader for its decoding: never one of
+/// LibTorch's pool, which could be the stream of a producer whose VAE encode the copies would then
+/// queue behind. Destroyed after the work queued on it has finished.
+class OwnedStream {
  public:
-  StreamScope(void* stream, int device_index);
-  ~StreamScope();
-  StreamScope(const StreamScope&) = delete;
-  StreamScope& operator=(const StreamScope&) = delete;
+  OwnedStream() = default;
+  ~OwnedStream();
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  /// Creates the stream on `device_index` the first time (TT_ERR_SYNC when CUDA refuses).
+  void* get(int device_index);
+  /// Blocks the host until the work queued on the stream has finished (nothing before get()).
+  void synchronize() const;
 
  private:
-  struct Guard;
-  std::unique_ptr<Guard> guard_;
+  void* stream_ = nullptr;
+  int device_index_ = -1;
 };
 
 /// `stream` waits (CUDA event) for the work queued so far on the current stream of `device_index`.
@@ -82,9 +78,5 @@ void wait_for_current(void* stream, int device_index);
 
 /// The current stream of `device_index` waits (CUDA event) for the work queued so far on `stream`.
 void current_waits_for(void* stream, int device_index);
-
-/// Marks `tensor` (made on another stream) as used by the current stream of `device_index`, so that
-/// its memory is not handed out again before that stream's work on it is done.
-void used_on_current(const torch::Tensor& tensor, int device_index);
 
 }  // namespace tt::nvdec

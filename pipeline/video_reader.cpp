@@ -113,6 +113,9 @@ struct VideoReader::State {
   VideoReaderOptions options;
   VideoInfo info;
   FrameIndex index;
+  // Declared before the codec context so that it goes after it: FFmpeg's frame pool is freed with
+  // the context while copies on this stream may still read it.
+  nvdec::OwnedStream decoder_stream;
   av::FormatContextPtr format;
   av::CodecContextPtr codec;
   av::PacketPtr packet;
@@ -123,7 +126,7 @@ struct VideoReader::State {
   int device_index = -1;          // CUDA device of options.device, -1 for the CPU
   bool use_nvdec = false;
   nvdec::FormatEvents nvdec_events;  // what the hwaccel's get_format saw (fallback, decoder inits)
-  void* cuda_stream = nullptr;    // the stream NVDEC maps and copies pictures on (the thread's decoding stream)
+  void* cuda_stream = nullptr;    // the stream NVDEC pictures are written on (decoder_stream's)
   int seek_count = 0;
   int64_t decoded_count = 0;
   int64_t generation = 0;         // bumped by every seek; packets carry it, frames of older ones are dropped
@@ -288,7 +291,7 @@ void VideoReader::State::open_decoder() {
 #endif
   drained = false;
   if (use_nvdec) {
-    cuda_stream = nvdec::decode_stream(device_index);
+    cuda_stream = decoder_stream.get(device_index);
     nvdec_events.fell_back = false;
     nvdec::attach(codec.get(), device_index, cuda_stream, &nvdec_events, info.path);
     codec->thread_count = 1;  // the engine decodes; one thread parses
@@ -301,8 +304,9 @@ void VideoReader::State::open_decoder() {
 }
 
 void VideoReader::State::switch_to_cpu(const std::string& reason) {
-  // The NVDEC decoder goes with the old codec context: work still queued on its stream finishes first.
-  if (use_nvdec && cuda_stream != nullptr) nvdec::synchronize(cuda_stream);
+  // The NVDEC context (and FFmpeg's frame pool) goes with the old codec context: copies out of it
+  // that are still queued finish first.
+  decoder_stream.synchronize();
   spdlog::warn("{}: NVDEC could not decode this file ({}); decoding it on the CPU from now on", info.path, reason);
   use_nvdec = false;
   info.decode_path = "cpu";
@@ -453,11 +457,6 @@ void VideoReader::State::store(const AVFrame* source, DecodedFrames& out, int64_
       throw NvdecRefused(str_cat("FFmpeg gave a ", name != nullptr ? name : "unknown", " frame, not an NV12/P010 "
                                  "CUDA surface"));
     }
-    // FFmpeg 5.1 hands out the mapped NVDEC surface itself and unmaps it when the frame is
-    // unreferenced (right after this returns), after which the decoder may map the next picture into
-    // it: the copy must be done by then, as NVIDIA's own decoder sample waits before unmapping. It
-    // waits for nothing else (the planes belong to this stream), so this costs the copy alone.
-    nvdec::synchronize(cuda_stream);
     return;
   }
   const AVFrame* planar = to_yuv420(source);
@@ -553,15 +552,8 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   const bool to_gpu = s.options.device.is_cuda();
   const auto planes = s.use_nvdec ? torch::dtype(dtype).device(s.options.device)
                                   : torch::dtype(dtype).pinned_memory(to_gpu);
-  {
-    // NVDEC's planes come from the decoding stream's pool, so its copies need not wait for the
-    // current stream first (a wait there would hold each copy behind, say, a producer's VAE encode
-    // while FFmpeg unmaps the surface it reads: see store()).
-    std::optional<nvdec::StreamScope> on_decode_stream;
-    if (s.use_nvdec) on_decode_stream.emplace(s.cuda_stream, s.device_index);
-    out.y = torch::empty({frames, info.height, info.width}, planes);
-    out.uv = torch::empty({frames, (info.height + 1) / 2, (info.width + 1) / 2, 2}, planes);
-  }
+  out.y = torch::empty({frames, info.height, info.width}, planes);
+  out.uv = torch::empty({frames, (info.height + 1) / 2, (info.width + 1) / 2, 2}, planes);
   out.indices = torch::tensor(std::vector<int64_t>(indices.begin(), indices.end()), torch::kInt64);
   out.seconds = torch::empty({frames}, torch::kFloat64);
   for (int64_t t = 0; t < frames; ++t) out.seconds[t] = s.index.seconds(indices[t]);
@@ -574,6 +566,30 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   // Needed frames by index, for the per-packet skip decision.
   std::vector<uint8_t> needed(static_cast<size_t>(count), 0);
   for (int64_t frame_index : indices) needed[static_cast<size_t>(frame_index)] = 1;
+  // NVDEC copies into the new tensors on the reader's stream, after the current stream's work (the
+  // tensors are the current stream's); whatever way this function ends, the current stream then
+  // waits for those copies before it (or the caching allocator, when an error frees the tensors)
+  // uses that memory again.
+  struct OrderAfterCopies {
+    State* state = nullptr;  // null: nothing queued on the reader's stream
+    ~OrderAfterCopies() {
+      if (state == nullptr) return;
+      try {
+        nvdec::current_waits_for(state->cuda_stream, state->device_index);
+      } catch (const Error& error) {
+        // Unwinding already: wait on the host instead, so that no copy outlives the tensors.
+        spdlog::error("{}; waiting for the decoder's stream on the host", error.what());
+        try {
+          state->decoder_stream.synchronize();
+        } catch (const Error&) {
+        }
+      }
+    }
+  } order_after_copies;
+  if (s.use_nvdec) {
+    nvdec::wait_for_current(s.cuda_stream, s.device_index);  // the new tensors are free to write
+    order_after_copies.state = &s;
+  }
   const int64_t reseek_gap = s.options.reseek_gap >= 0 ? s.options.reseek_gap : (s.use_nvdec ? 48 : 1);
 
   int64_t next = 0;                    // position in `indices` of the next frame to produce
@@ -675,11 +691,8 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
     }
   }
   if (s.use_nvdec) {
-    // The planes go on to the current stream: it waits for the decoding stream (done already, store()
-    // waited for each copy) and holds their memory until its own work on them is done.
-    nvdec::current_waits_for(s.cuda_stream, s.device_index);
-    nvdec::used_on_current(out.y, s.device_index);
-    nvdec::used_on_current(out.uv, s.device_index);
+    order_after_copies.state = nullptr;
+    nvdec::current_waits_for(s.cuda_stream, s.device_index);  // here a failure is TT_ERR_SYNC
   } else if (to_gpu) {
     out.y = out.y.to(s.options.device, /*non_blocking=*/true);
     out.uv = out.uv.to(s.options.device, /*non_blocking=*/true);

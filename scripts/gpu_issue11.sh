@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
 # GPU machine: issue 11's stream checks (carry .device .testmedia). Prints a table; logs in $OUT.
-#   scripts/gpu_issue11.sh streams   while another process loads the GPU (scripts/gpu_load.py), in
-#                                    one run at a time: the prefetch equality test, the hand-off hazard
-#                                    test and the NVDEC busy-stream test RUNS times each (default 20);
-#                                    then a copy of the tree
-#                                    with record_stream removed (core/stream_handoff.cpp) and with the
-#                                    old NVDEC order (the decoding stream waits for the caller's stream,
-#                                    no wait before unmapping): the hazard and busy-stream tests must fail.
+#   scripts/gpu_issue11.sh streams   while another process loads the GPU (scripts/gpu_load.py), one
+#                                    run at a time: the prefetch equality test and the hand-off hazard
+#                                    test RUNS times each (default 20); then a copy of the tree with
+#                                    record_stream removed (core/stream_handoff.cpp): the hazard test
+#                                    must fail there.
 #   scripts/gpu_issue11.sh ctest     every test ([gpu] included) under `ctest -j 8`, RUNS times (default 3).
 set -uo pipefail
 part=${1:?usage: gpu_issue11.sh streams|ctest}
@@ -17,7 +15,6 @@ echo "build ${build_s}s" | tee -a "$out/summary.txt"
 export TELETRON_TEST_MEDIA=$root/.testmedia
 equality='prefetched batches equal synchronous ones on a side stream (CUDA)'
 hazard="a handed-off batch's memory is not re-used while the consumer's stream still reads it (CUDA)"
-busy="NVDEC frames stay right while the caller's stream is busy during the decode"
 
 # lanes LABEL COUNT LANES BINARY "TEST" [ENV...]: COUNT runs of one test case, LANES processes at a
 # time; one table row; every run's log appended to $out/LABEL.log.
@@ -51,7 +48,6 @@ case "$part" in
     load=$!
     sleep 5
     app="$build/test/teletron_tests_app"
-    pipeline="$build/test/teletron_tests_pipeline"
     # RUNS runs of each, one at a time (parallel lanes time-slice the GPU between contexts and each
     # run takes several times longer).
     n=${RUNS:-20}
@@ -59,25 +55,18 @@ case "$part" in
       tee -a "$out/summary.txt"
     lanes equality "$n" 1 "$app" "$equality"
     lanes hazard "$n" 1 "$app" "$hazard"
-    lanes nvdec_busy "$n" 1 "$pipeline" "$busy"
     work=/tmp/tt_old
     rm -rf "$work"; mkdir -p "$work"
     (cd "$root" && tar --exclude=./.device --exclude=./.testmedia -cf - .) | tar -xf - -C "$work"
     sed -i 's/tensor.record_stream(consumer);/(void)tensor;  \/\/ record_stream removed/' "$work/core/stream_handoff.cpp"
-    sed -i -e '/^    nvdec::synchronize(cuda_stream);$/d' \
-           -e '/if (s.use_nvdec) on_decode_stream.emplace/d' \
-           -e 's/^  const int64_t reseek_gap = /  if (s.use_nvdec) nvdec::wait_for_current(s.cuda_stream, s.device_index);\n  const int64_t reseek_gap = /' \
-      "$work/pipeline/video_reader.cpp"
-    echo "patched: $(grep -c 'record_stream removed' "$work/core/stream_handoff.cpp") record_stream line removed;" \
-         "$(grep -c 'nvdec::wait_for_current' "$work/pipeline/video_reader.cpp") old wait restored"
+    echo "patched: $(grep -c 'record_stream removed' "$work/core/stream_handoff.cpp") record_stream line removed"
     cmake -S "$work" -B /tmp/build_old -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
       >"$out/old_configure.log" 2>&1
     start=$(date +%s)
-    timeout 300 cmake --build /tmp/build_old -j "$(nproc)" --target teletron_tests_app teletron_tests_pipeline \
+    timeout 300 cmake --build /tmp/build_old -j "$(nproc)" --target teletron_tests_app \
       >"$out/old_build.log" 2>&1 || { tail -20 "$out/old_build.log"; }
     echo "patched build $(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
     lanes hazard_without_record_stream 2 1 /tmp/build_old/test/teletron_tests_app "$hazard"
-    lanes nvdec_busy_old_order 2 1 /tmp/build_old/test/teletron_tests_pipeline "$busy"
     kill $load 2>/dev/null; wait $load 2>/dev/null
     cat "$out/gpu_load.log"
     ;;

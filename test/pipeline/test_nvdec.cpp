@@ -231,36 +231,3 @@ TEST_CASE("NVDEC sets its decoder up once per file: H.264 seeks without a flush"
   CHECK(through.last_seek_count() == 1);
   CHECK(torch::equal(c.y.cpu(), expected.y));
 }
-
-// FFmpeg 5.1 returns the mapped NVDEC surface and unmaps it when the frame is unreferenced, right
-// after the reader queues its copy: a copy held back on its stream then reads whatever picture the
-// decoder maps there next. The current stream is held here by a spin kernel for the whole decode,
-// as a producer's VAE encode holds it in training; the frames must still be the CPU path's. The
-// flag that releases the spin is written from another stream once decode() has returned.
-TEST_CASE("NVDEC frames stay right while the caller's stream is busy during the decode", "[gpu][nvdec]") {
-  TT_REQUIRE_GPU();
-#ifdef TELETRON_WITH_CUDA
-  const torch::Device cuda(torch::kCUDA, 0);
-  const std::string path = h264();  // 30 frames with B-frames
-  tt::VideoReader reference(path);  // CPU
-  const tt::DecodedFrames expected = reference.decode(all_frames(reference));
-  torch::Tensor y, uv, timed_out;
-  {
-    c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool(false, 0));
-    torch::Tensor flag = torch::zeros({1}, torch::TensorOptions().device(cuda).dtype(torch::kInt32));
-    timed_out = tt::spin_until_set(flag, 20.0);  // holds this stream until the flag is set
-    tt::VideoReader reader(path, on(cuda));
-    const tt::DecodedFrames got = reader.decode(all_frames(reader));
-    y = got.y.clone();  // queued behind the spin, as the colour kernel would be
-    uv = got.uv.clone();
-    {
-      c10::cuda::CUDAStreamGuard release(c10::cuda::getStreamFromPool(false, 0));
-      flag.fill_(1);
-    }
-    c10::cuda::getCurrentCUDAStream(0).synchronize();
-  }
-  CHECK(timed_out.item<int32_t>() == 0);
-  CHECK(torch::equal(y.cpu(), expected.y));
-  CHECK(torch::equal(uv.cpu(), expected.uv));
-#endif
-}
