@@ -30,19 +30,6 @@ const char kStateFile[] = "state.safetensors";
 const char kInfoFile[] = "state.json";
 const char kTempPrefix[] = ".tmp_";
 
-std::string join(const std::string& folder, const std::string& name) { return (fs::path(folder) / name).string(); }
-
-// Non-throwing checks: a permission error reads as "not there" instead of escaping as a
-// std::filesystem_error that main() would not recognise.
-bool is_file(const std::string& path) {
-  std::error_code ignored;
-  return fs::is_regular_file(path, ignored);
-}
-bool is_dir(const std::string& path) {
-  std::error_code ignored;
-  return fs::is_directory(path, ignored);
-}
-
 // Deletes a folder tree, ignoring errors. Deliberately not fs::remove_all: the LibTorch wheel
 // exports its own statically linked copy of it (pytorch/pytorch#133437), which crashes unless
 // libstdc++ precedes libtorch in the link order; plain iteration and fs::remove are unaffected.
@@ -111,7 +98,7 @@ std::optional<nlohmann::json> read_info(const std::string& path) {
 }
 
 safetensors::TensorMap load_tensors(const std::string& folder, const char* file) {
-  std::string path = join(folder, file);
+  std::string path = join_path(folder, file);
   if (!is_file(path)) bad_checkpoint(folder, str_cat(file, " is missing"));
   try {
     return safetensors::load(path);
@@ -121,7 +108,7 @@ safetensors::TensorMap load_tensors(const std::string& folder, const char* file)
 }
 
 nlohmann::json load_info(const std::string& folder) {
-  std::string path = join(folder, kInfoFile);
+  std::string path = join_path(folder, kInfoFile);
   if (!is_file(path))
     bad_checkpoint(folder, str_cat(kInfoFile, " is missing (the write was interrupted)"));
   std::optional<nlohmann::json> info = read_info(path);
@@ -137,12 +124,12 @@ nlohmann::json load_info(const std::string& folder) {
 
 // Writes the three files into `temp` in the order that makes state.json the commit marker.
 void write_folder(const std::string& temp, const Checkpoint& ckpt) {
-  safetensors::save(join(temp, kModelFile), ckpt.model, {{"format", "pt"}});
-  safetensors::save(join(temp, kStateFile), ckpt.state);
+  safetensors::save(join_path(temp, kModelFile), ckpt.model, {{"format", "pt"}});
+  safetensors::save(join_path(temp, kStateFile), ckpt.state);
   nlohmann::json info = ckpt.info.is_object() ? ckpt.info : nlohmann::json::object();
   info["step"] = ckpt.step;
   info["complete"] = true;
-  write_text_synced(join(temp, kInfoFile), info.dump(2) + "\n");
+  write_text_synced(join_path(temp, kInfoFile), info.dump(2) + "\n");
   fsync_path(temp, true);
 }
 
@@ -153,7 +140,7 @@ void install_folder(const std::string& dir, const std::string& temp, const std::
   std::string aside;
   std::error_code ignored;
   if (fs::exists(fs::symlink_status(final_path, ignored))) {
-    aside = join(dir, str_cat(kTempPrefix, "old_", folder_name(step), "_", ::getpid()));
+    aside = join_path(dir, str_cat(kTempPrefix, "old_", folder_name(step), "_", ::getpid()));
     remove_quietly(aside);
     rename_or_throw(final_path, aside);
   }
@@ -176,8 +163,9 @@ std::string save(const std::string& checkpoints_dir, const Checkpoint& ckpt) {
   fs::create_directories(checkpoints_dir, error);
   TT_CHECK(!error, ErrorCode::kIo, "cannot create checkpoint folder ", checkpoints_dir, ": ", error.message());
 
-  std::string final_path = join(checkpoints_dir, folder_name(ckpt.step));
-  std::string temp = join(checkpoints_dir, str_cat(kTempPrefix, folder_name(ckpt.step), "_", ::getpid()));
+  std::string final_path = join_path(checkpoints_dir, folder_name(ckpt.step));
+  std::string temp =
+      join_path(checkpoints_dir, str_cat(kTempPrefix, folder_name(ckpt.step), "_", ::getpid()));
   remove_quietly(temp);  // a leftover of our own pid from an earlier failed attempt
   fs::create_directory(temp, error);
   TT_CHECK(!error, ErrorCode::kIo, "cannot create ", temp, ": ", error.message());
@@ -205,14 +193,14 @@ Checkpoint load(const std::string& folder) {
 }
 
 bool is_complete(const std::string& folder) {
-  std::optional<nlohmann::json> info = read_info(join(folder, kInfoFile));
+  std::optional<nlohmann::json> info = read_info(join_path(folder, kInfoFile));
   if (!info) return false;
   auto complete = info->find("complete");
   if (complete == info->end() || *complete != true) return false;
   // Headers are cheap to check and catch files damaged after the fact (e.g. truncated by a copy).
   for (const char* file : {kModelFile, kStateFile}) {
     try {
-      safetensors::read_header(join(folder, file));
+      safetensors::read_header(join_path(folder, file));
     } catch (const Error&) {
       return false;
     }
@@ -255,7 +243,7 @@ void prune(const std::string& checkpoints_dir, int64_t keep) {
     // Renamed first so that a kill during the recursive delete leaves a .tmp_ folder, not a
     // half-deleted step_ folder.
     std::string name = fs::path(complete[i]).filename().string();
-    std::string doomed = join(checkpoints_dir, str_cat(kTempPrefix, "pruned_", name, "_", ::getpid()));
+    std::string doomed = join_path(checkpoints_dir, str_cat(kTempPrefix, "pruned_", name, "_", ::getpid()));
     std::error_code rename_error;
     fs::rename(complete[i], doomed, rename_error);
     remove_quietly(rename_error ? complete[i] : doomed);

@@ -59,6 +59,20 @@ void rename_or_throw(const std::string& from, const std::string& to) {
   TT_CHECK(!error, ErrorCode::kIo, "cannot rename ", from, " to ", to, ": ", error.message());
 }
 
+bool is_file(const std::string& path) {
+  std::error_code ignored;
+  return std::filesystem::is_regular_file(path, ignored);
+}
+
+bool is_dir(const std::string& path) {
+  std::error_code ignored;
+  return std::filesystem::is_directory(path, ignored);
+}
+
+std::string join_path(const std::string& folder, const std::string& name) {
+  return (std::filesystem::path(folder) / name).string();
+}
+
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -11,12 +11,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "core/mapped_file.h"
 
 namespace tt::safetensors {
 namespace {
@@ -59,59 +59,17 @@ std::string supported_dtype_list() {
 }
 
 
-// Opens `path` for reading and returns the fd; *size receives its length. Only regular files:
-// a directory or device would make mmap fail with a confusing message.
-int open_regular_file(const std::string& path, size_t* size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TT_CHECK(fd >= 0, ErrorCode::kIo, "cannot open ", path, ": ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int saved = errno;
-    ::close(fd);
-    throw Error(ErrorCode::kIo, str_cat("cannot stat ", path, ": ", std::strerror(saved)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(ErrorCode::kIo, str_cat("cannot read ", path, ": ",
-                                        S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file"));
-  }
-  *size = static_cast<size_t>(st.st_size);
-  return fd;
-}
-
-// A read-only mapping of a whole file, unmapped on destruction. Empty files are not mapped
-// (mmap rejects length 0); data() is then null.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    int fd = open_regular_file(path, &size_);
-    if (size_ > 0) {
-      void* addr = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      int saved = errno;
-      ::close(fd);  // the mapping keeps the file alive
-      TT_CHECK(addr != MAP_FAILED, ErrorCode::kIo, "cannot mmap ", path, ": ", std::strerror(saved));
-      data_ = static_cast<const uint8_t*>(addr);
-    } else {
-      ::close(fd);
-    }
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 [[noreturn]] void bad_file(const std::string& path, const std::string& problem) {
   throw Error(ErrorCode::kData, str_cat(path, ": ", problem),
               "the file is damaged or not a safetensors file; re-create it");
+}
+
+// "[1, 2, 3]" of the shape as written, for messages (entries may exceed int64).
+std::string dim_list(const nlohmann::json& shape) {
+  std::string out;
+  for (const nlohmann::json& dim : shape)  // only numbers are printed: dump() recurses into nested arrays
+    out += (out.empty() ? "" : ", ") + (dim.is_number() ? dim.dump() : std::string("?"));
+  return "[" + out + "]";
 }
 
 std::map<std::string, std::string> parse_metadata(const std::string& path, const nlohmann::json& value) {
@@ -145,17 +103,22 @@ TensorInfo parse_tensor(const std::string& path, const std::string& name, const 
 
   TensorInfo info;
   info.dtype = dtype->dtype;
-  uint64_t numel = 1;
+  // `numel` bounds the bytes read; `span` (the product of max(size, 1), what contiguous strides
+  // reach) must fit too, or an empty tensor of shape [0, 2^40, 2^40] would overflow the strides
+  // that torch::empty and weight_io compute for it.
+  uint64_t numel = 1, span = 1;
   for (const nlohmann::json& dim : *shape_it) {
     if (!dim.is_number_unsigned()) bad_file(path, where + " has a shape entry that is not a non-negative integer");
     uint64_t size = dim.get<uint64_t>();
-    if (size > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, size, &numel))
-      bad_file(path, where + " has a shape too large to address");
+    if (size > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, size, &numel) ||
+        __builtin_mul_overflow(span, std::max<uint64_t>(size, 1), &span) ||
+        span > static_cast<uint64_t>(INT64_MAX))
+      bad_file(path, str_cat(where, " has shape ", dim_list(*shape_it), ", too large to address"));
     info.shape.push_back(static_cast<int64_t>(size));
   }
   uint64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype->element_size), &nbytes))
-    bad_file(path, where + " has a shape too large to address");
+    bad_file(path, str_cat(where, " has shape ", dim_list(*shape_it), ", too large to address"));
 
   const nlohmann::json& begin_json = (*offsets_it)[0];
   const nlohmann::json& end_json = (*offsets_it)[1];
@@ -176,32 +139,58 @@ TensorInfo parse_tensor(const std::string& path, const std::string& name, const 
   return info;
 }
 
-// Parses and validates the header of a mapped file; *data_start receives the data section offset.
-Header parse_header(const std::string& path, const MappedFile& file, uint64_t* data_start) {
-  uint64_t size = file.size();
+// Rejects two tensors sharing bytes: a writer never produces that, and a damaged index that makes
+// two names alias one range would silently load the same values twice.
+void check_no_overlap(const std::string& path, const Header& header) {
+  std::vector<std::pair<const std::string*, const TensorInfo*>> ranges;
+  for (const auto& [name, info] : header.tensors)
+    if (info.offset_end > info.offset_begin) ranges.push_back({&name, &info});  // empty tensors take no bytes
+  std::sort(ranges.begin(), ranges.end(),
+            [](const auto& a, const auto& b) { return a.second->offset_begin < b.second->offset_begin; });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const TensorInfo& before = *ranges[i - 1].second;
+    const TensorInfo& after = *ranges[i].second;
+    if (after.offset_begin < before.offset_end)
+      bad_file(path, str_cat("tensor \"", *ranges[i].first, "\" has data_offsets [", after.offset_begin, ", ",
+                             after.offset_end, "] overlapping tensor \"", *ranges[i - 1].first, "\" [",
+                             before.offset_begin, ", ", before.offset_end, "]"));
+  }
+}
+
+}  // namespace
+
+Header parse_header(const uint8_t* data, size_t size, const std::string& path) {
   if (size < 8)
     bad_file(path, str_cat("file is ", size, " bytes, too short for the 8-byte header length"));
   uint64_t header_size = 0;
-  std::memcpy(&header_size, file.data(), 8);  // little-endian on disk and on the host
+  std::memcpy(&header_size, data, 8);  // little-endian on disk and on the host
+  // Checked before anything is parsed or allocated: the length field is the first thing a
+  // damaged or hostile file controls.
+  if (header_size > kMaxHeaderBytes)
+    bad_file(path, str_cat("header length ", header_size, " exceeds the format's limit of ", kMaxHeaderBytes,
+                           " bytes (not a safetensors file?)"));
   if (header_size > size - 8)
     bad_file(path, str_cat("header length ", header_size, " exceeds the ", size - 8,
                            " bytes after the length field (truncated or not a safetensors file)"));
-  const char* text = reinterpret_cast<const char*>(file.data() + 8);
+  const char* text = reinterpret_cast<const char*>(data + 8);
   nlohmann::json json = nlohmann::json::parse(text, text + header_size, nullptr, false);
   if (json.is_discarded()) bad_file(path, "header is not valid JSON");
   if (!json.is_object()) bad_file(path, "header is not a JSON object");
 
-  *data_start = 8 + header_size;
-  uint64_t data_size = size - *data_start;
   Header header;
+  header.data_start = static_cast<int64_t>(8 + header_size);
+  uint64_t data_size = size - (8 + header_size);
   for (auto it = json.begin(); it != json.end(); ++it) {
     if (it.key() == "__metadata__")
       header.metadata = parse_metadata(path, it.value());
     else
       header.tensors[it.key()] = parse_tensor(path, it.key(), it.value(), data_size);
   }
+  check_no_overlap(path, header);
   return header;
 }
+
+namespace {
 
 std::string name_list(const Header& header) {
   std::string out;
@@ -354,16 +343,14 @@ torch::Dtype dtype_from_name(const std::string& name) {
 
 Header read_header(const std::string& path) {
   MappedFile file(path);
-  uint64_t data_start = 0;
-  return parse_header(path, file, &data_start);
+  return parse_header(file.data(), file.size(), path);
 }
 
 TensorMap load(const std::string& path, const std::vector<std::string>& names,
                std::map<std::string, std::string>* metadata) {
   MappedFile file(path);
-  uint64_t data_start = 0;
-  Header header = parse_header(path, file, &data_start);
-  const uint8_t* data_section = file.data() + data_start;
+  Header header = parse_header(file.data(), file.size(), path);
+  const uint8_t* data_section = file.data() + header.data_start;
   TensorMap tensors;
   if (names.empty()) {
     for (const auto& [name, info] : header.tensors) tensors[name] = copy_tensor(info, data_section);

@@ -6,19 +6,17 @@
 
 #include <torch/torch.h>
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
+#include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "core/mapped_file.h"
 #include "core/safetensors.h"
 #include "core/torch_save.h"
 #include "model/key_map.h"
@@ -49,18 +47,6 @@ const char* const kDiffusersMarkers[] = {"transformer_blocks.",
                                          "proj_out."};
 
 // ---- small file helpers --------------------------------------------------------------------
-
-bool is_file(const std::string& path) {
-  std::error_code ignored;
-  return fs::is_regular_file(path, ignored);
-}
-bool is_dir(const std::string& path) {
-  std::error_code ignored;
-  return fs::is_directory(path, ignored);
-}
-std::string join(const std::string& folder, const std::string& name) {
-  return (fs::path(folder) / name).string();
-}
 
 nlohmann::json read_json(const std::string& path) {
   nlohmann::json json = nlohmann::json::parse(read_text_file(path), nullptr, /*allow_exceptions=*/false);
@@ -105,9 +91,11 @@ void write_safetensors_atomic(const std::string& path, const safetensors::Tensor
 
 // ---- indexing files ------------------------------------------------------------------------
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+// As torch computes them (a size-0 dimension counts as 1), checked: the shape comes from a file.
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape, const std::string& what) {
   std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
+  for (size_t d = shape.size(); d-- > 1;)
+    strides[d - 1] = checked_mul(strides[d], std::max<int64_t>(shape[d], 1), ErrorCode::kCheckpoint, what);
   return strides;
 }
 
@@ -134,14 +122,12 @@ std::map<std::string, StoredTensor> index_file(const std::string& path, int file
                 str_cat(error.what(), " (neither a safetensors file nor a torch.save zip archive)"),
                 error.hint());
   }
-  uint64_t header_size = 0;
-  {
-    std::ifstream in(path, std::ios::binary);
-    in.read(reinterpret_cast<char*>(&header_size), 8);  // validated by read_header
-  }
   for (auto& [name, info] : header.tensors) {
-    int64_t offset = 8 + static_cast<int64_t>(header_size) + info.offset_begin;
-    tensors[name] = {file, info.dtype, info.shape, contiguous_strides(info.shape), offset};
+    std::string what = str_cat(path, ": tensor \"", name, "\"");
+    int64_t offset =
+        checked_add(header.data_start, info.offset_begin, ErrorCode::kCheckpoint, what + ": offset");
+    tensors[name] = {file, info.dtype, info.shape, contiguous_strides(info.shape, what + ": strides"),
+                     offset};
   }
   return tensors;
 }
@@ -220,7 +206,7 @@ WeightSource open_index(const std::string& index_path) {
   WeightSource source;
   std::vector<std::string> problems;
   for (const auto& [shard, keys] : keys_by_shard) {
-    std::string shard_path = join(folder, shard);
+    std::string shard_path = join_path(folder, shard);
     if (!is_file(shard_path)) {
       problems.push_back(str_cat("shard ", shard, " (", keys.size(), " tensors) does not exist"));
       continue;
@@ -264,14 +250,15 @@ std::string describe_folder(const std::string& folder) {
 
 WeightSource open_folder(const std::string& path) {
   std::string folder = path;
-  if (is_file(join(path, "transformer/config.json"))) folder = join(path, "transformer");  // pipeline folder
-  std::string config = join(folder, kConfigFile);
+  if (is_file(join_path(path, "transformer/config.json")))
+    folder = join_path(path, "transformer");  // pipeline folder
+  std::string config = join_path(folder, kConfigFile);
   const std::string candidates[] = {kIndexFile, kSingleFile, "diffusion_pytorch_model.bin.index.json",
                                     "diffusion_pytorch_model.bin", kOfficialTorchFile};
   std::string chosen;
   for (const std::string& name : candidates) {
-    if (is_file(join(folder, name))) {
-      chosen = join(folder, name);
+    if (is_file(join_path(folder, name))) {
+      chosen = join_path(folder, name);
       break;
     }
   }
@@ -358,65 +345,36 @@ void check_plan(const WeightSource& source, const Plan& plan,
   throw_if_weights_mismatch(source.description, missing, unexpected, misshaped);
 }
 
-// A read-only mapping of one weight file, unmapped on destruction.
-class Mapping {
- public:
-  explicit Mapping(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    TT_CHECK(fd >= 0, ErrorCode::kIo, "cannot open ", path, ": ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
-      ::close(fd);
-      throw Error(ErrorCode::kCheckpoint, str_cat(path, ": empty or unreadable"));
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    void* addr = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    int saved = errno;
-    ::close(fd);
-    TT_CHECK(addr != MAP_FAILED, ErrorCode::kIo, "cannot mmap ", path, ": ", std::strerror(saved));
-    data_ = static_cast<uint8_t*>(addr);
-    ::madvise(data_, size_, MADV_SEQUENTIAL);
-  }
-  ~Mapping() { ::munmap(data_, size_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  // Read-only view; it must not outlive the mapping and must never be written.
-  torch::Tensor view(const StoredTensor& tensor, const std::string& name) const {
-    int64_t bytes = extent_bytes(tensor);
-    TT_CHECK(tensor.offset >= 0 && static_cast<uint64_t>(tensor.offset + bytes) <= size_,
-             ErrorCode::kCheckpoint, path_, ": tensor ", name,
-             " lies beyond the end of the file (truncated?)");
-    auto options = torch::TensorOptions().dtype(tensor.dtype).device(torch::kCPU);
-    return torch::from_blob(data_ + tensor.offset, tensor.shape, tensor.strides, options);
-  }
-  void prefetch(const StoredTensor& tensor) const { advise(tensor, MADV_WILLNEED); }
-  // Drops the tensor's pages from this process (they stay in the page cache).
-  void release(const StoredTensor& tensor) const { advise(tensor, MADV_DONTNEED); }
-
- private:
-  static int64_t extent_bytes(const StoredTensor& tensor) {
-    int64_t last = 0;
-    for (size_t d = 0; d < tensor.shape.size(); ++d) {
-      if (tensor.shape[d] == 0) return 0;
-      last += (tensor.shape[d] - 1) * tensor.strides[d];
-    }
-    return (last + 1) * static_cast<int64_t>(c10::elementSize(tensor.dtype));
-  }
-  void advise(const StoredTensor& tensor, int advice) const {
-    int64_t bytes = extent_bytes(tensor);
-    if (bytes == 0) return;
-    const int64_t page = ::sysconf(_SC_PAGESIZE);
-    int64_t begin = tensor.offset / page * page;
-    int64_t end =
-        std::min<int64_t>((tensor.offset + bytes + page - 1) / page * page, static_cast<int64_t>(size_));
-    ::madvise(data_ + begin, static_cast<size_t>(end - begin), advice);
-  }
-
-  std::string path_;
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
+// Bytes [begin, begin + size) of its file that a stored tensor's view reads, checked against the
+// file's size with checked arithmetic: the shape, strides and offset come from the file, and a
+// crafted stride must not make from_blob read outside the mapping. Checked again here (the readers
+// check too) because the file is mapped anew at load time and may have changed since it was indexed.
+struct ByteSpan {
+  uint64_t begin = 0;
+  uint64_t size = 0;
 };
+
+ByteSpan checked_span(const StoredTensor& tensor, const MappedFile& file, const std::string& name) {
+  const ErrorCode code = ErrorCode::kCheckpoint;
+  std::string what = str_cat(file.path(), ": tensor ", name);
+  TT_CHECK(tensor.offset >= 0, code, what, ": negative file offset ", tensor.offset);
+  int64_t extent = checked_strided_extent(tensor.shape, tensor.strides, 0, code, what);
+  checked_numel(tensor.shape, code, what);
+  int64_t bytes = checked_mul(extent, static_cast<int64_t>(c10::elementSize(tensor.dtype)), code, what);
+  int64_t end = checked_add(tensor.offset, bytes, code, what);
+  TT_CHECK(static_cast<uint64_t>(end) <= file.size(), code, what, ": bytes [", tensor.offset, ", ", end,
+           ") lie beyond the end of the ", file.size(), "-byte file (truncated?)");
+  return {static_cast<uint64_t>(tensor.offset), static_cast<uint64_t>(bytes)};
+}
+
+// A read-only view of the mapping; it must not outlive `file` and must never be written.
+torch::Tensor mapped_view(const MappedFile& file, const StoredTensor& tensor, const ByteSpan& span) {
+  auto options = torch::TensorOptions().dtype(tensor.dtype).device(torch::kCPU);
+  // An empty tensor reads nothing: any in-file address will do (an empty file has no address).
+  static uint8_t nothing = 0;
+  uint8_t* base = file.data() != nullptr ? const_cast<uint8_t*>(file.data()) + span.begin : &nothing;
+  return torch::from_blob(base, tensor.shape, tensor.strides, options);
+}
 
 void copy_step(const CopyStep& step, const torch::Tensor& source_view, torch::Tensor destination) {
   if (step.rows.empty()) {
@@ -443,14 +401,18 @@ void execute_plan(const WeightSource& source, const Plan& plan,
       if (tensor.file == file && steps_by_stored.count(name)) order.push_back({tensor.offset, &name});
     if (order.empty()) continue;
     std::sort(order.begin(), order.end());
-    Mapping mapping(source.files[file]);
+    MappedFile mapping(source.files[file]);
+    TT_CHECK(mapping.size() > 0, ErrorCode::kCheckpoint, source.files[file], ": empty file");
+    mapping.advise(0, mapping.size(), MADV_SEQUENTIAL);
     for (const auto& [offset, name] : order) {
       const StoredTensor& stored = source.tensors.at(*name);
-      mapping.prefetch(stored);
-      torch::Tensor view = mapping.view(stored, *name);
+      ByteSpan span = checked_span(stored, mapping, *name);
+      mapping.advise(span.begin, span.size, MADV_WILLNEED);
+      torch::Tensor view = mapped_view(mapping, stored, span);
       for (const CopyStep* step : steps_by_stored.at(*name))
         copy_step(*step, view, destinations.at(step->key));
-      mapping.release(stored);
+      // Drops the tensor's pages from this process (they stay in the page cache).
+      mapping.advise(span.begin, span.size, MADV_DONTNEED);
     }
   }
 }
@@ -464,13 +426,13 @@ WeightSource open_weights(const std::string& path) {
                 ": no such file or folder");
   if (path.ends_with(".index.json")) {
     WeightSource source = open_index(path);
-    std::string config = join(fs::path(path).parent_path().string(), kConfigFile);
+    std::string config = join_path(fs::path(path).parent_path().string(), kConfigFile);
     if (source.layout == WeightLayout::kDiffusers && is_file(config)) source.config_path = config;
     return source;
   }
   WeightSource source = open_single_file(path);
   std::string name = fs::path(path).filename().string();
-  std::string config = join(fs::path(path).parent_path().string(), kConfigFile);
+  std::string config = join_path(fs::path(path).parent_path().string(), kConfigFile);
   if (source.layout == WeightLayout::kDiffusers && name.starts_with(kWeightsName) && is_file(config))
     source.config_path = config;
   return source;
@@ -521,22 +483,22 @@ void save_diffusers_weights(const std::string& folder, const std::map<std::strin
 
   std::set<std::string> written;
   if (shards.size() == 1) {
-    write_safetensors_atomic(join(folder, kSingleFile), shards[0]);
+    write_safetensors_atomic(join_path(folder, kSingleFile), shards[0]);
     written.insert(kSingleFile);
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
     for (size_t i = 0; i < shards.size(); ++i) {
       char name[96];
       std::snprintf(name, sizeof(name), "%s-%05zu-of-%05zu.safetensors", kWeightsName, i + 1, shards.size());
-      write_safetensors_atomic(join(folder, name), shards[i]);
+      write_safetensors_atomic(join_path(folder, name), shards[i]);
       written.insert(name);
       for (const auto& [key, tensor] : shards[i]) weight_map[key] = name;
     }
     nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-    write_text_atomic(join(folder, kIndexFile), index.dump(2) + "\n");
+    write_text_atomic(join_path(folder, kIndexFile), index.dump(2) + "\n");
     written.insert(kIndexFile);
   }
-  if (config != nullptr) write_text_atomic(join(folder, kConfigFile), config->dump(2) + "\n");
+  if (config != nullptr) write_text_atomic(join_path(folder, kConfigFile), config->dump(2) + "\n");
 
   // Weight files of an earlier save (other shard count, single vs sharded) would shadow or
   // contradict this one.

@@ -290,3 +290,99 @@ TEST_CASE("safetensors write errors are kIo", "[safetensors]") {
     CHECK(tt::test::expect_error(save_complex).code() == tt::ErrorCode::kData);
   }
 }
+
+TEST_CASE("safetensors rejects hostile headers with a message, never a crash or an out-of-bounds read",
+          "[safetensors]") {
+  tt::test::TempDir dir;
+  auto check_data_error = [&](const std::string& bytes, const std::string& part) {
+    std::string path = dir / "hostile.safetensors";
+    tt::test::write_file(path, bytes);
+    for (int reader = 0; reader < 2; ++reader) {
+      tt::Error error =
+          tt::test::expect_error([&] { reader == 0 ? (void)st::load(path) : (void)st::read_header(path); });
+      INFO(error.what());
+      CHECK(error.code() == tt::ErrorCode::kData);
+      CHECK(contains(error.what(), path));
+      CHECK(contains(error.what(), part));
+    }
+    // The in-memory entry point (for fuzzing) says the same.
+    tt::Error error = tt::test::expect_error(
+        [&] { st::parse_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "in-memory"); });
+    CHECK(error.code() == tt::ErrorCode::kData);
+    CHECK(contains(error.what(), part));
+  };
+
+  SECTION("a header length over the 100 MB limit is rejected before anything is allocated") {
+    check_data_error(le64(100'000'001) + "{}", "exceeds the format's limit of 100000000 bytes");
+    check_data_error(le64(~uint64_t{0}) + "{}", "exceeds the format's limit");
+  }
+  SECTION("overlapping data_offsets") {
+    std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+    check_data_error(assemble(header, std::string(12, '\0')),
+                     "tensor \"b\" has data_offsets [4, 12] overlapping tensor \"a\" [0, 8]");
+  }
+  SECTION("data_offsets with begin after end") {
+    std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})";
+    check_data_error(assemble(header, std::string(8, '\0')), "data_offsets [8, 4] with begin after end");
+  }
+  SECTION("negative data_offsets") {
+    std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})";
+    check_data_error(assemble(header, std::string(8, '\0')), "not non-negative integers");
+  }
+  SECTION("data_offsets past the end of the file, at the top of uint64") {
+    std::string header =
+        R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]}})";
+    check_data_error(assemble(header, std::string(8, '\0')), "beyond the data section");
+  }
+  SECTION("an element count that overflows 64 bits") {
+    std::string header = R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})";
+    check_data_error(assemble(header, ""), "has shape [4294967296, 4294967296], too large to address");
+  }
+  SECTION("a byte size that overflows 64 bits") {
+    std::string header = R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})";
+    check_data_error(assemble(header, ""), "too large to address");
+  }
+  SECTION("an empty tensor whose contiguous strides would overflow") {
+    std::string header = R"({"w":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})";
+    check_data_error(assemble(header, ""), "too large to address");
+  }
+  SECTION("a dimension above int64, followed by a deeply nested one (not printed)") {
+    std::string nested = std::string(100'000, '[') + std::string(100'000, ']');
+    std::string header =
+        R"({"w":{"dtype":"F32","shape":[9223372036854775808,)" + nested + R"(],"data_offsets":[0,0]}})";
+    check_data_error(assemble(header, ""), "has shape [9223372036854775808, ?], too large to address");
+  }
+  SECTION("a fractional shape entry") {
+    std::string header = R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,6]}})";
+    check_data_error(assemble(header, std::string(8, '\0')), "not a non-negative integer");
+  }
+  SECTION("a dtype that is not a string") {
+    std::string header = R"({"w":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})";
+    check_data_error(assemble(header, std::string(8, '\0')), "has no string \"dtype\"");
+  }
+  SECTION("a dtype name in the wrong case") {
+    std::string header = R"({"w":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})";
+    check_data_error(assemble(header, std::string(8, '\0')),
+                     "has dtype f32, which teletron does not support");
+  }
+  SECTION("data_offsets that are not a pair") {
+    std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})";
+    check_data_error(assemble(header, std::string(8, '\0')), "has no \"data_offsets\" pair");
+  }
+  SECTION("JSON nested 1,000,000 deep") {
+    std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+    check_data_error(assemble(R"({"__metadata__":)" + deep + "}", ""), "__metadata__ is not a JSON object");
+  }
+  SECTION("empty tensors may share an offset; a tensor may end exactly at the end of the file") {
+    std::string header = R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("c":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]}})";
+    std::string path = dir / "fine.safetensors";
+    tt::test::write_file(path, assemble(header, std::string(8, '\0')));
+    st::TensorMap tensors = st::load(path);
+    CHECK(tensors.at("b").numel() == 2);
+    CHECK(tensors.at("c").sizes() == torch::IntArrayRef({0, 3}));
+    CHECK(st::read_header(path).data_start == 8 + 168);
+  }
+}

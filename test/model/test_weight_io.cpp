@@ -661,3 +661,110 @@ TEST_CASE("loading into CUDA parameters matches loading on the CPU", "[weights][
     CHECK(torch::equal(on_gpu.at(key).cpu(), tensor));
   }
 }
+
+TEST_CASE("hostile weight files are checkpoint errors naming the file, never out-of-bounds reads",
+          "[weights]") {
+  tt::test::TempDir dir("tt_weights");
+  std::string path = dir / "w.safetensors";
+  tt::safetensors::save(path, {{"proj_out.weight", torch::arange(6, torch::kFloat32).reshape({2, 3})}});
+  tt::WeightSource valid = tt::open_weights(path);
+  REQUIRE(valid.tensors.count("proj_out.weight") == 1);
+
+  // load_weights re-checks every view against the file it maps: the index may be stale, or (as
+  // here) crafted, and from_blob must never be handed a view reaching outside the mapping.
+  auto load_crafted = [&](std::vector<int64_t> strides, int64_t offset, const std::string& part) {
+    tt::WeightSource source = valid;
+    source.tensors.at("proj_out.weight").strides = std::move(strides);
+    source.tensors.at("proj_out.weight").offset = offset;
+    TensorMap destinations = {{"proj_out.weight", torch::zeros({2, 3})}};
+    tt::Error error = tt::test::expect_error([&] { tt::load_weights(source, destinations); });
+    INFO(error.what());
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK_THAT(std::string(error.what()), ContainsSubstring(path));
+    CHECK_THAT(std::string(error.what()), ContainsSubstring(part));
+  };
+  int64_t offset = valid.tensors.at("proj_out.weight").offset;
+  SECTION("a stride past the end of the file") {
+    load_crafted({3, 100'000}, offset, "lie beyond the end of the");
+  }
+  SECTION("an offset past the end of the file") {
+    load_crafted({3, 1}, 1 << 20, "lie beyond the end of the");
+  }
+  SECTION("a stride whose extent overflows") {
+    load_crafted({INT64_MAX, 2}, offset,
+                 "stride extent: 9223372036854775807 + 4 overflows 64-bit arithmetic");
+  }
+  SECTION("a byte size that overflows") {
+    load_crafted({int64_t{1} << 61, 1}, offset, "overflows 64-bit arithmetic");
+  }
+  SECTION("a negative stride") {
+    load_crafted({3, -1}, offset, "negative stride -1 in dimension 1");
+  }
+  SECTION("a negative offset") {
+    load_crafted({3, 1}, -4, "negative file offset -4");
+  }
+
+  SECTION("a file truncated after it was indexed") {
+    std::filesystem::resize_file(path, static_cast<uintmax_t>(offset + 8));
+    TensorMap destinations = {{"proj_out.weight", torch::zeros({2, 3})}};
+    tt::Error error = tt::test::expect_error([&] { tt::load_weights(valid, destinations); });
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK_THAT(std::string(error.what()), ContainsSubstring("lie beyond the end of the"));
+  }
+  SECTION("a file emptied after it was indexed") {
+    std::filesystem::resize_file(path, 0);
+    TensorMap destinations = {{"proj_out.weight", torch::zeros({2, 3})}};
+    tt::Error error = tt::test::expect_error([&] { tt::load_weights(valid, destinations); });
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK_THAT(std::string(error.what()), ContainsSubstring(path + ": empty file"));
+  }
+  SECTION("a safetensors header length over the limit") {
+    tt::test::write_file(path, std::string("\x01\xe1\xf5\x05\x00\x00\x00\x00{}", 10));  // 100,000,001
+    tt::Error error = tt::test::expect_error([&] { tt::open_weights(path); });
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK_THAT(std::string(error.what()), ContainsSubstring(path));
+    CHECK_THAT(std::string(error.what()), ContainsSubstring("exceeds the format's limit"));
+  }
+  SECTION("a torch.save file whose tensor reaches past its storage") {
+    PythonPickle p;
+    p.op(0x80);
+    p.op(2);
+    p.op('}');
+    p.str("proj_out.weight");
+    p.global("torch._utils", "_rebuild_tensor_v2");
+    p.op('(');
+    p.op('(');
+    p.str("storage");
+    p.global("torch", "FloatStorage");
+    p.str("0");
+    p.str("cpu");
+    p.integer(6);
+    p.op('t');
+    p.op('Q');
+    p.integer(0);
+    p.int_tuple({2, 3});
+    p.int_tuple({3, 100'000});  // reaches element 200,003 of a 6-element storage
+    p.op(0x89);
+    p.global("collections", "OrderedDict");
+    p.op(')');
+    p.op('R');
+    p.op('t');
+    p.op('R');
+    p.op('s');
+    p.op('.');
+    std::string pt = dir / "w.pt";
+    {
+      caffe2::serialize::PyTorchStreamWriter writer(pt);
+      writer.writeRecord("data.pkl", p.bytes.data(), p.bytes.size());
+      std::string storage(24, '\0');
+      writer.writeRecord("data/0", storage.data(), storage.size());
+      writer.writeEndOfFile();
+    }
+    tt::Error error = tt::test::expect_error([&] { tt::open_weights(pt); });
+    INFO(error.what());
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK_THAT(std::string(error.what()), ContainsSubstring(pt + ": tensor \"proj_out.weight\""));
+    CHECK_THAT(std::string(error.what()),
+               ContainsSubstring("reach element 200003 of a storage of 6 elements"));
+  }
+}
