@@ -160,7 +160,6 @@ class Trainer {
 };
 
 Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume) {
-  warn_unused_keys(config_, Command::kTrain);
   device_ = resolve_device(config_.train.device, "tele_tron.train.device");
   autocast_ = device_.is_cuda() && config_.mixed_precision.enabled;
   ModelChoice choice = choose_model(config_.model, config_.model.weights);
@@ -216,6 +215,7 @@ void Trainer::announce() const {
                config_.batch_size, config_.gradient_accumulation,
                config_.batch_size * config_.gradient_accumulation, config_.train.max_steps, config_.optimizer.lr,
                config_.optimizer.warmup_steps, config_.optimizer.schedule);
+  warn_unused_keys(config_, Command::kTrain);
 }
 
 void Trainer::trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs,
