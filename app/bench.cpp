@@ -1,4 +1,4 @@
-// Model step benchmark (see bench.h).
+// Model step benchmark (see bench.h). The keys it reads are the schema's kReadBench column.
 #include "app/bench.h"
 
 #include <spdlog/spdlog.h>
@@ -108,7 +108,7 @@ void run_bench(const BenchOptions& options) {
   };
   auto full_step = [&] {
     forward_backward();
-    clip_grad_norm(params, 1.0);
+    clip_grad_norm(params, o.config.optimizer.max_grad_norm);  // as training clips (0 = not at all)
     optimizer.step();
   };
 

@@ -1,4 +1,6 @@
-// Subcommand definitions and dispatch (see cli.h). Only subcommands that work are registered.
+// Subcommand definitions and dispatch (see cli.h). Only subcommands that work are registered; a
+// first argument that names none of them is a usage error (also with --help). Every command that
+// takes a config warns once about the keys it was given and does not use (warn_unused_keys).
 #include "app/cli.h"
 
 #include <CLI/CLI.hpp>
@@ -10,6 +12,7 @@
 #include "app/bench_vae.h"
 #include "app/bench_video.h"
 #include "app/config.h"
+#include "app/config_schema.h"
 #include "app/model_check.h"
 #include "app/options.h"
 #include "app/preprocess.h"
@@ -68,20 +71,41 @@ int run_train(const TrainArgs& args) {
   return 0;
 }
 
-int run_config(const std::string& path, const std::vector<std::string>& sets) {
-  Config config = load_config(path, sets);
+struct ConfigArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  bool explain = false;
+  bool markdown = false;
+};
+
+int run_config(const ConfigArgs& args) {
+  if (args.explain) {
+    TT_CHECK_HINT(args.config.empty() && args.sets.empty(), ErrorCode::kConfig,
+                  "run `teletron config --explain` alone, or `teletron config FILE` for a resolved file",
+                  "teletron config --explain describes every key; it takes no CONFIG or --set");
+    std::cout << (args.markdown ? config_reference_markdown() : config_reference_text());
+    return 0;
+  }
+  TT_CHECK_HINT(!args.markdown, ErrorCode::kConfig, "teletron config --explain --markdown",
+                "teletron config: --markdown needs --explain");
+  TT_CHECK_HINT(!args.config.empty(), ErrorCode::kConfig,
+                "teletron config FILE [--set key=value]..., or teletron config --explain",
+                "teletron config: give a CONFIG file, or --explain for the reference of every key");
+  Config config = load_config(args.config, args.sets);
   // Cross-field model checks belong to "is this config valid"; the resolved architecture is
   // printed as a comment because the model keys above show only what the file overrides.
   HunyuanVideoConfig model = model_config_from(config.model);
   std::cout << config_to_yaml(config);
   std::cout << "# model (preset " << config.model.preset << " + overrides): " << describe_hunyuan_config(model)
             << ", " << transformer_parameter_count(model) << " parameters\n";
-  for (const auto& note : config.not_yet_implemented) std::cerr << "warning: " << note << "\n";
+  // stdout is the YAML: the warnings go to stderr.
+  for (const std::string& line : unused_key_warnings(config, Command::kConfig)) std::cerr << "warning: " << line << "\n";
   return 0;
 }
 
 int run_synth(const SynthArgs& args) {
   Config config = load_config(args.config, args.sets);
+  warn_unused_keys(config, Command::kSynthData);
   HunyuanVideoConfig model = model_config_from(config.model);
   const Bucket& bucket = config.data.buckets.front();
   SynthDataOptions options;
@@ -114,6 +138,7 @@ int run_bench_command(BenchArgs& args) {
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", overrides)
                                             : load_config(args.config, overrides);
+  warn_unused_keys(args.options.config, Command::kBench);
   args.options.optimizer = !args.no_optimizer;
   run_bench(args.options);
   return 0;
@@ -128,8 +153,24 @@ struct ModelCheckArgs {
 int run_model_check_command(ModelCheckArgs& args) {
   args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", args.sets)
                                             : load_config(args.config, args.sets);
+  warn_unused_keys(args.options.config, Command::kModelCheck);
   run_model_check(args.options);
   return 0;
+}
+
+// A first argument that is no subcommand: TT_ERR_CONFIG naming it, the valid ones and the nearest.
+void check_command_name(const CLI::App& app, const std::string& name) {
+  std::vector<std::string> names;
+  for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(command->get_name());
+  for (const std::string& known : names) {
+    if (known == name) return;
+  }
+  const std::string nearest = config_text::nearest_name(name, names);
+  throw Error(ErrorCode::kConfig,
+              str_cat("unknown command `", name, "`", nearest.empty() ? "" : "; did you mean `" + nearest + "`?",
+                      " (commands: ", config_text::join(names, ", "), ")"),
+              "run `teletron --help` for the commands, `teletron <command> --help` for one command's usage");
 }
 
 }  // namespace
@@ -153,11 +194,14 @@ int run_cli(int argc, char** argv) {
   train_cmd->add_option("--output", train.output, "Run folder")->default_str("train.output_dir");
   add_device_option(train_cmd, &train.device, "Device");
 
-  std::string config_path;
-  std::vector<std::string> config_sets;
-  auto* config_cmd = app.add_subcommand("config", "Validate a config and print it resolved, with every default");
-  config_cmd->add_option("config", config_path, "YAML config file")->required();
-  add_set_option(config_cmd, &config_sets);
+  ConfigArgs config_args;
+  auto* config_cmd = app.add_subcommand(
+      "config", "Validate a config and print it resolved, with every default; --explain describes every key");
+  config_cmd->add_option("config", config_args.config, "YAML config file (leave out with --explain)");
+  add_set_option(config_cmd, &config_args.sets);
+  config_cmd->add_flag("--explain", config_args.explain,
+                       "Print every key: type, default, allowed values, meaning, which commands read it");
+  config_cmd->add_flag("--markdown", config_args.markdown, "With --explain: as Markdown (docs/CONFIG.md)");
 
   SynthArgs synth;
   auto* synth_cmd = app.add_subcommand(
@@ -287,6 +331,9 @@ int run_cli(int argc, char** argv) {
   bench_video_cmd->add_option("--label", bench_video.label, "Name printed with the result");
   bench_video_cmd->add_option("--json", bench_video.json, "Append the result as one JSON line here");
 
+  // CLI11 handles --help before it looks at the other arguments, so `teletron sample --help` would
+  // print the top-level help and succeed: the first argument is checked against the commands first.
+  if (argc > 1 && argv[1][0] != '-') check_command_name(app, argv[1]);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
@@ -301,7 +348,7 @@ int run_cli(int argc, char** argv) {
   }
 
   if (train_cmd->parsed()) return run_train(train);
-  if (config_cmd->parsed()) return run_config(config_path, config_sets);
+  if (config_cmd->parsed()) return run_config(config_args);
   if (synth_cmd->parsed()) return run_synth(synth);
   if (bench_cmd->parsed()) return run_bench_command(bench);
   if (check_cmd->parsed()) return run_model_check_command(check);

@@ -1,4 +1,4 @@
-// The `teletron` command line (CLI11): train, config, synth-data, --version, --help.
+// The `teletron` command line (CLI11): every subcommand, --version, --help; unknown commands are usage errors.
 #pragma once
 
 namespace tt {

@@ -29,6 +29,7 @@ using config_text::nearest_name;
 using config_text::parse_bool;
 using config_text::parse_float;
 using config_text::parse_int;
+using config_text::range_text;
 using config_text::split;
 
 constexpr const char* kRoot = "tele_tron";
@@ -100,19 +101,6 @@ bool in_range(double value, const ConfigRange& r) {
   return low_ok && high_ok;
 }
 
-// "> 0", ">= 1", "in [0, 1)"; "" when unbounded.
-std::string range_text(const ConfigRange& r) {
-  bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi);
-  auto num = [](double v) {
-    return v == std::floor(v) ? std::to_string(int64_t(v)) : format_double(v);
-  };
-  if (has_lo && has_hi)
-    return str_cat("in ", r.lo_open ? "(" : "[", num(r.lo), ", ", num(r.hi), r.hi_open ? ")" : "]");
-  if (has_lo) return str_cat(r.lo_open ? "> " : ">= ", num(r.lo));
-  if (has_hi) return str_cat(r.hi_open ? "< " : "<= ", num(r.hi));
-  return "";
-}
-
 std::string with_range(const std::string& form, const ConfigRange& r) {
   std::string text = range_text(r);
   return text.empty() ? form : form + " " + text;
@@ -133,13 +121,6 @@ std::string resolve_alias(const char* aliases, const std::string& text) {
 }
 
 // ---- the schema as a tree -------------------------------------------------------------------
-
-const ConfigField* find_field(const std::string& path) {
-  for (const ConfigField& field : config_fields()) {
-    if (path == field.path) return &field;
-  }
-  return nullptr;
-}
 
 bool is_section(const std::string& path) {
   std::string start = path + ".";
@@ -224,7 +205,6 @@ class Loader {
   bool read_betas(const Item& item, const ConfigField& field, OptimizerSection* optimizer);
   bool read_buckets(const Item& item, std::vector<Bucket>* buckets);
   bool read_bucket(const Item& item, Bucket* bucket);
-  void note_not_yet(const ConfigField& field, const Item& item);
   std::string where_set(const std::vector<std::string>& paths) const;
 
   Config* config_;
@@ -299,7 +279,7 @@ void Loader::walk(const YAML::Node& map, const std::string& prefix) {
       fail_at(Item{prefix, it->first, it->first}, it->first, "keys must be plain names");
     } else if (contains(seen, it->first.Scalar())) {
       fail_at(item, item.key, "duplicate key");
-    } else if (const ConfigField* field = find_field(item.path)) {
+    } else if (const ConfigField* field = find_config_field(item.path)) {
       read_field(*field, item);
     } else if (is_section(item.path)) {
       if (item.value.IsMap()) {
@@ -317,7 +297,8 @@ void Loader::walk(const YAML::Node& map, const std::string& prefix) {
 
 void Loader::read_field(const ConfigField& field, const Item& item) {
   set_at_[item.path] = location(item, item.value);
-  if (read_value(field, item, field.at(*config_))) note_not_yet(field, item);
+  config_->set_keys.push_back({item.path, set_at_[item.path]});
+  read_value(field, item, field.at(*config_));
 }
 
 bool Loader::read_value(const ConfigField& field, const Item& item, void* at) {
@@ -521,15 +502,6 @@ bool Loader::read_bucket(const Item& item, Bucket* bucket) {
   return ok;
 }
 
-void Loader::note_not_yet(const ConfigField& field, const Item& item) {
-  if (!field.not_yet) return;
-  if (field.not_yet_value && !(item.value.IsScalar() && item.value.Scalar() == field.not_yet_value))
-    return;
-  std::string entry =
-      full_path(item.path) + ": has no effect yet (arrives with " + field.not_yet + ")";
-  if (!contains(config_->not_yet_implemented, entry)) config_->not_yet_implemented.push_back(entry);
-}
-
 // Where the first of `paths` that the input set was written; the defaults when none was.
 std::string Loader::where_set(const std::vector<std::string>& paths) const {
   for (const std::string& path : paths) {
@@ -659,6 +631,13 @@ Config load_config_text(const std::string& text, const std::string& origin,
   loader.check_dynamic_batch();
   loader.throw_if_errors();
   return config;
+}
+
+bool config_key_set(const Config& config, const std::string& path) {
+  for (const ConfigSetKey& key : config.set_keys) {
+    if (key.path == path) return true;
+  }
+  return false;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -44,7 +44,7 @@ struct Bucket {
 
 struct DataSection {
   std::string source = "latents";  // latents | video
-  std::string manifest = "data/train.jsonl";  // resolved relative to the config file's folder? no: cwd
+  std::string manifest = "data/train.jsonl";  // relative to the working directory, not to the file
   std::vector<Bucket> buckets = {Bucket{}};
   double caption_dropout = 0.0;
   double max_failed_share = 0.01;
@@ -156,6 +156,13 @@ struct DistributedSection {
   bool operator==(const DistributedSection&) const = default;
 };
 
+/// A key the input wrote: its path below the root ("vae.tiling") and where ("config.yaml:9:5",
+/// "--set vae.tiling=on", "environment variable TELETRON_GRAPH_RETRY=5").
+struct ConfigSetKey {
+  std::string path;
+  std::string where;
+};
+
 struct Config {
   ModelSection model;
   VaeSection vae;
@@ -174,11 +181,10 @@ struct Config {
 
   /// Folder of the config file (for reference; relative paths resolve against the cwd).
   std::string source_path;
-  /// One entry per key the file (or --set / the environment) set whose feature is not built yet,
-  /// whatever its value (for data.source, batch_size and mixed_precision.dtype: only the values
-  /// video, dynamic and fp16): "tele_tron.cuda_graph.warmup_steps: has no effect yet (arrives
-  /// with the CUDA-graph engine)".
-  std::vector<std::string> not_yet_implemented;
+  /// Every key the file, the environment or --set wrote, in reading order. A key counts as set
+  /// whatever its value, also when that is the default: writing a key is asking for it, so a key
+  /// that then does nothing gets a warning (warn_unused_keys). Keys left out are never warned about.
+  std::vector<ConfigSetKey> set_keys;
 };
 
 /// Loads, validates and resolves a config file. `overrides` are "key=value" strings from --set
@@ -195,5 +201,42 @@ Config load_config_text(const std::string& text, const std::string& origin,
 /// The resolved tree with every key, as YAML rooted at `tele_tron:` (what `teletron config` prints
 /// and what the run folder's config.resolved.yaml holds). load_config_text(to_yaml(c)) == c.
 std::string config_to_yaml(const Config& config);
+
+/// True when the input wrote `path` (below the root, e.g. "data.manifest").
+bool config_key_set(const Config& config, const std::string& path);
+
+// ---- which keys each command reads (app/config_use.cpp) ---------------------------------------
+
+/// Every subcommand. A new one is one entry here and one case in app/config_use.cpp's
+/// command_reads(), which says which keys it reads (the compiler flags a switch that misses it).
+enum class Command {
+  kTrain,
+  kConfig,  // answers as train does: the file is a training config
+  kSynthData,
+  kModelCheck,
+  kBench,
+  kProbe,  // probe, bench-video and bench-vae take no config: they read no key
+  kValidateData,
+  kBenchVideo,
+  kPreprocess,
+  kBenchVae,
+};
+
+/// The subcommand's name on the command line ("validate-data").
+const char* command_name(Command command);
+
+/// One line per set key that does nothing for `command` (for train and config: with this
+/// data.source), each naming the key, where it was set and why; keys of features not built yet
+/// say "has no effect yet". Keys `command` simply does not read and has nothing specific to say
+/// about are named together on one last line. Empty when every set key takes effect.
+std::vector<std::string> unused_key_warnings(const Config& config, Command command);
+
+/// Logs unused_key_warnings() with spdlog::warn; every command calls it once at start-up.
+void warn_unused_keys(const Config& config, Command command);
+
+/// The reference of every key (path, type, default, allowed values, meaning, who reads it), as
+/// `teletron config --explain` prints it, and as Markdown: docs/CONFIG.md is this text.
+std::string config_reference_text();
+std::string config_reference_markdown();
 
 }  // namespace tt

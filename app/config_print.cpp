@@ -1,5 +1,5 @@
 // config_to_yaml: prints a resolved tt::Config as YAML rooted at `tele_tron:`, every key of the
-// schema (app/config_schema.cpp) in CONFIG.md order, unset optional keys as `null`. What
+// schema (app/config_schema.cpp) in its order, unset optional keys as `null`. What
 // `teletron config FILE` shows and what a run folder's config.resolved.yaml holds; the loader
 // reads it back to the same Config.
 #include <string>
@@ -108,6 +108,15 @@ std::string value_text(const ConfigField& field, Config& config) {
 std::string indent(size_t depth) { return std::string(2 * depth, ' '); }
 
 }  // namespace
+
+std::string config_value_text(const ConfigField& field, const Config& original) {
+  Config config = original;  // the schema's accessors take a mutable Config
+  if (field.kind != ConfigKind::kBuckets) return value_text(field, config);
+  std::vector<std::string> buckets;
+  for (const Bucket& b : config.data.buckets)
+    buckets.push_back(str_cat("{frames: ", b.frames, ", height: ", b.height, ", width: ", b.width, "}"));
+  return "[" + join(buckets, ", ") + "]";
+}
 
 std::string config_to_yaml(const Config& original) {
   Config config = original;  // the schema's accessors take a mutable Config

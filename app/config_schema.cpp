@@ -1,5 +1,6 @@
-// The one table of teletron's YAML keys (see config_schema.h), how their scalars are spelled, and
-// the nearest-key lookup. Defaults live in config.h's initializers (which match CONFIG.md).
+// The one table of teletron's YAML keys (see config_schema.h): form, who reads each key and what
+// it means; how their scalars are spelled, and the nearest-key lookup. Defaults live in config.h's
+// initializers; docs/CONFIG.md is generated from both (`teletron config --explain --markdown`).
 #include "app/config_schema.h"
 
 #include <charconv>
@@ -20,14 +21,32 @@ constexpr ConfigRange kThreshold = {0, 10, true, false};             // (0, 10]
 constexpr ConfigRange kZeroStage = {0, 3, false, false};             // 0..3
 constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (and even: config.cpp)
 
-// The features a key waits for; "tele_tron.<key>: has no effect yet (arrives with <feature>)".
+// The features a key waits for; "tele_tron.<key>: set, but has no effect yet (arrives with <feature>)".
 constexpr const char* kOpticalFlow = "optical flow";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
 constexpr const char* kDynamicBatch = "dynamic batch sizing";
-constexpr const char* kLossScaling = "fp16 loss scaling; bf16 is used meanwhile";
+constexpr const char* kLossScaling = "fp16 loss scaling in the engine issue";
 constexpr const char* kGraphs = "the CUDA-graph engine";
 constexpr const char* kDistributed = "multi-GPU training";
+
+// Who reads what (kRead* bits, config_schema.h). Checked against the code that reads each key:
+// train reads everything it is given except, with cached latents, the VAE, the video pipeline,
+// the buckets and the failure share; bench builds the model (random weights) and times a step
+// with AdamW at one fixed timestep; preprocess and validate-data read the data side and the
+// model's latent and text sizes; synth-data the model's sizes and the first bucket; model-check
+// the architecture (weights, device and dtype come from its flags).
+constexpr unsigned kT = kReadTrain;
+constexpr unsigned kTV = kReadTrainVideo;
+constexpr unsigned kB = kReadBench;
+constexpr unsigned kP = kReadPreprocess;
+constexpr unsigned kV = kReadValidateData;
+constexpr unsigned kS = kReadSynthData;
+constexpr unsigned kM = kReadModelCheck;
+constexpr unsigned kArchitecture = kT | kB | kM;  // a Transformer is built
+constexpr unsigned kTextSizes = kArchitecture | kP | kV | kS;  // text embeddings are checked or made
+constexpr unsigned kVideoSide = kTV | kP;  // clips are sampled, decoded, augmented and encoded
+constexpr unsigned kSampling = kVideoSide | kV;  // clips are opened and sampled
 
 // The member of Config a row fills; `path` is spelled out separately because a few YAML keys
 // (betas, batch_size, activation_checkpointing) do not map one to one onto a member.
@@ -35,107 +54,188 @@ constexpr const char* kDistributed = "multi-GPU training";
 
 using K = ConfigKind;
 
-// One row per key, kept on one line each so the table reads as a table.
+// One row per key: its form on the first line, who reads it and what it means on the second.
 // clang-format off
 const ConfigField kFields[] = {
-    {.path = "model.preset", .kind = K::kString, .at = TT_AT(model.preset), .choices = "tiny|1b|13b"},
-    {.path = "model.weights", .kind = K::kOptString, .at = TT_AT(model.weights)},
-    {.path = "model.num_attention_heads", .kind = K::kOptInt, .at = TT_AT(model.num_attention_heads), .range = kAtLeastOne},
-    {.path = "model.attention_head_dim", .kind = K::kOptInt, .at = TT_AT(model.attention_head_dim), .range = kAtLeastOne},
-    {.path = "model.num_layers", .kind = K::kOptInt, .at = TT_AT(model.num_layers), .range = kAtLeastOne},
-    {.path = "model.num_single_layers", .kind = K::kOptInt, .at = TT_AT(model.num_single_layers), .range = kAtLeastOne},
-    {.path = "model.num_refiner_layers", .kind = K::kOptInt, .at = TT_AT(model.num_refiner_layers), .range = kAtLeastOne},
-    {.path = "model.mlp_ratio", .kind = K::kOptFloat, .at = TT_AT(model.mlp_ratio), .range = kPositive},
-    {.path = "model.patch_size", .kind = K::kOptInt, .at = TT_AT(model.patch_size), .range = kAtLeastOne},
-    {.path = "model.patch_size_t", .kind = K::kOptInt, .at = TT_AT(model.patch_size_t), .range = kAtLeastOne},
-    {.path = "model.in_channels", .kind = K::kOptInt, .at = TT_AT(model.in_channels), .range = kAtLeastOne},
-    {.path = "model.out_channels", .kind = K::kOptInt, .at = TT_AT(model.out_channels), .range = kAtLeastOne},
-    {.path = "model.text_embed_dim", .kind = K::kOptInt, .at = TT_AT(model.text_embed_dim), .range = kAtLeastOne},
-    {.path = "model.pooled_projection_dim", .kind = K::kOptInt, .at = TT_AT(model.pooled_projection_dim), .range = kAtLeastOne},
+    {.path = "model.preset", .kind = K::kString, .at = TT_AT(model.preset), .choices = "tiny|1b|13b",
+     .read_by = kTextSizes, .doc = "Architecture preset: tiny (tests), 1b (about 1.1 B parameters) or 13b (the released HunyuanVideo); the keys below override single fields."},
+    {.path = "model.weights", .kind = K::kOptString, .at = TT_AT(model.weights),
+     .read_by = kT, .doc = "Initial Transformer weights: a diffusers folder (its config.json then defines the architecture), a safetensors file or index, or the official layout; null = random initialisation."},
+    {.path = "model.num_attention_heads", .kind = K::kOptInt, .at = TT_AT(model.num_attention_heads), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Attention heads per block; null = the preset's."},
+    {.path = "model.attention_head_dim", .kind = K::kOptInt, .at = TT_AT(model.attention_head_dim), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Channels per attention head (hidden size = heads x head dim); null = the preset's."},
+    {.path = "model.num_layers", .kind = K::kOptInt, .at = TT_AT(model.num_layers), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Double-stream blocks (video and text with separate weights); null = the preset's."},
+    {.path = "model.num_single_layers", .kind = K::kOptInt, .at = TT_AT(model.num_single_layers), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Single-stream blocks (video and text tokens concatenated); null = the preset's."},
+    {.path = "model.num_refiner_layers", .kind = K::kOptInt, .at = TT_AT(model.num_refiner_layers), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Blocks of the token refiner that prepares the text states; null = the preset's."},
+    {.path = "model.mlp_ratio", .kind = K::kOptFloat, .at = TT_AT(model.mlp_ratio), .range = kPositive,
+     .read_by = kArchitecture, .doc = "Feed-forward width as a multiple of the hidden size; null = the preset's."},
+    {.path = "model.patch_size", .kind = K::kOptInt, .at = TT_AT(model.patch_size), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Spatial patch size on the latents (tokens per latent frame = H/p x W/p); null = the preset's."},
+    {.path = "model.patch_size_t", .kind = K::kOptInt, .at = TT_AT(model.patch_size_t), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Temporal patch size on the latents; null = the preset's."},
+    {.path = "model.in_channels", .kind = K::kOptInt, .at = TT_AT(model.in_channels), .range = kAtLeastOne,
+     .read_by = kArchitecture, .doc = "Channels the patch embedding takes (16 for text-to-video, 33 for image-to-video); null = the preset's."},
+    {.path = "model.out_channels", .kind = K::kOptInt, .at = TT_AT(model.out_channels), .range = kAtLeastOne,
+     .read_by = kArchitecture | kP | kS, .doc = "Latent channels the model predicts, the VAE's latent channels (16); null = the preset's."},
+    {.path = "model.text_embed_dim", .kind = K::kOptInt, .at = TT_AT(model.text_embed_dim), .range = kAtLeastOne,
+     .read_by = kTextSizes, .doc = "Width of the text encoder's token states (text_states); null = the preset's."},
+    {.path = "model.pooled_projection_dim", .kind = K::kOptInt, .at = TT_AT(model.pooled_projection_dim), .range = kAtLeastOne,
+     .read_by = kTextSizes, .doc = "Width of the pooled text embedding (pooled); null = the preset's."},
     // Whether the three sizes add up to attention_head_dim is checked where the preset is resolved.
-    {.path = "model.rope_axes_dim", .kind = K::kOptIntList, .at = TT_AT(model.rope_axes_dim), .range = kRopeAxis, .list_size = 3},
-    {.path = "model.rope_theta", .kind = K::kOptFloat, .at = TT_AT(model.rope_theta), .range = kPositive},
-    {.path = "model.guidance_embeds", .kind = K::kOptBool, .at = TT_AT(model.guidance_embeds)},
-    {.path = "model.qk_norm", .kind = K::kOptString, .at = TT_AT(model.qk_norm), .choices = "rms_norm"},
-    {.path = "model.image_condition_type", .kind = K::kOptString, .at = TT_AT(model.image_condition_type), .choices = "latent_concat"},
-    {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n)},
+    {.path = "model.rope_axes_dim", .kind = K::kOptIntList, .at = TT_AT(model.rope_axes_dim), .range = kRopeAxis, .list_size = 3,
+     .read_by = kArchitecture, .doc = "Rotary embedding channels for the (time, height, width) axes, summing to attention_head_dim; null = the preset's."},
+    {.path = "model.rope_theta", .kind = K::kOptFloat, .at = TT_AT(model.rope_theta), .range = kPositive,
+     .read_by = kArchitecture, .doc = "Base of the rotary embedding frequencies; null = the preset's."},
+    {.path = "model.guidance_embeds", .kind = K::kOptBool, .at = TT_AT(model.guidance_embeds),
+     .read_by = kArchitecture, .doc = "Whether the model has a guidance embedder (guidance-distilled checkpoints); null = the preset's."},
+    {.path = "model.qk_norm", .kind = K::kOptString, .at = TT_AT(model.qk_norm), .choices = "rms_norm",
+     .read_by = kArchitecture, .doc = "Normalisation of queries and keys before attention; null = the preset's."},
+    {.path = "model.image_condition_type", .kind = K::kOptString, .at = TT_AT(model.image_condition_type), .choices = "latent_concat",
+     .read_by = kArchitecture, .doc = "null for text-to-video; latent_concat conditions on an image by concatenating its latents (in_channels becomes 2 x out_channels + 1)."},
+    {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n),
+     .read_by = kT | kB, .doc = "Recompute blocks in the backward pass to save memory: true = every block, {every_n: k} = every k-th."},
 
-    {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny"},
-    {.path = "vae.weights", .kind = K::kOptString, .at = TT_AT(vae.weights)},
-    {.path = "vae.tiling", .kind = K::kString, .at = TT_AT(vae.tiling), .choices = "auto|on|off", .aliases = "true=on,false=off"},
-    {.path = "vae.tile_batch", .kind = K::kInt, .at = TT_AT(vae.tile_batch), .range = kAtLeastOne},
+    {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny",
+     .read_by = kVideoSide, .doc = "VAE architecture that encodes clips to latents: hunyuan (needs vae.weights) or tiny (fixed random weights, tests)."},
+    {.path = "vae.weights", .kind = K::kOptString, .at = TT_AT(vae.weights),
+     .read_by = kVideoSide, .doc = "The HunyuanVideo VAE: a diffusers VAE folder or a pipeline folder with vae/; random = fixed random weights (benchmarks only)."},
+    {.path = "vae.tiling", .kind = K::kString, .at = TT_AT(vae.tiling), .choices = "auto|on|off", .aliases = "true=on,false=off",
+     .read_by = kVideoSide, .doc = "auto encodes in windows of 16 + 1 frames as diffusers does; on adds 256-px spatial tiles; off encodes the clip whole."},
+    {.path = "vae.tile_batch", .kind = K::kInt, .at = TT_AT(vae.tile_batch), .range = kAtLeastOne,
+     .read_by = kVideoSide, .doc = "Windows or tiles of one shape encoded in one batch: more is faster, 1 needs the least memory."},
 
-    {.path = "data.source", .kind = K::kString, .at = TT_AT(data.source), .choices = "latents|video"},
-    {.path = "data.manifest", .kind = K::kString, .at = TT_AT(data.manifest)},
-    {.path = "data.buckets", .kind = K::kBuckets, .at = TT_AT(data.buckets)},
-    {.path = "data.caption_dropout", .kind = K::kFloat, .at = TT_AT(data.caption_dropout), .range = kProbability, .not_yet = kCaptionDropout},
-    {.path = "data.max_failed_share", .kind = K::kFloat, .at = TT_AT(data.max_failed_share), .range = kProbability},
-    {.path = "data.min_motion", .kind = K::kOptFloat, .at = TT_AT(data.min_motion), .not_yet = kMotion},
+    {.path = "data.source", .kind = K::kString, .at = TT_AT(data.source), .choices = "latents|video",
+     .read_by = kT | kP | kV, .doc = "What the manifest lists: latents (cached, written by preprocess or synth-data) or video (clips encoded by the VAE while training)."},
+    {.path = "data.manifest", .kind = K::kString, .at = TT_AT(data.manifest),
+     .read_by = kT | kP | kV, .doc = "The JSONL manifest, relative to the working directory; the paths inside it are relative to its folder."},
+    {.path = "data.buckets", .kind = K::kBuckets, .at = TT_AT(data.buckets),
+     .read_by = kSampling | kS, .doc = "Clip shapes {frames: 4n+1, height: 16k, width: 16k}; each clip goes to the bucket it fills with the closest aspect ratio."},
+    {.path = "data.caption_dropout", .kind = K::kFloat, .at = TT_AT(data.caption_dropout), .range = kProbability, .not_yet = kCaptionDropout,
+     .doc = "Share of samples trained with an empty caption."},
+    {.path = "data.max_failed_share", .kind = K::kFloat, .at = TT_AT(data.max_failed_share), .range = kProbability,
+     .read_by = kVideoSide, .doc = "Share of the rows that may fail to load (each replaced by another row of its bucket) before TT_ERR_DATA stops the run."},
+    {.path = "data.min_motion", .kind = K::kOptFloat, .at = TT_AT(data.min_motion), .not_yet = kMotion,
+     .doc = "Clips whose optical-flow motion score is below this are left out; null = keep all."},
 
-    {.path = "data_pipeline.video_decoding", .kind = K::kString, .at = TT_AT(data_pipeline.video_decoding), .choices = "nvdec|cpu"},
-    {.path = "data_pipeline.frame_sampler.mode", .kind = K::kString, .at = TT_AT(data_pipeline.frame_sampler.mode), .choices = "uniform|stratified|random|fps|motion", .not_yet = kMotion, .not_yet_value = "motion"},
+    {.path = "data_pipeline.video_decoding", .kind = K::kString, .at = TT_AT(data_pipeline.video_decoding), .choices = "nvdec|cpu",
+     .read_by = kSampling, .doc = "nvdec decodes on the GPU and keeps every later stage there (a file NVDEC refuses falls back to the CPU); cpu runs decode, colour and augment on the host."},
+    {.path = "data_pipeline.frame_sampler.mode", .kind = K::kString, .at = TT_AT(data_pipeline.frame_sampler.mode), .choices = "uniform|stratified|random|fps|motion", .not_yet = kMotion, .not_yet_value = "motion", .instead = "frames are sampled stratified",
+     .read_by = kSampling, .doc = "How frames are picked: uniform (evenly spaced), stratified (one random frame per equal stratum), random (contiguous with stride), fps (by timestamps at target_fps)."},
     // 4n+1 is NOT required here: the original design's example asks for 16. app/video_data.cpp
-    // checks it against the VAE's temporal stride, and only when data.source is video. The sampler
-    // keys and video_decoding are used by validate-data already, so they carry no "not yet" note.
-    {.path = "data_pipeline.frame_sampler.samples_per_clip", .kind = K::kOptInt, .at = TT_AT(data_pipeline.frame_sampler.samples_per_clip), .range = kAtLeastOne},
-    {.path = "data_pipeline.frame_sampler.stride", .kind = K::kInt, .at = TT_AT(data_pipeline.frame_sampler.stride), .range = kAtLeastOne},
-    {.path = "data_pipeline.frame_sampler.target_fps", .kind = K::kOptFloat, .at = TT_AT(data_pipeline.frame_sampler.target_fps), .range = kPositive},
-    {.path = "data_pipeline.optical_flow.algorithm", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.algorithm), .choices = "none|nvofa|raft|tvl1", .not_yet = kOpticalFlow},
-    {.path = "data_pipeline.optical_flow.warp_mode", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.warp_mode), .choices = "cuda|cpu", .not_yet = kOpticalFlow},
-    {.path = "data_pipeline.augment.flip", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.flip), .range = kProbability},
-    {.path = "data_pipeline.augment.crop", .kind = K::kString, .at = TT_AT(data_pipeline.augment.crop), .choices = "random|center"},
-    {.path = "data_pipeline.augment.brightness", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.brightness), .range = kNonNegative},
-    {.path = "data_pipeline.augment.contrast", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.contrast), .range = kNonNegative},
-    {.path = "data_pipeline.augment.saturation", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.saturation), .range = kNonNegative},
-    {.path = "data_pipeline.augment.hue", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.hue), .range = kNonNegative},
-    {.path = "data_pipeline.prefetch", .kind = K::kInt, .at = TT_AT(data_pipeline.prefetch), .range = kNonNegative},
-    {.path = "data_pipeline.workers", .kind = K::kInt, .at = TT_AT(data_pipeline.workers), .range = kNonNegative},
+    // checks it against the VAE's temporal stride, and only when data.source is video.
+    {.path = "data_pipeline.frame_sampler.samples_per_clip", .kind = K::kOptInt, .at = TT_AT(data_pipeline.frame_sampler.samples_per_clip), .range = kAtLeastOne,
+     .read_by = kSampling, .doc = "Frames per sample; null = the bucket's frame count (with data.source: video it must equal it)."},
+    {.path = "data_pipeline.frame_sampler.stride", .kind = K::kInt, .at = TT_AT(data_pipeline.frame_sampler.stride), .range = kAtLeastOne,
+     .read_by = kSampling, .doc = "random mode: distance in frames between consecutive samples (1 = contiguous)."},
+    {.path = "data_pipeline.frame_sampler.target_fps", .kind = K::kOptFloat, .at = TT_AT(data_pipeline.frame_sampler.target_fps), .range = kPositive,
+     .read_by = kSampling, .doc = "fps mode: the rate the frames are sampled at, by their timestamps (required there)."},
+    {.path = "data_pipeline.optical_flow.algorithm", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.algorithm), .choices = "none|nvofa|raft|tvl1", .not_yet = kOpticalFlow,
+     .doc = "Optical flow estimator for motion scores and motion sampling; none = no flow."},
+    {.path = "data_pipeline.optical_flow.warp_mode", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.warp_mode), .choices = "cuda|cpu", .not_yet = kOpticalFlow,
+     .doc = "Where frames are warped by the flow."},
+    {.path = "data_pipeline.augment.flip", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.flip), .range = kProbability,
+     .read_by = kVideoSide, .doc = "Probability of flipping a clip horizontally."},
+    {.path = "data_pipeline.augment.crop", .kind = K::kString, .at = TT_AT(data_pipeline.augment.crop), .choices = "random|center",
+     .read_by = kVideoSide, .doc = "Where the bucket-sized window is cut from the frame, resized to cover it: a random position or the centre."},
+    {.path = "data_pipeline.augment.brightness", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.brightness), .range = kNonNegative,
+     .read_by = kVideoSide, .doc = "Brightness factor per clip drawn from [1 - b, 1 + b] (floored at 0); 0 = none."},
+    {.path = "data_pipeline.augment.contrast", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.contrast), .range = kNonNegative,
+     .read_by = kVideoSide, .doc = "Contrast factor per clip drawn from [1 - c, 1 + c] (floored at 0); 0 = none."},
+    {.path = "data_pipeline.augment.saturation", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.saturation), .range = kNonNegative,
+     .read_by = kVideoSide, .doc = "Saturation factor per clip drawn from [1 - s, 1 + s] (floored at 0); 0 = none."},
+    {.path = "data_pipeline.augment.hue", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.hue), .range = kNonNegative,
+     .read_by = kVideoSide, .doc = "Hue rotation per clip drawn from [-h, h] turns (h at most 0.5); 0 = none."},
+    {.path = "data_pipeline.prefetch", .kind = K::kInt, .at = TT_AT(data_pipeline.prefetch), .range = kNonNegative,
+     .read_by = kTV, .doc = "Batches the video pipeline prepares ahead on its own thread and CUDA stream; 0 = inside the step."},
+    {.path = "data_pipeline.workers", .kind = K::kInt, .at = TT_AT(data_pipeline.workers), .range = kNonNegative,
+     .read_by = kTV, .doc = "Threads that decode and augment the clips of the next batches while the VAE encodes; 0 = the producer does it."},
 
     // batch_size fills Config::batch_size and Config::batch_size_dynamic.
-    {.path = "batch_size", .kind = K::kBatchSize, .at = [](Config& c) -> void* { return &c; }, .not_yet = kDynamicBatch, .not_yet_value = "dynamic"},
-    {.path = "dynamic_batch.initial", .kind = K::kInt, .at = TT_AT(dynamic_batch.initial), .range = kAtLeastOne, .not_yet = kDynamicBatch},
-    {.path = "dynamic_batch.memory_fraction", .kind = K::kFloat, .at = TT_AT(dynamic_batch.memory_fraction), .range = kFraction, .not_yet = kDynamicBatch},
-    {.path = "dynamic_batch.min", .kind = K::kInt, .at = TT_AT(dynamic_batch.min), .range = kAtLeastOne, .not_yet = kDynamicBatch},
-    {.path = "dynamic_batch.max", .kind = K::kInt, .at = TT_AT(dynamic_batch.max), .range = kAtLeastOne, .not_yet = kDynamicBatch},
-    {.path = "gradient_accumulation", .kind = K::kInt, .at = TT_AT(gradient_accumulation), .range = kAtLeastOne},
+    {.path = "batch_size", .kind = K::kBatchSize, .at = [](Config& c) -> void* { return &c; }, .not_yet = kDynamicBatch, .not_yet_value = "dynamic", .instead = "the batch is 1 sample",
+     .read_by = kT, .doc = "Samples per micro-batch, all from one bucket; dynamic sizes it to free GPU memory."},
+    {.path = "dynamic_batch.initial", .kind = K::kInt, .at = TT_AT(dynamic_batch.initial), .range = kAtLeastOne, .not_yet = kDynamicBatch,
+     .doc = "batch_size: dynamic: the batch size to start from, within [min, max]."},
+    {.path = "dynamic_batch.memory_fraction", .kind = K::kFloat, .at = TT_AT(dynamic_batch.memory_fraction), .range = kFraction, .not_yet = kDynamicBatch,
+     .doc = "batch_size: dynamic: the share of GPU memory the batch may fill."},
+    {.path = "dynamic_batch.min", .kind = K::kInt, .at = TT_AT(dynamic_batch.min), .range = kAtLeastOne, .not_yet = kDynamicBatch,
+     .doc = "batch_size: dynamic: the smallest batch size."},
+    {.path = "dynamic_batch.max", .kind = K::kInt, .at = TT_AT(dynamic_batch.max), .range = kAtLeastOne, .not_yet = kDynamicBatch,
+     .doc = "batch_size: dynamic: the largest batch size (at least dynamic_batch.min)."},
+    {.path = "gradient_accumulation", .kind = K::kInt, .at = TT_AT(gradient_accumulation), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Micro-batches whose gradients add up to one optimizer step (samples per step = batch_size x this)."},
 
-    {.path = "mixed_precision.enabled", .kind = K::kBool, .at = TT_AT(mixed_precision.enabled)},
-    {.path = "mixed_precision.dtype", .kind = K::kString, .at = TT_AT(mixed_precision.dtype), .choices = "bf16|fp16", .not_yet = kLossScaling, .not_yet_value = "fp16"},
-    {.path = "mixed_precision.loss_scale_window", .kind = K::kInt, .at = TT_AT(mixed_precision.loss_scale_window), .range = kAtLeastOne, .not_yet = kLossScaling},
-    {.path = "mixed_precision.init_scale", .kind = K::kFloat, .at = TT_AT(mixed_precision.init_scale), .range = kPositive, .not_yet = kLossScaling},
+    {.path = "mixed_precision.enabled", .kind = K::kBool, .at = TT_AT(mixed_precision.enabled),
+     .read_by = kT | kB, .doc = "On CUDA, run the step under bf16 autocast over fp32 master weights; the CPU always runs fp32."},
+    {.path = "mixed_precision.dtype", .kind = K::kString, .at = TT_AT(mixed_precision.dtype), .choices = "bf16|fp16", .not_yet = kLossScaling, .not_yet_value = "fp16", .instead = "the step runs in bf16 (fp32 on the CPU)",
+     .read_by = kT | kB, .doc = "The autocast type: bf16; fp16 (with dynamic loss scaling) is not built yet."},
+    {.path = "mixed_precision.loss_scale_window", .kind = K::kInt, .at = TT_AT(mixed_precision.loss_scale_window), .range = kAtLeastOne, .not_yet = kLossScaling,
+     .doc = "fp16: clean steps before the loss scale grows."},
+    {.path = "mixed_precision.init_scale", .kind = K::kFloat, .at = TT_AT(mixed_precision.init_scale), .range = kPositive, .not_yet = kLossScaling,
+     .doc = "fp16: the first loss scale."},
 
-    {.path = "cuda_graph.enabled", .kind = K::kBool, .at = TT_AT(cuda_graph.enabled), .not_yet = kGraphs},
-    {.path = "cuda_graph.warmup_steps", .kind = K::kInt, .at = TT_AT(cuda_graph.warmup_steps), .range = kNonNegative, .not_yet = kGraphs},
-    {.path = "cuda_graph.capture_frequency", .kind = K::kInt, .at = TT_AT(cuda_graph.capture_frequency), .range = kAtLeastOne, .not_yet = kGraphs},
-    {.path = "cuda_graph.retry", .kind = K::kInt, .at = TT_AT(cuda_graph.retry), .range = kNonNegative, .not_yet = kGraphs},
-    {.path = "cuda_graph.threshold", .kind = K::kFloat, .at = TT_AT(cuda_graph.threshold), .range = kThreshold, .not_yet = kGraphs},
+    {.path = "cuda_graph.enabled", .kind = K::kBool, .at = TT_AT(cuda_graph.enabled), .not_yet = kGraphs,
+     .doc = "Capture the training step as a CUDA graph and replay it."},
+    {.path = "cuda_graph.warmup_steps", .kind = K::kInt, .at = TT_AT(cuda_graph.warmup_steps), .range = kNonNegative, .not_yet = kGraphs,
+     .doc = "Eager steps before the first capture."},
+    {.path = "cuda_graph.capture_frequency", .kind = K::kInt, .at = TT_AT(cuda_graph.capture_frequency), .range = kAtLeastOne, .not_yet = kGraphs,
+     .doc = "How often, in steps, a capture is attempted."},
+    {.path = "cuda_graph.retry", .kind = K::kInt, .at = TT_AT(cuda_graph.retry), .range = kNonNegative, .not_yet = kGraphs,
+     .doc = "Failed captures tolerated before running eagerly; the environment variable TELETRON_GRAPH_RETRY overrides it."},
+    {.path = "cuda_graph.threshold", .kind = K::kFloat, .at = TT_AT(cuda_graph.threshold), .range = kThreshold, .not_yet = kGraphs,
+     .doc = "Capture acceptance threshold; the environment variable TELETRON_GRAPH_THRESHOLD overrides it."},
 
-    {.path = "optimizer.name", .kind = K::kString, .at = TT_AT(optimizer.name), .choices = "adamw"},
-    {.path = "optimizer.lr", .kind = K::kFloat, .at = TT_AT(optimizer.lr), .range = kPositive},
+    {.path = "optimizer.name", .kind = K::kString, .at = TT_AT(optimizer.name), .choices = "adamw",
+     .read_by = kT | kB, .doc = "The optimizer: AdamW with decoupled weight decay and fp32 moments."},
+    {.path = "optimizer.lr", .kind = K::kFloat, .at = TT_AT(optimizer.lr), .range = kPositive,
+     .read_by = kT | kB, .doc = "Peak learning rate, reached after optimizer.warmup_steps."},
     // betas fills OptimizerSection::beta1 and beta2.
-    {.path = "optimizer.betas", .kind = K::kBetas, .at = TT_AT(optimizer), .range = kBeta},
-    {.path = "optimizer.weight_decay", .kind = K::kFloat, .at = TT_AT(optimizer.weight_decay), .range = kNonNegative},
-    {.path = "optimizer.eps", .kind = K::kFloat, .at = TT_AT(optimizer.eps), .range = kPositive},
-    {.path = "optimizer.max_grad_norm", .kind = K::kFloat, .at = TT_AT(optimizer.max_grad_norm), .range = kNonNegative},
-    {.path = "optimizer.warmup_steps", .kind = K::kInt, .at = TT_AT(optimizer.warmup_steps), .range = kNonNegative},
-    {.path = "optimizer.schedule", .kind = K::kString, .at = TT_AT(optimizer.schedule), .choices = "constant|cosine"},
+    {.path = "optimizer.betas", .kind = K::kBetas, .at = TT_AT(optimizer), .range = kBeta,
+     .read_by = kT | kB, .doc = "AdamW's decay rates of the first and second moment estimates."},
+    {.path = "optimizer.weight_decay", .kind = K::kFloat, .at = TT_AT(optimizer.weight_decay), .range = kNonNegative,
+     .read_by = kT | kB, .doc = "Decoupled weight decay, scaled by the learning rate."},
+    {.path = "optimizer.eps", .kind = K::kFloat, .at = TT_AT(optimizer.eps), .range = kPositive,
+     .read_by = kT | kB, .doc = "Added to the root of the second moment in AdamW's denominator."},
+    {.path = "optimizer.max_grad_norm", .kind = K::kFloat, .at = TT_AT(optimizer.max_grad_norm), .range = kNonNegative,
+     .read_by = kT | kB, .doc = "Gradients are scaled down to this global L2 norm before the update; 0 = no clipping."},
+    {.path = "optimizer.warmup_steps", .kind = K::kInt, .at = TT_AT(optimizer.warmup_steps), .range = kNonNegative,
+     .read_by = kT, .doc = "Optimizer steps of linear warmup from 0 to optimizer.lr."},
+    {.path = "optimizer.schedule", .kind = K::kString, .at = TT_AT(optimizer.schedule), .choices = "constant|cosine",
+     .read_by = kT, .doc = "After warmup: constant keeps optimizer.lr, cosine decays it to 0 at train.max_steps."},
 
-    {.path = "flow_matching.timestep_sampling", .kind = K::kString, .at = TT_AT(flow_matching.timestep_sampling), .choices = "logit_normal|uniform", .aliases = "sigmoid=logit_normal"},
-    {.path = "flow_matching.logit_mean", .kind = K::kFloat, .at = TT_AT(flow_matching.logit_mean)},
-    {.path = "flow_matching.logit_std", .kind = K::kFloat, .at = TT_AT(flow_matching.logit_std), .range = kPositive},
-    {.path = "flow_matching.shift", .kind = K::kFloat, .at = TT_AT(flow_matching.shift), .range = kPositive},
-    {.path = "flow_matching.guidance", .kind = K::kFloat, .at = TT_AT(flow_matching.guidance), .range = kNonNegative},
+    {.path = "flow_matching.timestep_sampling", .kind = K::kString, .at = TT_AT(flow_matching.timestep_sampling), .choices = "logit_normal|uniform", .aliases = "sigmoid=logit_normal",
+     .read_by = kT, .doc = "How sigma is drawn before the shift: logit_normal (sigmoid of a normal; called sigmoid elsewhere) or uniform in (0, 1)."},
+    {.path = "flow_matching.logit_mean", .kind = K::kFloat, .at = TT_AT(flow_matching.logit_mean),
+     .read_by = kT, .doc = "logit_normal: mean of the normal whose sigmoid is sigma."},
+    {.path = "flow_matching.logit_std", .kind = K::kFloat, .at = TT_AT(flow_matching.logit_std), .range = kPositive,
+     .read_by = kT, .doc = "logit_normal: standard deviation of that normal."},
+    {.path = "flow_matching.shift", .kind = K::kFloat, .at = TT_AT(flow_matching.shift), .range = kPositive,
+     .read_by = kT, .doc = "Timestep shift s: sigma becomes s*sigma / (1 + (s-1)*sigma), pushing samples towards noise; 1 = none."},
+    {.path = "flow_matching.guidance", .kind = K::kFloat, .at = TT_AT(flow_matching.guidance), .range = kNonNegative,
+     .read_by = kT, .doc = "Value fed to the guidance embedder, times 1000 (only models with guidance_embeds); match the recipe you compare with."},
 
-    {.path = "train.device", .kind = K::kString, .at = TT_AT(train.device), .choices = "auto|cpu|cuda"},
-    {.path = "train.max_steps", .kind = K::kInt, .at = TT_AT(train.max_steps), .range = kAtLeastOne},
-    {.path = "train.seed", .kind = K::kInt, .at = TT_AT(train.seed), .range = kNonNegative},
-    {.path = "train.output_dir", .kind = K::kString, .at = TT_AT(train.output_dir)},
-    {.path = "train.log_every", .kind = K::kInt, .at = TT_AT(train.log_every), .range = kAtLeastOne},
-    {.path = "train.checkpoint_every", .kind = K::kInt, .at = TT_AT(train.checkpoint_every), .range = kAtLeastOne},
-    {.path = "train.keep_checkpoints", .kind = K::kInt, .at = TT_AT(train.keep_checkpoints), .range = kNonNegative},
+    {.path = "train.device", .kind = K::kString, .at = TT_AT(train.device), .choices = "auto|cpu|cuda",
+     .read_by = kT | kB | kP | kV, .doc = "Where the work runs: auto = cuda when a GPU is visible, else cpu; the commands' --device overrides it."},
+    {.path = "train.max_steps", .kind = K::kInt, .at = TT_AT(train.max_steps), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Total optimizer steps, counted across resumes; --max-steps overrides it."},
+    {.path = "train.seed", .kind = K::kInt, .at = TT_AT(train.seed), .range = kNonNegative,
+     .read_by = kT | kP, .doc = "Seed of the initial weights, the data order, the noise and timesteps, frame sampling and augmentation."},
+    {.path = "train.output_dir", .kind = K::kString, .at = TT_AT(train.output_dir),
+     .read_by = kT, .doc = "The run folder (metrics, checkpoints, resolved config), relative to the working directory; --output overrides it."},
+    {.path = "train.log_every", .kind = K::kInt, .at = TT_AT(train.log_every), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Steps between log lines and metrics.jsonl rows."},
+    {.path = "train.checkpoint_every", .kind = K::kInt, .at = TT_AT(train.checkpoint_every), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Steps between checkpoints (the last step always writes one)."},
+    {.path = "train.keep_checkpoints", .kind = K::kInt, .at = TT_AT(train.keep_checkpoints), .range = kNonNegative,
+     .read_by = kT, .doc = "How many of the newest checkpoints stay; 0 = keep all."},
 
-    {.path = "distributed.backend", .kind = K::kString, .at = TT_AT(distributed.backend), .choices = "nccl|gloo", .not_yet = kDistributed},
-    {.path = "distributed.zero_stage", .kind = K::kInt, .at = TT_AT(distributed.zero_stage), .range = kZeroStage, .not_yet = kDistributed},
+    {.path = "distributed.backend", .kind = K::kString, .at = TT_AT(distributed.backend), .choices = "nccl|gloo", .not_yet = kDistributed,
+     .doc = "Collective backend between processes."},
+    {.path = "distributed.zero_stage", .kind = K::kInt, .at = TT_AT(distributed.zero_stage), .range = kZeroStage, .not_yet = kDistributed,
+     .doc = "ZeRO sharding stage: 0 none, 1 optimizer state, 2 + gradients, 3 + weights."},
 };
 // clang-format on
 
@@ -144,6 +244,13 @@ const ConfigField kFields[] = {
 }  // namespace
 
 std::span<const ConfigField> config_fields() { return kFields; }
+
+const ConfigField* find_config_field(const std::string& path) {
+  for (const ConfigField& field : kFields) {
+    if (path == field.path) return &field;
+  }
+  return nullptr;
+}
 
 namespace config_text {
 
@@ -172,6 +279,18 @@ std::string format_double(double value) {
   size_t e = text.find('e');
   if (e == std::string::npos) return text + ".0";
   return text.substr(0, e) + ".0" + text.substr(e);
+}
+
+std::string range_text(const ConfigRange& r) {
+  bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi);
+  auto num = [](double v) {
+    return v == std::floor(v) ? std::to_string(int64_t(v)) : format_double(v);
+  };
+  std::string lo = has_lo ? num(r.lo) : "", hi = has_hi ? num(r.hi) : "";
+  if (has_lo && has_hi) return "in " + std::string(r.lo_open ? "(" : "[") + lo + ", " + hi + (r.hi_open ? ")" : "]");
+  if (has_lo) return std::string(r.lo_open ? "> " : ">= ") + lo;
+  if (has_hi) return std::string(r.hi_open ? "< " : "<= ") + hi;
+  return "";
 }
 
 bool parse_int(std::string text, int64_t* out) {

@@ -38,6 +38,7 @@ int run_preprocess(const PreprocessOptions& options) {
   const Config config = load_config(options.config, overrides);
   TT_CHECK_HINT(config.data.source == "video", ErrorCode::kConfig, "set tele_tron.data.source: video",
                 "teletron preprocess encodes videos; ", options.config, " has data.source: ", config.data.source);
+  warn_unused_keys(config, Command::kPreprocess);
   const torch::Device device = resolve_device(config.train.device, "tele_tron.train.device");
   const HunyuanVideoConfig model = model_config_from(config.model);
   std::unique_ptr<TrainingData> data = make_training_data(config, model, device);

@@ -215,7 +215,7 @@ void Trainer::announce() const {
                config_.batch_size, config_.gradient_accumulation,
                config_.batch_size * config_.gradient_accumulation, config_.train.max_steps, config_.optimizer.lr,
                config_.optimizer.warmup_steps, config_.optimizer.schedule);
-  for (const auto& note : config_.not_yet_implemented) spdlog::warn("{}", note);
+  warn_unused_keys(config_, Command::kTrain);
 }
 
 void Trainer::trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs,

@@ -212,7 +212,12 @@ Plan make_plan(const ValidateDataOptions& options) {
   } else {
     plan.config = load_config_text("tele_tron: {}\n", "(defaults)", options.sets);
     plan.manifest = options.input;
+    TT_CHECK_HINT(!config_key_set(plan.config, "data.manifest"), ErrorCode::kConfig,
+                  "pass the config file instead of the manifest, or drop --set data.manifest",
+                  "validate-data was given the manifest ", options.input,
+                  " itself, so --set data.manifest would be ignored");
   }
+  warn_unused_keys(plan.config, Command::kValidateData);
   for (size_t b = 0; b < plan.config.data.buckets.size(); ++b) plan.samplers.push_back(frame_sampler_options(plan.config, b));
   plan.reader = video_reader_options(plan.config, options.device);
   plan.reader.quiet = true;

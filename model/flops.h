@@ -1,4 +1,4 @@
-// Exact matmul FLOP count of a HunyuanVideo Transformer training step, as ARCHITECTURE.md defines
+// Exact matmul FLOP count of a HunyuanVideo Transformer training step, as docs/ARCHITECTURE.md defines
 // it for MFU: every matmul counted with the rows it really sees (video weights see video tokens,
 // text weights text tokens, modulation and embedding linears run once per sample), plus 4·N²·d per
 // attention layer, ×3 for forward + backward. (6·params·tokens overcounts this model about 2×.)

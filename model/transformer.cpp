@@ -1,4 +1,4 @@
-// HunyuanVideo Transformer forward pass (see transformer.h and ARCHITECTURE.md's model facts).
+// HunyuanVideo Transformer forward pass (see transformer.h and docs/ARCHITECTURE.md's model facts).
 #include "model/transformer.h"
 
 #include "core/errors.h"

@@ -1,0 +1,125 @@
+// Tests of the built `teletron` command line (app/cli.cpp): an unknown command is a usage error
+// also with --help, `config --explain` prints the key reference, and each command that takes a
+// config warns once, at start-up, about a key it was given and does not use (warn_unused_keys
+// wired into every command; most of these runs then fail for want of data, after the warning).
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <string>
+
+#include "test/test_util.h"
+
+using Catch::Matchers::ContainsSubstring;
+using tt::test::run_command;
+using tt::test::run_teletron;
+using tt::test::TempDir;
+
+namespace {
+
+const std::string kQuickstart = std::string(TELETRON_SOURCE_DIR) + "/configs/quickstart.yaml";
+
+// How often `text` contains `fragment`.
+int count(const std::string& text, const std::string& fragment) {
+  int n = 0;
+  for (size_t at = text.find(fragment); at != std::string::npos; at = text.find(fragment, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("an unknown command is a usage error, also with --help", "[cli]") {
+  auto result = run_teletron("sample --help");
+  INFO(result.output);
+  CHECK(result.exit_code == 2);
+  CHECK_THAT(result.output, ContainsSubstring("TT_ERR_CONFIG: unknown command `sample` (commands: train, config,"));
+  CHECK_THAT(result.output, ContainsSubstring("bench-vae, bench-video)"));
+
+  result = run_teletron("trian configs/quickstart.yaml");
+  INFO(result.output);
+  CHECK(result.exit_code == 2);
+  CHECK_THAT(result.output, ContainsSubstring("unknown command `trian`; did you mean `train`?"));
+
+  // Known commands keep their help; so does the top level.
+  result = run_teletron("train --help");
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("--resume"));
+  result = run_teletron("--help");
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("validate-data"));
+}
+
+TEST_CASE("config --explain prints every key; config FILE warns on stderr", "[cli]") {
+  auto result = run_teletron("config --explain");
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("tele_tron.optimizer.lr\n    number, default 1.0e-05, allowed > 0\n"));
+  CHECK_THAT(result.output, ContainsSubstring("What each command reads:"));
+
+  result = run_teletron("config --explain " + kQuickstart);
+  CHECK(result.exit_code == 2);
+  result = run_teletron("config");
+  CHECK(result.exit_code == 2);
+  CHECK_THAT(result.output, ContainsSubstring("give a CONFIG file, or --explain"));
+
+  // The seed example: warnings on stderr, the YAML alone on stdout.
+  const std::string seed = std::string(TELETRON_SOURCE_DIR) + "/configs/seed_8xa100.yaml";
+  const std::string binary = std::string("'") + TELETRON_BINARY + "' ";
+  result = run_command("(" + binary + "config " + seed + " 2>&1 >/dev/null)");  // stderr only
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK(count(result.output, "warning: tele_tron.") == 9);
+  CHECK_THAT(result.output, ContainsSubstring("warning: tele_tron.cuda_graph.warmup_steps: set (" + seed + ":"));
+  result = run_command("(" + binary + "config " + seed + " 2>/dev/null)");  // stdout only
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("tele_tron:\n  model:\n"));
+  CHECK(count(result.output, "warning") == 0);
+}
+
+TEST_CASE("every command that takes a config warns once about an idle key at start-up", "[cli][keys]") {
+  TempDir dir{"tt_cli"};
+  const std::string binary = std::string("'") + TELETRON_BINARY + "' ";
+  struct Case {
+    std::string args;
+    std::string warning;  // the one line naming the key
+    std::string key;
+  };
+  const Case cases[] = {
+      // train warns in its start-up banner, once the data is loaded: a one-step run on synthetic data.
+      {"synth-data " + kQuickstart + " --output " + dir / "data" + " --samples 2 && " + binary + "train " +
+           kQuickstart + " --output " + dir / "run" + " --max-steps 1 --device cpu --set vae.tiling=on " +
+           "--set data.manifest=" + dir / "data/manifest.jsonl",
+       "tele_tron.vae.tiling: set (--set vae.tiling=on), but data.source is latents: the VAE is not used",
+       "tele_tron.vae.tiling"},
+      {"bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps 1 "
+       "--no-optimizer --set mixed_precision.dtype=fp16",
+       "tele_tron.mixed_precision.dtype: set to fp16 (--set mixed_precision.dtype=fp16), but fp16 has no effect yet",
+       "tele_tron.mixed_precision.dtype"},
+      {"preprocess " + kQuickstart + " --output " + dir / "pre" +
+           " --set data.source=video --set data_pipeline.workers=3 --set data.manifest=" + dir / "none.jsonl",
+       "tele_tron.data_pipeline.workers: set (--set data_pipeline.workers=3), but preprocess encodes --jobs rows",
+       "tele_tron.data_pipeline.workers"},
+      {"validate-data " + dir / "none.jsonl" + " --set vae.tiling=on",
+       "tele_tron.vae.tiling: set (--set vae.tiling=on), but validate-data does not encode", "tele_tron.vae.tiling"},
+      {"synth-data " + kQuickstart + " --output " + dir / "synth" + " --samples 1 --set train.seed=3",
+       "tele_tron.train.seed: set (--set train.seed=3), but synth-data's seed is --seed", "tele_tron.train.seed"},
+      {"model-check --weights " + dir / "none.safetensors" + " --inputs " + dir / "in.safetensors" + " --output " +
+           dir / "out.safetensors" + " --set model.weights=w.safetensors",
+       "tele_tron.model.weights: set (--set model.weights=w.safetensors), but model-check loads the weights",
+       "tele_tron.model.weights"},
+  };
+  for (const Case& c : cases) {
+    auto result = run_teletron(c.args);
+    INFO(c.args << "\n" << result.output);
+    CHECK(count(result.output, c.warning) == 1);
+    CHECK(count(result.output, c.key + ":") + count(result.output, c.key + " (") == 1);
+  }
+  // A key the command uses is not named: bench reads the architecture.
+  auto result = run_teletron(
+      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps 1 "
+      "--no-optimizer --set model.num_layers=1");
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK(count(result.output, "num_layers: set") == 0);
+  CHECK(count(result.output, "warning") == 0);
+}
