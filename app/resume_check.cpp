@@ -276,6 +276,9 @@ ResumeCheck check_resume_config(const std::string& checkpoint_yaml, const Config
     }
     block(key, str_cat(change, " (changes ", part_of(key), ")"));
   }
+  for (const std::string& key : allowed)
+    if (key != "data.manifest" && !contains(check.changed, key))  // data.manifest also covers the contents
+      check.notes.push_back(str_cat("--allow-change ", key, ": that key did not change"));
   if (!blocked.empty()) {
     std::string allow;
     for (const std::string& key : blocked_keys) allow += " --allow-change " + key;

@@ -150,6 +150,7 @@ TEST_CASE("resume check: --allow-change lifts exactly the key it names", "[resum
   CHECK(lifted.warnings.size() == 1);
   CHECK_THAT(lifted.warnings[0], ContainsSubstring("tele_tron.train.seed: 3 in the checkpoint, 4 now"));
   CHECK_THAT(lifted.warnings[0], ContainsSubstring("--allow-change train.seed"));
+  CHECK(has(compare(before, before, {"train.seed"}).notes, "--allow-change train.seed: that key did not change"));
   // Another blocked change next to it still stops the resume, naming only that one.
   const tt::Error error = tt::test::expect_error(
       [&] { compare(before, video_config({"train.seed=4", "flow_matching.shift=2.0"}), {"train.seed"}); });

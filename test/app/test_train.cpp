@@ -1,5 +1,7 @@
 // End to end through the built executable: CLI surface, synthetic data, a smoke training run
-// whose loss falls, exact resume, crash-safety of the run folder, data and NaN errors.
+// whose loss falls, exact resume, crash-safety of the run folder, data and NaN errors; what a
+// resume may change (a refused change to the run, --allow-change, cadence and length changes, the
+// global batch split differently, the manifest's contents) and the run files after a kill.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>

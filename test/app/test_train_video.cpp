@@ -2,6 +2,8 @@
 // ffmpeg CLI (through the media cache), text embeddings written here, the tiny VAE (fixed random
 // weights) and the tiny Transformer; the loss falls. A broken clip is skipped, logged and replaced
 // when data.max_failed_share allows it, and stops the run with TT_ERR_DATA when it does not.
+// preprocess names its files by content, so an edited manifest re-encodes the changed rows; a resume
+// reuses the checkpoint's bucket assignment and may split the global batch differently.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
