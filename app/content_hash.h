@@ -22,7 +22,8 @@ class ContentHash {
 
  private:
   void mix(const void* data, size_t size);
-  unsigned __int128 state_ = (static_cast<unsigned __int128>(0x6c62272e07bb0142ULL) << 64) | 0x62b821756295c58dULL;
+  unsigned __int128 state_ =
+      (static_cast<unsigned __int128>(0x6c62272e07bb0142ULL) << 64) | 0x62b821756295c58dULL;
 };
 
 /// "size 1234, mtime 1733000000" of a file, for identity texts (kIo when it cannot be stat'ed).

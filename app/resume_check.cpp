@@ -26,7 +26,8 @@ const SafeKey kSafeKeys[] = {
     {"train.output_dir", "the run folder's path only"},
     {"train.device", "the resolved device type is checked against the checkpoint's"},
     {"data.manifest", "the path only; the contents are checked by the manifest hash"},
-    {"data.max_failed_share", "how many failed samples stop the run; which rows replace a failure is unchanged"},
+    {"data.max_failed_share",
+     "how many failed samples stop the run; which rows replace a failure is unchanged"},
     {"data_pipeline.prefetch", "how far the pipeline runs ahead; the same batches"},
     {"data_pipeline.workers", "how many threads decode; the same batches"},
     {"data_pipeline.video_decoding",
@@ -87,7 +88,8 @@ std::string trim(const std::string& text) {
   return text.substr(first, text.find_last_not_of(' ') - first + 1);
 }
 
-int64_t int_value(const std::map<std::string, std::string>& values, const std::string& key, int64_t fallback) {
+int64_t int_value(const std::map<std::string, std::string>& values, const std::string& key,
+                  int64_t fallback) {
   auto it = values.find(key);
   int64_t out = 0;
   if (it == values.end() || !config_text::parse_int(it->second, &out)) return fallback;
@@ -99,13 +101,13 @@ bool contains(const std::vector<std::string>& list, const std::string& key) {
 }
 
 std::string max_steps_note(const Config& now, int64_t before, int64_t after, int64_t step) {
-  std::string note = str_cat("tele_tron.train.max_steps: ", before, " -> ", after, ": the run now ends at step ",
-                             after);
+  std::string note =
+      str_cat("tele_tron.train.max_steps: ", before, " -> ", after, ": the run now ends at step ", after);
   const OptimizerSection& optimizer = now.optimizer;
   if (optimizer.schedule == "cosine") {
-    note += str_cat("; the cosine decay is re-stretched to end at step ", after, " (lr at step ", step + 1, ": ",
-                    learning_rate_at(optimizer, step, after), ", was ", learning_rate_at(optimizer, step, before),
-                    " with ", before, ")");
+    note += str_cat("; the cosine decay is re-stretched to end at step ", after, " (lr at step ", step + 1,
+                    ": ", learning_rate_at(optimizer, step, after), ", was ",
+                    learning_rate_at(optimizer, step, before), " with ", before, ")");
   } else {
     note += "; the schedule is constant after warmup, so the learning rate does not change";
   }
@@ -163,7 +165,8 @@ std::map<std::string, std::string> config_values(const std::string& resolved_yam
 
 std::string GlobalBatch::describe() const {
   if (dynamic) return "dynamic";
-  std::string text = str_cat(samples(), " samples (batch_size ", batch_size, " × gradient_accumulation ", accumulation);
+  std::string text =
+      str_cat(samples(), " samples (batch_size ", batch_size, " × gradient_accumulation ", accumulation);
   if (ranks != 1) text += str_cat(" × ", ranks, " ranks");
   return text + ")";
 }
@@ -236,7 +239,8 @@ ResumeCheck check_resume_config(const std::string& checkpoint_yaml, const Config
     const std::string& old_value = before.at(key);
     if (old_value == value) continue;
     check.changed.push_back(key);
-    const std::string change = str_cat("tele_tron.", key, ": ", old_value, " in the checkpoint, ", value, " now");
+    const std::string change =
+        str_cat("tele_tron.", key, ": ", old_value, " in the checkpoint, ", value, " now");
 
     const SafeKey* safe = nullptr;
     for (const SafeKey& candidate : kSafeKeys)
@@ -262,10 +266,11 @@ ResumeCheck check_resume_config(const std::string& checkpoint_yaml, const Config
     if (split_key && !batch_before.dynamic && !batch_after.dynamic &&
         batch_before.samples() == batch_after.samples()) {
       if (!split_reported)
-        check.notes.push_back(str_cat("the global batch stays ", batch_after.samples(), " samples per step, split as ",
-                                      batch_after.describe(), " instead of ", batch_before.describe(),
-                                      "; the same samples in the same steps (the noise draws follow the split, so "
-                                      "the numbers are not bit-identical to the old split)"));
+        check.notes.push_back(
+            str_cat("the global batch stays ", batch_after.samples(), " samples per step, split as ",
+                    batch_after.describe(), " instead of ", batch_before.describe(),
+                    "; the same samples in the same steps (the noise draws follow the split, so "
+                    "the numbers are not bit-identical to the old split)"));
       split_reported = true;
       continue;
     }
@@ -289,17 +294,19 @@ ResumeCheck check_resume_config(const std::string& checkpoint_yaml, const Config
   return check;
 }
 
-std::string check_manifest_hash(const std::string& stored, const std::string& now, const std::string& manifest,
-                                const std::string& where, const std::vector<std::string>& allowed) {
+std::string check_manifest_hash(const std::string& stored, const std::string& now,
+                                const std::string& manifest, const std::string& where,
+                                const std::vector<std::string>& allowed) {
   if (stored == now) return "";
-  const std::string change =
-      str_cat("tele_tron.data.manifest: the contents of ", manifest, " (its bytes, or the size or modification time "
-              "of a file it names) differ from the run's in ", where, " (content hash ", stored, " in the checkpoint, ",
-              now, " now)");
-  TT_CHECK_HINT(contains(allowed, "data.manifest"), ErrorCode::kConfig,
-                "restore the manifest and its files, start a new run with --output DIR, or accept the new data "
-                "with --allow-change data.manifest (the data order restarts at the next epoch)",
-                change);
+  const std::string change = str_cat("tele_tron.data.manifest: the contents of ", manifest,
+                                     " (its bytes, or the size or modification time "
+                                     "of a file it names) differ from the run's in ",
+                                     where, " (content hash ", stored, " in the checkpoint, ", now, " now)");
+  TT_CHECK_HINT(
+      contains(allowed, "data.manifest"), ErrorCode::kConfig,
+      "restore the manifest and its files, start a new run with --output DIR, or accept the new data "
+      "with --allow-change data.manifest (the data order restarts at the next epoch)",
+      change);
   return change + "; accepted by --allow-change data.manifest (the bucket assignment is derived again)";
 }
 

@@ -71,7 +71,8 @@ ResumeCheck check_resume_config(const std::string& checkpoint_yaml, const Config
 
 /// The manifest's content hash against the checkpoint's: equal -> "", different -> TT_ERR_CONFIG
 /// naming the manifest, or the warning to log when data.manifest is in `allowed`.
-std::string check_manifest_hash(const std::string& stored, const std::string& now, const std::string& manifest,
-                                const std::string& where, const std::vector<std::string>& allowed);
+std::string check_manifest_hash(const std::string& stored, const std::string& now,
+                                const std::string& manifest, const std::string& where,
+                                const std::vector<std::string>& allowed);
 
 }  // namespace tt

@@ -33,7 +33,8 @@ MetricsLog::MetricsLog(const std::string& path, int64_t keep_up_to_step) : path_
     std::string kept;
     size_t start = 0;
     // Only lines ended by '\n' count: the last one without it is what a kill mid-append leaves.
-    for (size_t end = text.find('\n'); end != std::string::npos; start = end + 1, end = text.find('\n', start)) {
+    for (size_t end = text.find('\n'); end != std::string::npos;
+         start = end + 1, end = text.find('\n', start)) {
       const std::string line = text.substr(start, end - start);
       auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (row.is_object() && row.contains("step") && row["step"].is_number_integer() &&

@@ -34,7 +34,8 @@ tt::Config video_config(const std::vector<std::string>& sets = {}) {
   return tt::load_config_text(
       "tele_tron:\n"
       "  model: {preset: tiny}\n"
-      "  data:\n    source: video\n    manifest: data/m.jsonl\n    buckets: [{frames: 5, height: 64, width: 64}]\n"
+      "  data:\n    source: video\n    manifest: data/m.jsonl\n    buckets: [{frames: 5, height: 64, width: "
+      "64}]\n"
       "  batch_size: 2\n"
       "  gradient_accumulation: 2\n"
       "  optimizer: {schedule: cosine, warmup_steps: 2}\n"
@@ -50,7 +51,8 @@ tt::Config latent_config(const std::vector<std::string>& sets = {}) {
 
 tt::ResumeCheck compare(const tt::Config& before, const tt::Config& after,
                         const std::vector<std::string>& allowed = {}) {
-  return tt::check_resume_config(tt::config_to_yaml(before), after, 50, "runs/x/checkpoints/step_0000050", allowed);
+  return tt::check_resume_config(tt::config_to_yaml(before), after, 50, "runs/x/checkpoints/step_0000050",
+                                 allowed);
 }
 
 bool has(const std::vector<std::string>& list, const std::string& text) {
@@ -69,8 +71,8 @@ void check_blocked(const std::string& set, const std::string& key) {
   REQUIRE(old_value != new_value);
   const tt::Error error = tt::test::expect_error([&] { compare(before, after); });
   CHECK(error.code() == tt::ErrorCode::kConfig);
-  CHECK_THAT(std::string(error.what()), ContainsSubstring("tele_tron." + key + ": " + old_value + " in the checkpoint, " +
-                                             new_value + " now"));
+  CHECK_THAT(std::string(error.what()), ContainsSubstring("tele_tron." + key + ": " + old_value +
+                                                          " in the checkpoint, " + new_value + " now"));
   CHECK_THAT(std::string(error.what()), ContainsSubstring("step_0000050"));
   CHECK_THAT(error.hint(), ContainsSubstring("--allow-change " + key));
   // The same change, accepted by name: a warning, no error.
@@ -109,25 +111,26 @@ TEST_CASE("resume check: the flattened config has every schema key, lists in flo
   CHECK(same.notes.empty());
 }
 
-TEST_CASE("resume check: every change to the run is TT_ERR_CONFIG naming the key and both values", "[resume]") {
-  check_blocked("train.seed=4", "train.seed");                                                // the sample sequence
-  check_blocked("data.buckets=[{frames: 9, height: 64, width: 64}]", "data.buckets");         // the dealing
+TEST_CASE("resume check: every change to the run is TT_ERR_CONFIG naming the key and both values",
+          "[resume]") {
+  check_blocked("train.seed=4", "train.seed");                                         // the sample sequence
+  check_blocked("data.buckets=[{frames: 9, height: 64, width: 64}]", "data.buckets");  // the dealing
   check_blocked("data.source=latents", "data.source");
   check_blocked("data_pipeline.frame_sampler.mode=uniform", "data_pipeline.frame_sampler.mode");
   check_blocked("data_pipeline.augment.flip=0.0", "data_pipeline.augment.flip");
-  check_blocked("model.num_layers=3", "model.num_layers");                                    // the model shape
+  check_blocked("model.num_layers=3", "model.num_layers");  // the model shape
   check_blocked("model.preset=1b", "model.preset");
-  check_blocked("vae.tiling=on", "vae.tiling");                                               // the latents
-  check_blocked("mixed_precision.enabled=false", "mixed_precision.enabled");                  // the precision
-  check_blocked("flow_matching.shift=3.0", "flow_matching.shift");                            // the objective
+  check_blocked("vae.tiling=on", "vae.tiling");                               // the latents
+  check_blocked("mixed_precision.enabled=false", "mixed_precision.enabled");  // the precision
+  check_blocked("flow_matching.shift=3.0", "flow_matching.shift");            // the objective
   check_blocked("flow_matching.timestep_sampling=uniform", "flow_matching.timestep_sampling");
-  check_blocked("optimizer.lr=0.001", "optimizer.lr");                                        // the optimizer
+  check_blocked("optimizer.lr=0.001", "optimizer.lr");  // the optimizer
   check_blocked("optimizer.betas=[0.9, 0.95]", "optimizer.betas");
   check_blocked("optimizer.weight_decay=0.1", "optimizer.weight_decay");
   check_blocked("optimizer.warmup_steps=5", "optimizer.warmup_steps");
   check_blocked("optimizer.schedule=constant", "optimizer.schedule");
   check_blocked("optimizer.max_grad_norm=0.5", "optimizer.max_grad_norm");
-  check_blocked("gradient_accumulation=3", "gradient_accumulation");                          // the global batch
+  check_blocked("gradient_accumulation=3", "gradient_accumulation");  // the global batch
   // Not on the whitelist, so a change to the run, whatever it would do.
   check_blocked("data.caption_dropout=0.1", "data.caption_dropout");
   check_blocked("cuda_graph.enabled=true", "cuda_graph.enabled");
@@ -135,11 +138,14 @@ TEST_CASE("resume check: every change to the run is TT_ERR_CONFIG naming the key
 }
 
 TEST_CASE("resume check: several changes are reported together, each with its --allow-change", "[resume]") {
-  const tt::Error error =
-      tt::test::expect_error([&] { compare(video_config(), video_config({"train.seed=4", "optimizer.lr=0.5"})); });
+  const tt::Error error = tt::test::expect_error([&] {
+    compare(video_config(), video_config({"train.seed=4", "optimizer.lr=0.5"}));
+  });
   CHECK(error.code() == tt::ErrorCode::kConfig);
-  CHECK_THAT(std::string(error.what()), ContainsSubstring("tele_tron.train.seed: 3 in the checkpoint, 4 now"));
-  CHECK_THAT(std::string(error.what()), ContainsSubstring("tele_tron.optimizer.lr: 1.0e-05 in the checkpoint, 0.5 now"));
+  CHECK_THAT(std::string(error.what()),
+             ContainsSubstring("tele_tron.train.seed: 3 in the checkpoint, 4 now"));
+  CHECK_THAT(std::string(error.what()),
+             ContainsSubstring("tele_tron.optimizer.lr: 1.0e-05 in the checkpoint, 0.5 now"));
   CHECK_THAT(error.hint(), ContainsSubstring("--allow-change optimizer.lr"));
   CHECK_THAT(error.hint(), ContainsSubstring("--allow-change train.seed"));
 }
@@ -150,10 +156,12 @@ TEST_CASE("resume check: --allow-change lifts exactly the key it names", "[resum
   CHECK(lifted.warnings.size() == 1);
   CHECK_THAT(lifted.warnings[0], ContainsSubstring("tele_tron.train.seed: 3 in the checkpoint, 4 now"));
   CHECK_THAT(lifted.warnings[0], ContainsSubstring("--allow-change train.seed"));
-  CHECK(has(compare(before, before, {"train.seed"}).notes, "--allow-change train.seed: that key did not change"));
+  CHECK(has(compare(before, before, {"train.seed"}).notes,
+            "--allow-change train.seed: that key did not change"));
   // Another blocked change next to it still stops the resume, naming only that one.
-  const tt::Error error = tt::test::expect_error(
-      [&] { compare(before, video_config({"train.seed=4", "flow_matching.shift=2.0"}), {"train.seed"}); });
+  const tt::Error error = tt::test::expect_error([&] {
+    compare(before, video_config({"train.seed=4", "flow_matching.shift=2.0"}), {"train.seed"});
+  });
   CHECK(error.code() == tt::ErrorCode::kConfig);
   CHECK_THAT(std::string(error.what()), ContainsSubstring("flow_matching.shift"));
   CHECK_THAT(std::string(error.what()), !ContainsSubstring("train.seed"));
@@ -187,8 +195,9 @@ TEST_CASE("resume check: max_steps may change; the note says what it does to the
   REQUIRE(cosine.notes.size() == 1);
   CHECK_THAT(cosine.notes[0], ContainsSubstring("tele_tron.train.max_steps: 100 -> 200"));
   CHECK_THAT(cosine.notes[0], ContainsSubstring("cosine decay is re-stretched to end at step 200"));
-  const tt::ResumeCheck constant = compare(video_config({"optimizer.schedule=constant"}),
-                                           video_config({"optimizer.schedule=constant", "train.max_steps=200"}));
+  const tt::ResumeCheck constant =
+      compare(video_config({"optimizer.schedule=constant"}),
+              video_config({"optimizer.schedule=constant", "train.max_steps=200"}));
   REQUIRE(constant.notes.size() == 1);
   CHECK_THAT(constant.notes[0], ContainsSubstring("constant after warmup"));
 }
@@ -196,22 +205,26 @@ TEST_CASE("resume check: max_steps may change; the note says what it does to the
 TEST_CASE("resume check: the global batch may be split differently, never resized", "[resume]") {
   const tt::Config before = video_config();  // 2 × 2 = 4 samples per step
   CHECK(tt::global_batch_of(before).samples() == 4);
-  for (const auto& split : std::vector<std::vector<std::string>>{{"batch_size=4", "gradient_accumulation=1"},
-                                                                 {"batch_size=1", "gradient_accumulation=4"}}) {
+  for (const auto& split : std::vector<std::vector<std::string>>{
+           {"batch_size=4", "gradient_accumulation=1"}, {"batch_size=1", "gradient_accumulation=4"}}) {
     const tt::ResumeCheck check = compare(before, video_config(split));
     CHECK(check.warnings.empty());
     REQUIRE(check.notes.size() == 1);
     CHECK_THAT(check.notes[0], ContainsSubstring("the global batch stays 4 samples per step"));
   }
-  for (const auto& resize : std::vector<std::vector<std::string>>{{"batch_size=4"}, {"gradient_accumulation=1"}}) {
+  for (const auto& resize :
+       std::vector<std::vector<std::string>>{{"batch_size=4"}, {"gradient_accumulation=1"}}) {
     const tt::Error error = tt::test::expect_error([&] { compare(before, video_config(resize)); });
     CHECK(error.code() == tt::ErrorCode::kConfig);
-    CHECK_THAT(std::string(error.what()), ContainsSubstring("the global batch: 4 samples (batch_size 2 × gradient_accumulation 2) "
-                                               "in the checkpoint"));
+    CHECK_THAT(std::string(error.what()),
+               ContainsSubstring("the global batch: 4 samples (batch_size 2 × gradient_accumulation 2) "
+                                 "in the checkpoint"));
   }
   // batch_size: dynamic has no fixed global batch: any change to it is a change to the run.
-  const tt::Error dynamic = tt::test::expect_error([&] { compare(before, video_config({"batch_size=dynamic"})); });
-  CHECK_THAT(std::string(dynamic.what()), ContainsSubstring("tele_tron.batch_size: 2 in the checkpoint, dynamic now"));
+  const tt::Error dynamic =
+      tt::test::expect_error([&] { compare(before, video_config({"batch_size=dynamic"})); });
+  CHECK_THAT(std::string(dynamic.what()),
+             ContainsSubstring("tele_tron.batch_size: 2 in the checkpoint, dynamic now"));
 }
 
 TEST_CASE("resume check: with cached latents the video-only keys do not take part", "[resume]") {
@@ -230,10 +243,12 @@ TEST_CASE("resume check: keys the checkpoint's teletron did not have count with 
   REQUIRE(yaml.find(line) != std::string::npos);
   yaml.erase(yaml.find(line), line.size());
   CHECK(tt::check_resume_config(yaml, video_config(), 50, "old", {}).changed.empty());
-  CHECK_THROWS_AS(tt::check_resume_config(yaml, video_config({"flow_matching.shift=2.0"}), 50, "old", {}), tt::Error);
+  CHECK_THROWS_AS(tt::check_resume_config(yaml, video_config({"flow_matching.shift=2.0"}), 50, "old", {}),
+                  tt::Error);
 }
 
-TEST_CASE("resume check: a different manifest content hash is TT_ERR_CONFIG naming the manifest", "[resume]") {
+TEST_CASE("resume check: a different manifest content hash is TT_ERR_CONFIG naming the manifest",
+          "[resume]") {
   CHECK(tt::check_manifest_hash("abc", "abc", "data/m.jsonl", "ckpt", {}).empty());
   const tt::Error error =
       tt::test::expect_error([] { tt::check_manifest_hash("abc", "def", "data/m.jsonl", "ckpt", {}); });
@@ -277,14 +292,16 @@ namespace {
 
 std::string metrics_rows(int64_t first, int64_t last) {
   std::string text;
-  for (int64_t step = first; step <= last; ++step) text += nlohmann::json{{"step", step}, {"loss", 1.0}}.dump() + "\n";
+  for (int64_t step = first; step <= last; ++step)
+    text += nlohmann::json{{"step", step}, {"loss", 1.0}}.dump() + "\n";
   return text;
 }
 
 std::vector<int64_t> steps_in(const std::string& path) {
   std::vector<int64_t> steps;
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  for (std::string line; std::getline(in, line);)
+    steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
   return steps;
 }
 
@@ -302,7 +319,8 @@ ino_t inode_of(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("metrics.jsonl on resume: later rows dropped through a new file and a rename", "[resume][metrics]") {
+TEST_CASE("metrics.jsonl on resume: later rows dropped through a new file and a rename",
+          "[resume][metrics]") {
   TempDir dir("tt_metrics");
   const std::string path = dir / "metrics.jsonl";
   // A run killed after step 7, mid-append, resumed from its step-4 checkpoint: rows 5..7 go, the
