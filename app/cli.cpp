@@ -34,6 +34,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;
   std::string resume;
+  std::vector<std::string> allow_change;
   int64_t max_steps = 0;
   std::string output;
   std::string device;
@@ -66,7 +67,7 @@ int run_train(const TrainArgs& args) {
   if (args.max_steps > 0) overrides.push_back("train.max_steps=" + std::to_string(args.max_steps));
   if (!args.output.empty()) overrides.push_back("train.output_dir=" + args.output);
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
-  TrainRequest request{load_config(args.config, overrides), args.resume};
+  TrainRequest request{load_config(args.config, overrides), args.resume, args.allow_change};
   run_training(request);
   return 0;
 }
@@ -188,6 +189,11 @@ int run_cli(int argc, char** argv) {
   train_cmd->add_option("--resume", train.resume,
                         "auto (newest complete checkpoint of the run folder, or start fresh) or a checkpoint/run folder")
       ->default_str("none (fresh run)");
+  train_cmd->add_option("--allow-change", train.allow_change,
+                        "On resume, accept a change of this config key that changes the run, e.g. train.seed "
+                        "(repeatable; logged as a warning)")
+      ->allow_extra_args(false)
+      ->type_name("KEY");
   train_cmd->add_option("--max-steps", train.max_steps, "Total optimizer steps, also after a resume")
       ->default_str("train.max_steps")
       ->check(CLI::PositiveNumber);

@@ -6,13 +6,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "app/config.h"
+#include "app/content_hash.h"
 #include "app/options.h"
+#include "app/resume_check.h"
 #include "app/training_data.h"
 #include "core/device.h"
 #include "core/errors.h"
@@ -24,10 +25,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string latent_name(int64_t line) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "%06lld.safetensors", static_cast<long long>(line));
-  return name;
+// Bumped when what a file holds changes for the same inputs, so older files are not reused.
+const char kLatentFormat[] = "teletron preprocess latents v1";
+
+// The config keys that change a row's latents (the bucket comes with the row's identity).
+const char* const kLatentKeys[] = {"vae.preset", "vae.weights", "vae.tiling", "data_pipeline.frame_sampler",
+                                   "data_pipeline.augment", "data_pipeline.video_decoding", "train.seed"};
+
+// Every setting that shapes the latents, one "key: value" line each. The device type enters because
+// the VAE runs in bf16 on a GPU and in fp32 on the CPU.
+std::string latent_settings(const Config& config, const torch::Device& device) {
+  std::string settings = str_cat(kLatentFormat, "\ndevice: ", device.is_cuda() ? "cuda" : "cpu", "\nepoch: 0\n");
+  for (const auto& [key, value] : config_values(config_to_yaml(config))) {
+    for (const char* prefix : kLatentKeys) {
+      const std::string p = prefix;
+      if (key == p || key.rfind(p + ".", 0) == 0) settings += key + ": " + value + "\n";
+    }
+  }
+  return settings;
+}
+
+// "<32 hex digits>.safetensors": the content key of row `index` made from `identity`.
+std::string latent_name(const std::string& settings, int64_t index, const std::string& identity) {
+  ContentHash hash;
+  hash.add(settings);
+  hash.add_int(index);
+  hash.add(identity);
+  return hash.hex() + ".safetensors";
 }
 
 }  // namespace
@@ -48,18 +72,40 @@ int run_preprocess(const PreprocessOptions& options) {
   for (const auto& entry : fs::directory_iterator(out / "latents"))  // an interrupted write's leftovers
     if (entry.path().extension() == ".tmp") fs::remove(entry.path());
   const int64_t rows = data->size();
+  // Each row's output name, from what its latents are made of; "" when a file of the row cannot be
+  // stat'ed (it went missing since the rows were checked): that row fails like an unreadable one.
+  const std::string settings = latent_settings(config, device);
+  std::vector<std::string> names(static_cast<size_t>(rows));
   std::vector<uint8_t> done(static_cast<size_t>(rows), 0);
-  int64_t already = 0;
+  int64_t already = 0, unnamed = 0;
   for (int64_t i = 0; i < rows; ++i) {
-    if (fs::exists(out / "latents" / latent_name(data->row_origin(i).first))) {
+    try {
+      names[static_cast<size_t>(i)] = latent_name(settings, i, data->row_identity(i));
+    } catch (const Error& error) {
+      if (error.code() != ErrorCode::kIo) throw;
+      spdlog::warn("preprocess: line {} left out: {}", data->row_origin(i).first, error.what());
+      done[static_cast<size_t>(i)] = 1;  // nothing to encode
+      ++unnamed;
+      continue;
+    }
+    if (fs::exists(out / "latents" / names[static_cast<size_t>(i)])) {
       done[static_cast<size_t>(i)] = 1;
       ++already;
     }
   }
+  // Files of other keys: earlier manifests or settings. Kept (they may be another config's), unlisted.
+  int64_t other_files = 0;
+  for (const auto& entry : fs::directory_iterator(out / "latents"))
+    if (entry.path().extension() == ".safetensors") ++other_files;
+  other_files -= already;
+  if (other_files > 0)
+    spdlog::info("preprocess: {} file(s) in {} belong to no current row (an earlier manifest or settings): not "
+                 "listed, not reused", other_files, (out / "latents").string());
+  const int64_t to_encode = rows - already - unnamed;
   spdlog::info("preprocess: {} rows of {} -> {} ({} already done, {} to encode) on {}, {} job(s)", rows,
-               config.data.manifest, options.output, already, rows - already, device.str(), options.jobs);
+               config.data.manifest, options.output, already, to_encode, device.str(), options.jobs);
 
-  std::atomic<int64_t> next{0}, encoded{0}, failed{0};
+  std::atomic<int64_t> next{0}, encoded{0}, failed{unnamed};
   std::mutex log_mutex;
   const auto start = std::chrono::steady_clock::now();
   auto worker = [&] {
@@ -68,7 +114,7 @@ int run_preprocess(const PreprocessOptions& options) {
       const auto [line, source] = data->row_origin(i);
       try {
         LatentSample sample = data->load_one(i, 0);
-        const fs::path final_path = out / "latents" / latent_name(line);
+        const fs::path final_path = out / "latents" / names[static_cast<size_t>(i)];
         const fs::path temporary = final_path.string() + ".tmp";
         safetensors::save(temporary.string(),
                           // On a GPU the VAE runs in bf16: its latents are bf16 values, stored without loss.
@@ -76,15 +122,17 @@ int run_preprocess(const PreprocessOptions& options) {
                            {"text_states", sample.text_states},
                            {"text_mask", sample.text_mask.to(torch::kUInt8)},
                            {"pooled", sample.pooled}},
-                          {{"source", source}, {"manifest_line", std::to_string(line)}});
+                          {{"source", source},
+                           {"manifest_line", std::to_string(line)},
+                           {"row_identity", data->row_identity(i)}});
         fsync_path(temporary.string(), false);
         rename_or_throw(temporary.string(), final_path.string());
         done[static_cast<size_t>(i)] = 1;
         const int64_t count = ++encoded;
-        if (count % 10 == 0 || count == rows - already) {
+        if (count % 10 == 0 || count == to_encode) {
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           std::lock_guard<std::mutex> lock(log_mutex);
-          spdlog::info("preprocess: {}/{} encoded ({:.2f} clips/s)", count, rows - already, count / seconds);
+          spdlog::info("preprocess: {}/{} encoded ({:.2f} clips/s)", count, to_encode, count / seconds);
         }
       } catch (const Error& error) {
         if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData && error.code() != ErrorCode::kIo)
@@ -115,8 +163,8 @@ int run_preprocess(const PreprocessOptions& options) {
   std::string manifest;
   int64_t listed = 0;
   for (int64_t i = 0; i < rows; ++i) {
-    const std::string name = latent_name(data->row_origin(i).first);
-    if (!fs::exists(out / "latents" / name)) continue;
+    const std::string& name = names[static_cast<size_t>(i)];
+    if (name.empty() || !fs::exists(out / "latents" / name)) continue;
     manifest += "{\"latents\": \"latents/" + name + "\"}\n";
     ++listed;
   }

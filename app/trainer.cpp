@@ -22,7 +22,9 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "app/prefetch.h"
+#include "app/resume_check.h"
 #include "app/training_data.h"
+#include "core/safetensors.h"
 
 namespace tt {
 namespace {
@@ -49,17 +51,20 @@ struct DataPosition {
 
 // Walks the epoch orders: the trainer keeps one (the consumed position, what checkpoints store) and
 // the prefetch producer a copy that runs ahead. Without buckets a batch is the next `count` samples
-// of the epoch order (running into the next epoch) and position.index counts samples. With buckets
-// (row_bucket non-empty) each epoch's order is dealt into per-bucket batches — a row joins its
-// bucket's open batch, a full batch is emitted, partial batches at the epoch's end are dropped — and
-// position.index counts batches; either way the sequence follows from (seed, epoch) alone, so a
-// resume continues it exactly.
+// of the epoch order (running into the next epoch). With buckets (row_bucket non-empty) each epoch's
+// order is dealt into per-bucket groups of one optimizer step's samples (`step_samples`, the global
+// batch) — a row joins its bucket's open group, a full group is emitted, partial groups at the
+// epoch's end are dropped — and a micro-batch is the next `count` rows of those groups (count
+// divides step_samples, so it never mixes buckets). position.index counts samples either way, and
+// the sequence follows from (seed, epoch, global batch) alone: a resume continues it exactly, also
+// when the global batch is split differently (batch_size × gradient_accumulation, later × ranks).
 struct DataCursor {
   DataPosition position;
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
-  std::vector<int64_t> row_bucket;            // empty: no buckets
-  std::vector<std::vector<int64_t>> batches;  // the epoch's batches (bucket mode)
+  int64_t step_samples = 1;      // samples per optimizer step (the global batch)
+  std::vector<int64_t> row_bucket;  // empty: no buckets
+  std::vector<int64_t> dealt;       // the epoch's groups back to back (bucket mode)
 
   std::vector<int64_t> next(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
     if (!row_bucket.empty()) return next_bucketed(count, size, seed, epochs);
@@ -82,33 +87,39 @@ struct DataCursor {
   }
 
   std::vector<int64_t> next_bucketed(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
+    TT_ASSERT(count > 0 && step_samples % count == 0, "micro-batch ", count, " does not divide the global batch ",
+              step_samples);
     for (int empty_epochs = 0;;) {
       if (order_epoch != position.epoch) {
         order = epoch_order(size, seed, position.epoch);
         order_epoch = position.epoch;
-        batches.clear();
+        dealt.clear();
         std::map<int64_t, std::vector<int64_t>> open;
         for (int64_t row : order) {
           const int64_t bucket = row_bucket[static_cast<size_t>(row)];
           if (bucket < 0) continue;
-          std::vector<int64_t>& batch = open[bucket];
-          batch.push_back(row);
-          if (static_cast<int64_t>(batch.size()) == count) {
-            batches.push_back(batch);
-            batch.clear();
+          std::vector<int64_t>& group = open[bucket];
+          group.push_back(row);
+          if (static_cast<int64_t>(group.size()) == step_samples) {
+            dealt.insert(dealt.end(), group.begin(), group.end());
+            group.clear();
           }
         }
       }
-      if (position.index < static_cast<int64_t>(batches.size())) break;
-      TT_CHECK_HINT(++empty_epochs < 2, ErrorCode::kData, "lower batch_size or add clips to the buckets",
-                    "no bucket of tele_tron.data.buckets holds batch_size (", count, ") clips");
-      if (!batches.empty()) empty_epochs = 0;
+      if (position.index < static_cast<int64_t>(dealt.size())) break;
+      TT_CHECK_HINT(++empty_epochs < 2, ErrorCode::kData,
+                    "lower batch_size or gradient_accumulation, or add clips to the buckets",
+                    "no bucket of tele_tron.data.buckets holds batch_size × gradient_accumulation (", step_samples,
+                    ") clips");
+      if (!dealt.empty()) empty_epochs = 0;
       position.epoch += 1;
       position.index = 0;
     }
-    std::vector<int64_t> indices = batches[static_cast<size_t>(position.index)];
+    TT_ASSERT(position.index % count == 0, "bucket cursor at sample ", position.index, ", not a multiple of ", count);
+    const auto first = dealt.begin() + position.index;
+    std::vector<int64_t> indices(first, first + count);
     epochs->assign(indices.size(), position.epoch);
-    position.index += 1;
+    position.index += count;
     return indices;
   }
 };
@@ -125,6 +136,9 @@ class Trainer {
 
  private:
   void announce() const;
+  std::optional<std::string> find_resume_folder() const;
+  std::optional<StoredDataState> check_resume(const std::string& folder);
+  void check_resumed_data(const std::string& folder, const StoredDataState& stored);
   void resume_from(const std::string& folder);
   LatentBatch next_batch();
   torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
@@ -133,6 +147,12 @@ class Trainer {
 
   Config config_;
   std::string resume_;
+  std::vector<std::string> allow_change_;  // normalized --allow-change keys
+  std::optional<std::string> resume_folder_;  // the checkpoint a resume continues
+  ResumeCheck resume_check_;                  // what differs from the checkpoint's config
+  // A resume onto data or a dealing the checkpoint's position does not describe (an accepted
+  // manifest or global-batch change): the data order restarts at the next epoch.
+  bool restart_epoch_ = false;
   torch::Device device_{torch::kCPU};
   bool autocast_ = false;
   HunyuanVideoConfig model_config_;
@@ -148,6 +168,7 @@ class Trainer {
   DataPosition& position_ = cursor_.position;
   DataCursor producer_cursor_;          // the prefetch producer's, ahead of cursor_
   std::unique_ptr<BatchPrefetcher> prefetcher_;
+  std::unique_ptr<MetricsLog> metrics_;
   // TELETRON_TRACE_BATCHES=FILE (tests): one JSON line per batch taken, with its rows and a checksum.
   std::unique_ptr<std::ofstream> batch_trace_;
   void trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs, const LatentBatch& batch);
@@ -160,6 +181,9 @@ class Trainer {
 };
 
 Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume) {
+  allow_change_ = normalize_allowed_changes(request.allow_change);
+  TT_CHECK_HINT(allow_change_.empty() || !resume_.empty(), ErrorCode::kConfig,
+                "--allow-change only applies with --resume", "--allow-change given without --resume");
   device_ = resolve_device(config_.train.device, "tele_tron.train.device");
   autocast_ = device_.is_cuda() && config_.mixed_precision.enabled;
   ModelChoice choice = choose_model(config_.model, config_.model.weights);
@@ -173,8 +197,15 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
     TT_CHECK(batch_trace_->good(), ErrorCode::kIo, "TELETRON_TRACE_BATCHES: cannot open ", trace);
   }
 
-  dataset_ = make_training_data(config_, model_config_, device_);
+  // The resume checks run before anything is built: a config that would change the run stops here,
+  // and a video run gets its stored bucket assignment back instead of probing every file.
+  std::optional<StoredDataState> stored;
+  if (!resume_.empty()) resume_folder_ = find_resume_folder();
+  if (resume_folder_) stored = check_resume(*resume_folder_);
+  dataset_ = make_training_data(config_, model_config_, device_, stored ? &*stored : nullptr);
+  if (resume_folder_) check_resumed_data(*resume_folder_, *stored);
   cursor_.row_bucket = dataset_->row_buckets();
+  cursor_.step_samples = global_batch_of(config_).samples();
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
@@ -309,23 +340,87 @@ void Trainer::check_finite(int64_t first_step, int64_t last_step) {
 }
 
 void Trainer::save_checkpoint() {
+  if (metrics_) metrics_->sync();  // every row up to this step is durable before the checkpoint is
   checkpoint::Checkpoint ckpt;
   ckpt.step = step_;
   ckpt.model = snapshot_weights(model_->diffusers_parameters());
   for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
   ckpt.state["rng.generator"] = generator_.get_state();
+  // The bucket assignment the epochs are dealt from, reused on resume (int64 (rows), -1: no bucket).
+  if (!cursor_.row_bucket.empty()) ckpt.state["data.row_buckets"] = torch::tensor(cursor_.row_bucket, torch::kInt64);
   ckpt.info["step"] = step_;
   ckpt.info["data"] = {{"epoch", position_.epoch},
                        {"index", position_.index},
                        {"rows", dataset_->size()},
-                       {"unit", cursor_.row_bucket.empty() ? "sample" : "batch"}};
+                       {"unit", "sample"},
+                       {"step_samples", cursor_.step_samples},
+                       {"manifest_hash", dataset_->content_hash()}};
   ckpt.info["seed"] = config_.train.seed;
   ckpt.info["device"] = device_.str();
   ckpt.info["config"] = config_to_yaml(config_);
-  ckpt.info["format"] = 1;
+  // 2: data.index counts samples in bucket mode too (format 1 counted batches), manifest_hash and
+  // data.row_buckets added.
+  ckpt.info["format"] = 2;
   const std::string folder = checkpoint::save((run_dir_ / "checkpoints").string(), ckpt);
   checkpoint::prune((run_dir_ / "checkpoints").string(), config_.train.keep_checkpoints);
   spdlog::info("checkpoint: {}", folder);
+}
+
+std::optional<std::string> Trainer::find_resume_folder() const {
+  const fs::path checkpoints = run_dir_ / "checkpoints";
+  if (resume_ == "auto") {
+    std::optional<std::string> folder = checkpoint::find_latest(checkpoints.string());
+    if (!folder) spdlog::info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.string());
+    return folder;
+  }
+  if (checkpoint::is_complete(resume_)) return resume_;
+  std::optional<std::string> folder = checkpoint::find_latest((fs::path(resume_) / "checkpoints").string());
+  TT_CHECK_HINT(folder.has_value(), ErrorCode::kCheckpoint,
+                "pass a folder like runs/train/checkpoints/step_0000500, a run folder, or --resume auto",
+                "--resume ", resume_, ": not a complete checkpoint folder and no checkpoints inside it");
+  return folder;
+}
+
+std::optional<StoredDataState> Trainer::check_resume(const std::string& folder) {
+  const nlohmann::json info = checkpoint::load_state_json(folder);
+  auto stored_config = info.find("config");
+  TT_CHECK_HINT(stored_config != info.end() && stored_config->is_string(), ErrorCode::kCheckpoint,
+                "resume from a checkpoint that `teletron train` wrote", "checkpoint ", folder,
+                ": state.json has no \"config\" to compare the new config with");
+  resume_check_ = check_resume_config(stored_config->get<std::string>(), config_, info.at("step").get<int64_t>(),
+                                      folder, allow_change_);
+  for (const std::string& note : resume_check_.notes) spdlog::info("resume: {}", note);
+  for (const std::string& warning : resume_check_.warnings) spdlog::warn("resume: {}", warning);
+  if (resume_check_.changed.empty()) spdlog::info("resume: the config is the checkpoint's");
+
+  StoredDataState stored;
+  const nlohmann::json data = info.value("data", nlohmann::json::object());
+  stored.content_hash = data.value("manifest_hash", std::string());
+  // The stored assignment holds while what decides it is unchanged: the buckets, and the sampler
+  // that must find each bucket's frames in the clip (the files themselves: the content hash).
+  const bool assignment_holds = !resume_check_.changed_under("data.source") &&
+                                !resume_check_.changed_under("data.buckets") &&
+                                !resume_check_.changed_under("data_pipeline.frame_sampler");
+  const std::string state_file = (fs::path(folder) / "state.safetensors").string();
+  if (assignment_holds && safetensors::read_header(state_file).tensors.count("data.row_buckets")) {
+    const torch::Tensor buckets =
+        safetensors::load(state_file, {"data.row_buckets"}).at("data.row_buckets").to(torch::kInt64).contiguous();
+    stored.row_buckets.assign(buckets.data_ptr<int64_t>(), buckets.data_ptr<int64_t>() + buckets.numel());
+  }
+  return stored;
+}
+
+void Trainer::check_resumed_data(const std::string& folder, const StoredDataState& stored) {
+  if (stored.content_hash.empty()) {
+    spdlog::warn("resume: {} holds no manifest content hash (an older teletron wrote it): the contents of {} are "
+                 "not checked", folder, config_.data.manifest);
+    return;
+  }
+  const std::string accepted =
+      check_manifest_hash(stored.content_hash, dataset_->content_hash(), config_.data.manifest, folder, allow_change_);
+  if (accepted.empty()) return;
+  spdlog::warn("resume: {}", accepted);
+  restart_epoch_ = true;
 }
 
 void Trainer::resume_from(const std::string& folder) {
@@ -344,9 +439,30 @@ void Trainer::resume_from(const std::string& folder) {
   position_.epoch = data.at("epoch").get<int64_t>();
   position_.index = data.at("index").get<int64_t>();
   const int64_t rows = data.at("rows").get<int64_t>();
+  const GlobalBatch stored_batch = global_batch_of(config_values(ckpt.info.value("config", std::string())));
+  if (data.value("unit", std::string("sample")) == "batch") {
+    // Format 1 in bucket mode: the index counted batches of batch_size, dealt batch_size at a time,
+    // which is the dealing by global batch when there was no accumulation.
+    if (stored_batch.accumulation == 1) {
+      position_.index *= stored_batch.batch_size;
+    } else {
+      spdlog::warn("resume: {} was written by an older teletron that dealt the buckets by micro-batch: the data "
+                   "order restarts at the next epoch", folder);
+      restart_epoch_ = true;
+    }
+  }
+  const int64_t step_samples = data.value("step_samples", stored_batch.samples());
+  if (!cursor_.row_bucket.empty() && step_samples != cursor_.step_samples) {
+    spdlog::warn("resume: the global batch changed from {} to {} samples: the buckets are dealt into groups of the "
+                 "new size, so the data order restarts at the next epoch", step_samples, cursor_.step_samples);
+    restart_epoch_ = true;
+  }
   if (rows != dataset_->size()) {
     spdlog::warn("the manifest has {} rows but the checkpoint was written with {}: the data order restarts "
                  "at the next epoch", dataset_->size(), rows);
+    restart_epoch_ = true;
+  }
+  if (restart_epoch_) {
     position_.epoch += 1;
     position_.index = 0;
   }
@@ -357,24 +473,10 @@ void Trainer::run() {
   announce();
   fs::create_directories(run_dir_);
   const fs::path checkpoints = run_dir_ / "checkpoints";
-  if (!resume_.empty()) {
-    std::optional<std::string> folder;
-    if (resume_ == "auto") {
-      folder = checkpoint::find_latest(checkpoints.string());
-      if (!folder) spdlog::info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.string());
-    } else if (checkpoint::is_complete(resume_)) {
-      folder = resume_;
-    } else {
-      folder = checkpoint::find_latest((fs::path(resume_) / "checkpoints").string());
-      TT_CHECK_HINT(folder.has_value(), ErrorCode::kCheckpoint,
-                    "pass a folder like runs/train/checkpoints/step_0000500, a run folder, or --resume auto",
-                    "--resume ", resume_, ": not a complete checkpoint folder and no checkpoints inside it");
-    }
-    if (folder) {
-      resume_from(*folder);
-      initial_weights_.reset();  // the checkpoint's weights win
-    }
-  } else {
+  if (resume_folder_) {
+    resume_from(*resume_folder_);
+    initial_weights_.reset();  // the checkpoint's weights win
+  } else if (resume_.empty()) {
     TT_CHECK_HINT(!checkpoint::find_latest(checkpoints.string()).has_value(), ErrorCode::kCheckpoint,
                   "pass --resume auto to continue that run, or --output DIR for a new one",
                   "output folder ", run_dir_.string(), " already holds checkpoints of an earlier run");
@@ -404,12 +506,9 @@ void Trainer::run() {
                  config_.data_pipeline.prefetch, device_.is_cuda() ? " on its own CUDA stream" : " on its own thread",
                  config_.data_pipeline.workers);
   }
-  {
-    std::ofstream resolved(run_dir_ / "config.resolved.yaml");
-    resolved << config_to_yaml(config_);
-    TT_CHECK(resolved.good(), ErrorCode::kIo, "cannot write ", (run_dir_ / "config.resolved.yaml").string());
-  }
-  MetricsLog metrics((run_dir_ / "metrics.jsonl").string(), step_);
+  write_file_atomically((run_dir_ / "config.resolved.yaml").string(), config_to_yaml(config_));
+  // Rows past the restored step (the steps this run redoes) go; a fresh run (step 0) starts empty.
+  metrics_ = std::make_unique<MetricsLog>((run_dir_ / "metrics.jsonl").string(), step_);
 
   const int64_t max_steps = config_.train.max_steps;
   if (step_ >= max_steps) {
@@ -470,7 +569,7 @@ void Trainer::run() {
         row["before_vae_gpu_ms_per_sample"] = gpu_time.before_vae_ms / static_cast<double>(gpu_time.samples);
         row["vae_gpu_ms_per_sample"] = gpu_time.vae_ms / static_cast<double>(gpu_time.samples);
       }
-      metrics.write(row);
+      metrics_->write(row);
       loss_sum_.zero_();
       nonfinite_.zero_();
       data_wait_s_ = 0.0;

@@ -1,10 +1,13 @@
 // `teletron train`: the training loop on cached latents — flow-matching loss through the
 // HunyuanVideo Transformer, AdamW with warmup + constant/cosine schedule, gradient clipping and
 // accumulation, bf16 autocast over fp32 master weights on CUDA (fp32 on CPU), metrics.jsonl,
-// crash-safe checkpoints and exact resume.
+// crash-safe checkpoints and exact resume. A resume first checks that the new config keeps the run
+// (app/resume_check: the model, the sample sequence, the global batch) and that the manifest's
+// contents are the run's (content hash in the checkpoint).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "app/config.h"
 
@@ -16,6 +19,8 @@ struct TrainRequest {
   /// "" = fresh run; "auto" = newest complete checkpoint of the run folder, or fresh if none;
   /// otherwise a checkpoint folder or a run folder.
   std::string resume;
+  /// --allow-change keys (paths below tele_tron.): changes to the run a resume accepts, with a warning.
+  std::vector<std::string> allow_change;
 };
 
 /// Runs training to config.train.max_steps. Throws tt::Error on failure.

@@ -16,9 +16,11 @@
 #include <thread>
 #include <utility>
 
+#include "app/content_hash.h"
 #include "app/video_data.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "core/file_io.h"
 #include "core/gpu_timer.h"
 #include "core/safetensors.h"
 #include "core/stream_handoff.h"
@@ -39,6 +41,10 @@ class LatentTrainingData : public TrainingData {
     options.text_dim = model.text_embed_dim;
     options.pooled_dim = model.pooled_projection_dim;
     dataset_ = std::make_unique<LatentDataset>(options);
+    ContentHash hash;
+    hash.add(read_text_file(config.data.manifest));
+    for (int64_t i = 0; i < dataset_->size(); ++i) hash.add_file_stamp(dataset_->file(i));
+    content_hash_ = hash.hex();
   }
   int64_t size() const override { return dataset_->size(); }
   std::vector<int64_t> latent_shape() const override { return dataset_->latent_shape(); }
@@ -49,9 +55,14 @@ class LatentTrainingData : public TrainingData {
   }
   LatentSample load_one(int64_t index, int64_t) override { return dataset_->get(index); }
   std::pair<int64_t, std::string> row_origin(int64_t index) const override { return {index + 1, dataset_->file(index)}; }
+  std::string content_hash() const override { return content_hash_; }
+  std::string row_identity(int64_t index) const override {
+    return str_cat(dataset_->file(index), " (", file_stamp(dataset_->file(index)), ")");
+  }
 
  private:
   std::string manifest_;
+  std::string content_hash_;
   std::unique_ptr<LatentDataset> dataset_;
 };
 
@@ -144,7 +155,8 @@ class ClipWorkers {
 
 class VideoTrainingData : public TrainingData {
  public:
-  VideoTrainingData(const Config& config, const HunyuanVideoConfig& model, torch::Device device)
+  VideoTrainingData(const Config& config, const HunyuanVideoConfig& model, torch::Device device,
+                    const StoredDataState* stored)
       : config_(config), device_(device) {
     buckets_ = config.data.buckets;
     for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -163,7 +175,22 @@ class VideoTrainingData : public TrainingData {
     load_vae(config, model);
     check_rows(config, model);
     allowed_failures_ = static_cast<int64_t>(config.data.max_failed_share * static_cast<double>(rows_.size()));
-    assign_buckets();
+    content_hash_ = compute_content_hash();
+    if (stored && stored->content_hash == content_hash_ && !stored->row_buckets.empty())
+      use_stored_buckets(stored->row_buckets);
+    else
+      assign_buckets();
+  }
+
+  std::string content_hash() const override { return content_hash_; }
+  std::string row_identity(int64_t index) const override {
+    const VideoManifestRow& row = rows_[static_cast<size_t>(index)];
+    const int64_t bucket = row_bucket_[static_cast<size_t>(index)];
+    std::string identity = str_cat("video ", row.video, " (", file_stamp(row.video), "), text ", row.text_embeddings,
+                                   " (", file_stamp(row.text_embeddings), "), bucket ");
+    if (bucket < 0) return identity + "none";
+    const Bucket& b = buckets_[static_cast<size_t>(bucket)];
+    return str_cat(identity, b.frames, "x", b.height, "x", b.width);
   }
 
   std::vector<int64_t> row_buckets() const override { return row_bucket_; }
@@ -386,6 +413,40 @@ class VideoTrainingData : public TrainingData {
     throw Error(ErrorCode::kData, "no sample of the manifest could be loaded");
   }
 
+  // The manifest's bytes, then each row's video and embeddings stamps (see TrainingData::content_hash).
+  std::string compute_content_hash() const {
+    ContentHash hash;
+    hash.add(read_text_file(config_.data.manifest));
+    for (const VideoManifestRow& row : rows_) {
+      hash.add_file_stamp(row.video);
+      hash.add_file_stamp(row.text_embeddings);
+    }
+    return hash.hex();
+  }
+
+  // A resume's assignment, as the checkpoint kept it: no file is opened, so the epochs are dealt as
+  // before even when a file has become unreadable since (it fails, and is replaced, when loaded).
+  void use_stored_buckets(const std::vector<int64_t>& stored) {
+    TT_CHECK_HINT(stored.size() == rows_.size(), ErrorCode::kCheckpoint,
+                  "resume from a checkpoint of this manifest, or start a new run",
+                  "the checkpoint's bucket assignment has ", stored.size(), " rows, ", config_.data.manifest, " ",
+                  rows_.size());
+    int64_t unfit = 0;
+    for (int64_t bucket : stored) {
+      TT_CHECK_HINT(bucket >= -1 && bucket < static_cast<int64_t>(buckets_.size()), ErrorCode::kCheckpoint,
+                    "resume from a checkpoint of this config, or start a new run",
+                    "the checkpoint's bucket assignment names bucket ", bucket, " but tele_tron.data.buckets has ",
+                    buckets_.size());
+      if (bucket < 0) ++unfit;
+    }
+    row_bucket_ = stored;
+    spdlog::info("data: bucket assignment from the checkpoint ({} rows, {} left out), not probed again", rows_.size(),
+                 unfit);
+    TT_CHECK_HINT(unfit < static_cast<int64_t>(rows_.size()), ErrorCode::kData,
+                  "check the buckets against the clips with `teletron validate-data`", config_.data.manifest,
+                  ": no row fits any of data.buckets");
+  }
+
   // Each row goes to the bucket it can fill (enough frames for that bucket's sampler, a displayed
   // size at least the bucket's) whose aspect ratio is closest to the clip's; ties go to the larger
   // bucket. Rows that fit none are left out, and said so.
@@ -460,6 +521,7 @@ class VideoTrainingData : public TrainingData {
   int64_t text_length_ = 0;
   int64_t failed_ = 0;
   int64_t allowed_failures_ = 0;
+  std::string content_hash_;
   std::mutex timing_mutex_;  // load() runs on the producer (and preprocess's jobs), take_gpu_time() on the trainer
   std::deque<std::pair<std::shared_ptr<GpuInterval>, std::shared_ptr<GpuInterval>>> timing_;  // (before VAE, VAE)
   PipelineGpuTime timed_;
@@ -469,8 +531,8 @@ class VideoTrainingData : public TrainingData {
 }  // namespace
 
 std::unique_ptr<TrainingData> make_training_data(const Config& config, const HunyuanVideoConfig& model,
-                                                 torch::Device device) {
-  if (config.data.source == "video") return std::make_unique<VideoTrainingData>(config, model, device);
+                                                 torch::Device device, const StoredDataState* stored) {
+  if (config.data.source == "video") return std::make_unique<VideoTrainingData>(config, model, device, stored);
   return std::make_unique<LatentTrainingData>(config, model);
 }
 

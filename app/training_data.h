@@ -9,6 +9,11 @@
 // logged with its manifest line, path and reason, counted, and replaced by the next row in manifest
 // order (deterministic); more failures than data.max_failed_share of the rows stop the run with
 // TT_ERR_DATA.
+//
+// Resume: a checkpoint keeps content_hash() and row_buckets(); make_training_data takes them back
+// (StoredDataState), and the video source then reuses the stored bucket assignment instead of
+// probing every file again, so a file that became unreadable since fails when it is loaded and is
+// replaced like any failing sample, and the epochs are dealt as before.
 #pragma once
 
 #include <torch/types.h>
@@ -57,10 +62,26 @@ class TrainingData {
   virtual PipelineGpuTime take_gpu_time() { return {}; }
   /// The manifest line and source file of row `index` (for messages and preprocess's output).
   virtual std::pair<int64_t, std::string> row_origin(int64_t index) const = 0;
+  /// Fingerprint of the data (app/content_hash): the manifest file's bytes plus the size and
+  /// modification time of every file its rows name (video and text embeddings, or latents). Paths
+  /// enter only as the manifest spells them, so a moved dataset keeps its hash.
+  virtual std::string content_hash() const = 0;
+  /// What row `index`'s sample is made from, as text: its files with size and modification time,
+  /// and (video) its bucket. preprocess keys its output files by it.
+  virtual std::string row_identity(int64_t index) const = 0;
 };
 
-/// From config.data.source; checks every row up front (TT_ERR_DATA naming the row).
+/// What a checkpoint remembers about the data it was trained on.
+struct StoredDataState {
+  std::string content_hash;          // content_hash() when the run started
+  std::vector<int64_t> row_buckets;  // row_buckets() then; empty: derive the assignment
+};
+
+/// From config.data.source; checks every row up front (TT_ERR_DATA naming the row). With `stored`
+/// whose content_hash matches the data's and whose row_buckets is set, the video source takes that
+/// bucket assignment (one entry per row, TT_ERR_CHECKPOINT when it does not fit the config)
+/// instead of opening every file to derive it.
 std::unique_ptr<TrainingData> make_training_data(const Config& config, const HunyuanVideoConfig& model,
-                                                 torch::Device device);
+                                                 torch::Device device, const StoredDataState* stored = nullptr);
 
 }  // namespace tt

@@ -192,6 +192,11 @@ Checkpoint load(const std::string& folder) {
   return ckpt;
 }
 
+nlohmann::json load_state_json(const std::string& folder) {
+  TT_CHECK(is_dir(folder), ErrorCode::kCheckpoint, "checkpoint folder ", folder, " does not exist");
+  return load_info(folder);
+}
+
 bool is_complete(const std::string& folder) {
   std::optional<nlohmann::json> info = read_info(join_path(folder, kInfoFile));
   if (!info) return false;

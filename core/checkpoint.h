@@ -33,6 +33,11 @@ std::string save(const std::string& checkpoints_dir, const Checkpoint& ckpt);
 /// Loads a checkpoint folder. Throws kCheckpoint naming the folder and the missing/bad file.
 Checkpoint load(const std::string& folder);
 
+/// state.json of a checkpoint folder alone (step, data position, config, ...; "step" and
+/// "complete" included), without reading the tensors: what a resume checks before it builds
+/// anything. Throws kCheckpoint as load() does.
+nlohmann::json load_state_json(const std::string& folder);
+
 /// True when `folder` holds all three files and state.json parses with "complete": true.
 bool is_complete(const std::string& folder);
 

@@ -1,29 +1,48 @@
-// metrics.jsonl writer (see metrics.h).
+// Run-folder text files (see metrics.h).
 #include "core/metrics.h"
 
 #include <filesystem>
-#include <sstream>
 #include <vector>
 
 #include "core/errors.h"
+#include "core/file_io.h"
 
 namespace tt {
+namespace {
+
+// The folder holding `path` ("." for a bare name), for fsyncing a rename into it.
+std::string parent_folder(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  // One temporary name per target: a leftover of a killed write is simply overwritten next time.
+  const std::string temporary = path + ".tmp";
+  write_text_synced(temporary, text);
+  rename_or_throw(temporary, path);
+  fsync_path(parent_folder(path), true);
+}
 
 MetricsLog::MetricsLog(const std::string& path, int64_t keep_up_to_step) : path_(path) {
-  if (keep_up_to_step >= 0 && std::filesystem::exists(path)) {
-    std::ifstream in(path);
-    std::vector<std::string> kept;
-    std::string line;
-    while (std::getline(in, line)) {
+  std::error_code ignored;
+  if (keep_up_to_step >= 0 && std::filesystem::exists(path, ignored)) {
+    const std::string text = read_text_file(path);
+    std::string kept;
+    size_t start = 0;
+    // Only lines ended by '\n' count: the last one without it is what a kill mid-append leaves.
+    for (size_t end = text.find('\n'); end != std::string::npos;
+         start = end + 1, end = text.find('\n', start)) {
+      const std::string line = text.substr(start, end - start);
       auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (row.is_object() && row.contains("step") && row["step"].is_number_integer() &&
           row["step"].get<int64_t>() <= keep_up_to_step) {
-        kept.push_back(line);
+        kept += line + '\n';
       }
     }
-    std::ofstream rewrite(path, std::ios::trunc);
-    for (const auto& row : kept) rewrite << row << '\n';
-    TT_CHECK(rewrite.good(), ErrorCode::kIo, "cannot rewrite ", path);
+    write_file_atomically(path, kept);
   }
   out_.open(path, std::ios::app);
   TT_CHECK(out_.good(), ErrorCode::kIo, "cannot open ", path, " for writing");
@@ -33,6 +52,12 @@ void MetricsLog::write(const nlohmann::json& row) {
   out_ << row.dump() << '\n';
   out_.flush();
   TT_CHECK(out_.good(), ErrorCode::kIo, "cannot write to ", path_, " (disk full?)");
+}
+
+void MetricsLog::sync() {
+  out_.flush();
+  TT_CHECK(out_.good(), ErrorCode::kIo, "cannot write to ", path_, " (disk full?)");
+  fsync_path(path_, false);
 }
 
 }  // namespace tt

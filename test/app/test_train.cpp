@@ -1,10 +1,13 @@
 // End to end through the built executable: CLI surface, synthetic data, a smoke training run
-// whose loss falls, exact resume, crash-safety of the run folder, data and NaN errors.
+// whose loss falls, exact resume, crash-safety of the run folder, data and NaN errors; what a
+// resume may change (a refused change to the run, --allow-change, cadence and length changes, the
+// global batch split differently, the manifest's contents) and the run files after a kill.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -256,4 +259,168 @@ TEST_CASE("image-to-video (latent_concat): 33-channel input from 16-channel late
                           " --set model.image_condition_type=latent_concat --set model.in_channels=16");
   CHECK(bad.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
   CHECK_THAT(bad.output, ContainsSubstring("in_channels"));
+}
+
+namespace {
+
+// `teletron train CONFIG --output RUN EXTRA` with TELETRON_TRACE_BATCHES=TRACE: one JSON line per
+// micro-batch taken (its rows and epochs).
+tt::test::CommandResult train_traced(const std::string& config, const std::string& run, const std::string& trace,
+                                     const std::string& extra) {
+  setenv("TELETRON_TRACE_BATCHES", trace.c_str(), 1);
+  auto result = run_teletron("train " + config + " --output " + run + " " + extra);
+  unsetenv("TELETRON_TRACE_BATCHES");
+  return result;
+}
+
+// The rows of a trace, micro-batch after micro-batch.
+std::vector<int64_t> traced_rows(const std::string& trace) {
+  std::vector<int64_t> rows;
+  for (const auto& batch : read_metrics(trace))
+    for (const auto& row : batch["indices"]) rows.push_back(row.get<int64_t>());
+  return rows;
+}
+
+void check_same_checkpoints(const std::string& a, const std::string& b) {
+  auto left = tt::checkpoint::load(a);
+  auto right = tt::checkpoint::load(b);
+  REQUIRE(left.model.size() == right.model.size());
+  for (const auto& [name, tensor] : left.model) {
+    INFO(name);
+    CHECK(torch::equal(tensor, right.model.at(name)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("resume refuses a config that changes the run, naming the key; --allow-change accepts it",
+          "[train][resume]") {
+  Workspace ws(6);
+  const std::string run = ws.dir / "run";
+  REQUIRE(run_teletron("train " + ws.config + " --output " + run + " --max-steps 4").exit_code == 0);
+  const std::string resume = "train " + ws.config + " --output " + run + " --max-steps 8 --resume auto ";
+  auto seed = run_teletron(resume + "--set train.seed=4");
+  INFO(seed.output);
+  CHECK(seed.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(seed.output, StartsWith("TT_ERR_CONFIG"));
+  CHECK_THAT(seed.output, ContainsSubstring("tele_tron.train.seed: 3 in the checkpoint, 4 now"));
+  CHECK_THAT(seed.output, ContainsSubstring("step_0000004"));
+  CHECK_THAT(seed.output, ContainsSubstring("--allow-change train.seed"));
+  auto batch = run_teletron(resume + "--set batch_size=1");
+  INFO(batch.output);
+  CHECK(batch.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(batch.output, ContainsSubstring("the global batch: 2 samples"));
+  auto lr = run_teletron(resume + "--set optimizer.lr=0.01 --allow-change train.seed");
+  INFO(lr.output);
+  CHECK(lr.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(lr.output, ContainsSubstring("tele_tron.optimizer.lr"));
+  // Nothing was trained by the refused resumes.
+  CHECK(tt::checkpoint::list_complete(run + "/checkpoints").size() == 1);
+  auto typo = run_teletron(resume + "--allow-change train.sed");
+  CHECK(typo.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(typo.output, ContainsSubstring("train.seed"));
+  auto without_resume = run_teletron("train " + ws.config + " --output " + (ws.dir / "other") +
+                                     " --allow-change train.seed");
+  CHECK(without_resume.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(without_resume.output, ContainsSubstring("--allow-change only applies with --resume"));
+
+  auto accepted = run_teletron(resume + "--set train.seed=4 --allow-change train.seed");
+  INFO(accepted.output);
+  CHECK(accepted.exit_code == 0);
+  CHECK_THAT(accepted.output, ContainsSubstring("accepted by --allow-change train.seed"));
+  CHECK(std::filesystem::exists(run + "/checkpoints/step_0000008"));
+}
+
+TEST_CASE("resume: cadence and length changes are logged and keep the run bit for bit", "[train][resume]") {
+  Workspace ws(6);
+  const std::string straight = ws.dir / "straight";
+  const std::string split = ws.dir / "split";
+  REQUIRE(run_teletron("train " + ws.config + " --output " + straight + " --max-steps 8").exit_code == 0);
+  REQUIRE(run_teletron("train " + ws.config + " --output " + split + " --max-steps 4").exit_code == 0);
+  auto resumed = run_teletron("train " + ws.config + " --output " + split +
+                              " --max-steps 8 --resume auto --set train.log_every=2 --set train.checkpoint_every=2 "
+                              "--set train.keep_checkpoints=5 --set data_pipeline.prefetch=0");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, ContainsSubstring("tele_tron.train.max_steps: 4 -> 8: the run now ends at step 8"));
+  CHECK_THAT(resumed.output, ContainsSubstring("tele_tron.train.log_every: 1 in the checkpoint, 2 now"));
+  CHECK_THAT(resumed.output, ContainsSubstring("tele_tron.train.checkpoint_every: 4 in the checkpoint, 2 now"));
+  check_same_checkpoints(straight + "/checkpoints/step_0000008", split + "/checkpoints/step_0000008");
+  CHECK(std::filesystem::exists(split + "/checkpoints/step_0000006"));
+}
+
+TEST_CASE("resume: the global batch split differently takes the same samples in the same steps",
+          "[train][resume]") {
+  Workspace ws(6);  // 6 samples, 2 per step: the resume at step 4 is mid-epoch
+  auto straight = train_traced(ws.config, ws.dir / "straight", ws.dir / "straight.trace", "--max-steps 8");
+  INFO(straight.output);
+  REQUIRE(straight.exit_code == 0);
+  auto first = train_traced(ws.config, ws.dir / "split", ws.dir / "split.trace", "--max-steps 4");
+  REQUIRE(first.exit_code == 0);
+  auto second = train_traced(ws.config, ws.dir / "split", ws.dir / "split.trace",
+                             "--max-steps 8 --resume auto --set batch_size=1 --set gradient_accumulation=2");
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, ContainsSubstring("the global batch stays 2 samples per step"));
+  const std::vector<int64_t> expected = traced_rows(ws.dir / "straight.trace");
+  REQUIRE(expected.size() == 16);
+  CHECK(traced_rows(ws.dir / "split.trace") == expected);
+  CHECK(read_metrics(ws.dir / "split.trace").size() == 4 + 8);  // 4 batches of 2, then 8 of 1
+}
+
+TEST_CASE("resume checks the manifest's contents: an edit is TT_ERR_CONFIG, a moved copy resumes",
+          "[train][resume][data]") {
+  Workspace ws(6);
+  const std::string run = ws.dir / "run";
+  REQUIRE(run_teletron("train " + ws.config + " --output " + run + " --max-steps 4").exit_code == 0);
+  // The dataset moved (times kept, as mv, cp -p and rsync -a keep them): same contents, new path.
+  std::filesystem::rename(ws.dir / "data", ws.dir / "moved");
+  const std::string moved = ws.dir / "moved/manifest.jsonl";
+  const std::string resume = "train " + ws.config + " --output " + run + " --resume auto --set data.manifest=" + moved;
+  auto same = run_teletron(resume + " --max-steps 6");
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.output, ContainsSubstring("tele_tron.data.manifest:"));
+  CHECK_THAT(same.output, ContainsSubstring("the contents are checked by the manifest hash"));
+  // Two rows swapped: the same files, another sample sequence.
+  std::string text = tt::test::read_file(moved);
+  const size_t second_row = text.find('\n') + 1;
+  const std::string row0 = text.substr(0, second_row);
+  const std::string row1 = text.substr(second_row, text.find('\n', second_row) + 1 - second_row);
+  text.replace(0, row0.size() + row1.size(), row1 + row0);
+  tt::test::write_file(moved, text);
+  auto swapped = run_teletron(resume + " --max-steps 8");
+  INFO(swapped.output);
+  CHECK(swapped.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(swapped.output, ContainsSubstring("TT_ERR_CONFIG: tele_tron.data.manifest: the contents of " + moved));
+  CHECK_THAT(swapped.output, ContainsSubstring("--allow-change data.manifest"));
+  auto accepted = run_teletron(resume + " --max-steps 8 --allow-change data.manifest");
+  INFO(accepted.output);
+  CHECK(accepted.exit_code == 0);
+  CHECK_THAT(accepted.output, ContainsSubstring("accepted by --allow-change data.manifest"));
+  CHECK_THAT(accepted.output, ContainsSubstring("epoch 2, sample 0"));  // restarted at the next epoch
+}
+
+TEST_CASE("run folder: a resume after a kill keeps every metric row up to the checkpoint, once",
+          "[train][resume][metrics]") {
+  Workspace ws(6);
+  const std::string run = ws.dir / "run";
+  REQUIRE(run_teletron("train " + ws.config + " --output " + run + " --max-steps 6").exit_code == 0);
+  // Killed after step 6 while appending step 7's row, with the step-4 checkpoint the newest complete
+  // one (step 6's is taken away), and leftovers of killed atomic writes of both run files.
+  std::filesystem::rename(run + "/checkpoints/step_0000006", run + "/checkpoints/.tmp_step_0000006_1");
+  tt::test::write_file(run + "/metrics.jsonl", tt::test::read_file(run + "/metrics.jsonl") + "{\"step\": 7, \"lo");
+  tt::test::write_file(run + "/metrics.jsonl.tmp", "{\"step\": 1}\n{\"st");
+  tt::test::write_file(run + "/config.resolved.yaml.tmp", "tele_tron:\n  mod");
+  auto resumed = run_teletron("train " + ws.config + " --output " + run + " --max-steps 8 --resume auto");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, ContainsSubstring("step_0000004"));
+  auto rows = read_metrics(run + "/metrics.jsonl");
+  REQUIRE(rows.size() == 8);
+  for (size_t i = 0; i < rows.size(); ++i) CHECK(rows[i]["step"].get<int64_t>() == static_cast<int64_t>(i + 1));
+  CHECK_FALSE(std::filesystem::exists(run + "/metrics.jsonl.tmp"));
+  CHECK_FALSE(std::filesystem::exists(run + "/config.resolved.yaml.tmp"));
+  auto config = run_teletron("config " + run + "/config.resolved.yaml");
+  CHECK(config.exit_code == 0);
 }

@@ -2,11 +2,14 @@
 // ffmpeg CLI (through the media cache), text embeddings written here, the tiny VAE (fixed random
 // weights) and the tiny Transformer; the loss falls. A broken clip is skipped, logged and replaced
 // when data.max_failed_share allows it, and stops the run with TT_ERR_DATA when it does not.
+// preprocess names its files by content, so an edited manifest re-encodes the changed rows; a resume
+// reuses the checkpoint's bucket assignment and may split the global batch differently.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -100,6 +103,37 @@ void check_same_weights(const std::string& a_path, const std::string& b_path) {
   for (const auto& [name, tensor] : a) {
     INFO(name);
     CHECK(torch::equal(tensor, b.at(name)));
+  }
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+// The latents files preprocess's manifest lists, in its order ("latents/<key>.safetensors").
+std::vector<std::string> listed_latents(const std::string& out) {
+  std::vector<std::string> files;
+  for (const std::string& line : split_lines(tt::test::read_file(out + "/manifest.jsonl")))
+    files.push_back(nlohmann::json::parse(line).at("latents").get<std::string>());
+  return files;
+}
+
+// Row r of `files` was made from clips[r] (manifest line r + 1) and holds text r's embeddings.
+void check_pairing(const std::string& out, const std::vector<std::string>& files, const std::vector<std::string>& clips,
+                   const TempDir& dir) {
+  for (size_t r = 0; r < files.size(); ++r) {
+    INFO("row " << r << ": " << files[r]);
+    CHECK(files[r].rfind("latents/", 0) == 0);
+    const auto header = tt::safetensors::read_header(out + "/" + files[r]);
+    CHECK(header.metadata.at("source") == clips[r]);
+    CHECK(header.metadata.at("manifest_line") == std::to_string(r + 1));
+    const auto stored = tt::safetensors::load(out + "/" + files[r], {"text_states"});
+    const auto text = tt::safetensors::load(dir / ("text" + std::to_string(r) + ".safetensors"), {"text_states"});
+    CHECK(torch::equal(stored.at("text_states"), text.at("text_states")));
   }
 }
 
@@ -200,24 +234,24 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   INFO(first.output);
   REQUIRE(first.exit_code == 0);
   const std::string manifest = tt::test::read_file(out + "/manifest.jsonl");
-  CHECK(manifest == "{\"latents\": \"latents/000001.safetensors\"}\n{\"latents\": \"latents/000002.safetensors\"}\n"
-                    "{\"latents\": \"latents/000003.safetensors\"}\n{\"latents\": \"latents/000004.safetensors\"}\n"
-                    "{\"latents\": \"latents/000005.safetensors\"}\n{\"latents\": \"latents/000006.safetensors\"}\n");
-  auto sample = tt::safetensors::load(out + "/latents/000003.safetensors");
+  const std::vector<std::string> files = listed_latents(out);
+  REQUIRE(files.size() == 6);
+  check_pairing(out, files, clips, dir);  // row r's file holds clip r's latents and text r
+  auto sample = tt::safetensors::load(out + "/" + files[2]);
   CHECK(sample.at("latents").sizes() == torch::IntArrayRef({16, 3, 8, 8}));  // 9x64x64 through 4x/8x
-  const std::string third = tt::test::read_file(out + "/latents/000003.safetensors");
+  const std::string third = tt::test::read_file(out + "/" + files[2]);
 
   // An interrupted run: one file missing, the manifest gone, a stale temporary left behind.
-  std::filesystem::remove(out + "/latents/000003.safetensors");
+  std::filesystem::remove(out + "/" + files[2]);
   std::filesystem::remove(out + "/manifest.jsonl");
-  tt::test::write_file(out + "/latents/000004.safetensors.tmp", "partial");
+  tt::test::write_file(out + "/" + files[3] + ".tmp", "partial");
   const auto second = tt::test::run_teletron("preprocess '" + config + "' --output '" + out + "' 2>&1");
   INFO(second.output);
   REQUIRE(second.exit_code == 0);
   CHECK_THAT(second.output, ContainsSubstring("5 already done, 1 to encode"));
   CHECK(tt::test::read_file(out + "/manifest.jsonl") == manifest);
-  CHECK(tt::test::read_file(out + "/latents/000003.safetensors") == third);  // deterministic: the same bytes
-  CHECK_FALSE(std::filesystem::exists(out + "/latents/000004.safetensors.tmp"));
+  CHECK(tt::test::read_file(out + "/" + files[2]) == third);  // deterministic: the same bytes
+  CHECK_FALSE(std::filesystem::exists(out + "/" + files[3] + ".tmp"));
 
   // The cache trains as data.source: latents.
   std::string latent_config = tt::test::read_file(config);
@@ -225,6 +259,53 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   latent_config.replace(latent_config.find(dir / "manifest.jsonl"), (dir / "manifest.jsonl").size(), out + "/manifest.jsonl");
   tt::test::write_file(dir / "latents.yaml", latent_config);
   train_ok(dir / "latents.yaml", dir / "run");
+}
+
+TEST_CASE("preprocess after a manifest edit: changed rows are encoded again, no old latent pairs with a new row",
+          "[train][video][preprocess]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_preprocess_edit");
+  std::vector<std::string> videos(clips.begin(), clips.begin() + 5);
+  write_manifest(dir, videos);  // rows r: (clip r, text r)
+  const std::string config = write_config(dir, dir / "manifest.jsonl", 4, 0.0);
+  const std::string out = dir / "cache";
+  const auto first = tt::test::run_teletron("preprocess '" + config + "' --output '" + out + "' 2>&1");
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  const std::vector<std::string> before = listed_latents(out);
+  REQUIRE(before.size() == 5);
+
+  // Rows 0 and 1 swapped (video and text together), row 3 takes another clip with its text, rows 2
+  // and 4 stay.
+  std::vector<std::string> lines = split_lines(tt::test::read_file(dir / "manifest.jsonl"));
+  REQUIRE(lines.size() == 5);
+  std::swap(lines[0], lines[1]);
+  lines[3].replace(lines[3].find(clips[3]), clips[3].size(), clips[5]);
+  std::string edited;
+  for (const std::string& line : lines) edited += line + "\n";
+  tt::test::write_file(dir / "manifest.jsonl", edited);
+  const auto second = tt::test::run_teletron("preprocess '" + config + "' --output '" + out + "' 2>&1");
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, ContainsSubstring("2 already done, 3 to encode"));
+  CHECK_THAT(second.output, ContainsSubstring("3 file(s)"));  // the old files of rows 0, 1 and 3, unlisted
+  const std::vector<std::string> after = listed_latents(out);
+  REQUIRE(after.size() == 5);
+  CHECK(after[2] == before[2]);
+  CHECK(after[4] == before[4]);
+  for (size_t r : {0, 1, 3}) CHECK(std::find(before.begin(), before.end(), after[r]) == before.end());
+  // Every listed file is its row's: the row's video and the row's text embeddings.
+  const std::vector<std::string> now = {clips[1], clips[0], clips[2], clips[5], clips[4]};
+  const std::vector<int> texts = {1, 0, 2, 3, 4};
+  for (size_t r = 0; r < after.size(); ++r) {
+    INFO("row " << r << ": " << after[r]);
+    const auto header = tt::safetensors::read_header(out + "/" + after[r]);
+    CHECK(header.metadata.at("source") == now[r]);
+    CHECK(header.metadata.at("manifest_line") == std::to_string(r + 1));
+    const auto stored = tt::safetensors::load(out + "/" + after[r], {"text_states"});
+    const auto text = tt::safetensors::load(dir / ("text" + std::to_string(texts[r]) + ".safetensors"), {"text_states"});
+    CHECK(torch::equal(stored.at("text_states"), text.at("text_states")));
+  }
 }
 
 TEST_CASE("train on raw videos: prefetching ahead gives the synchronous run's weights; resume is exact",
@@ -358,4 +439,67 @@ TEST_CASE("train on raw videos on CUDA: batches made ahead on the side stream eq
     const double a = cpu_path[k]["latents_abs_sum"].get<double>(), b = expected[k]["latents_abs_sum"].get<double>();
     CHECK(std::abs(a - b) <= 0.02 * b);
   }
+}
+
+TEST_CASE("train on raw videos: a resume reuses the checkpoint's bucket assignment; a clip damaged since fails "
+          "when loaded and is replaced",
+          "[train][video][resume]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_bucket_reuse");
+  std::vector<std::string> copies;  // copies, so that one can be damaged
+  for (size_t i = 0; i < clips.size(); ++i) {
+    copies.push_back(dir / ("copy" + std::to_string(i) + ".mp4"));
+    std::filesystem::copy_file(clips[i], copies.back());
+  }
+  write_manifest(dir, copies);
+  std::string yaml = tt::test::read_file(write_config(dir, dir / "manifest.jsonl", 10, 0.5, 2, "reuse.yaml"));
+  yaml.replace(yaml.find("checkpoint_every: 10"), 20, "checkpoint_every: 4 ");
+  tt::test::write_file(dir / "reuse.yaml", yaml);
+  const std::string config = dir / "reuse.yaml";
+  train_ok(config, dir / "run", "--max-steps 4");
+  // Row 3's clip loses its bytes but keeps its size and modification time (the content hash sees
+  // only those): the kind of damage a resume cannot see up front.
+  const auto time = std::filesystem::last_write_time(copies[2]);
+  tt::test::write_file(copies[2], std::string(std::filesystem::file_size(copies[2]), '\0'));
+  std::filesystem::last_write_time(copies[2], time);
+  // Steps 5..10 take the rest of epoch 1 and all of epoch 2, so row 3 comes up at least once.
+  const std::string log = train_ok(config, dir / "run", "--resume auto --max-steps 10");
+  CHECK_THAT(log, ContainsSubstring("bucket assignment from the checkpoint (6 rows, 0 left out)"));
+  CHECK_THAT(log, !ContainsSubstring("fit none of data.buckets"));
+  CHECK_THAT(log, ContainsSubstring("skipping sample (line 3 of"));
+  CHECK_THAT(log, ContainsSubstring("step 10/10"));
+  // A fresh start probes every file and leaves the row out, dealing other epochs.
+  CHECK_THAT(train_ok(config, dir / "fresh", "--max-steps 1"), ContainsSubstring("fit none of data.buckets"));
+}
+
+TEST_CASE("train on raw videos with two buckets: after a resume the global batch split differently takes the "
+          "same samples in the same steps",
+          "[train][video][buckets][resume]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_bucket_split");
+  std::vector<std::string> videos;
+  for (size_t r : {0, 2, 3, 4, 5, 1, 1, 1}) videos.push_back(clips[r]);
+  write_manifest(dir, videos);
+  std::string yaml = tt::test::read_file(write_config(dir, dir / "manifest.jsonl", 8, 0.0, 2, "split.yaml"));
+  yaml.replace(yaml.find("buckets: [{frames: 9, height: 64, width: 64}]"), 45,
+               "buckets: [{frames: 9, height: 64, width: 80}, {frames: 9, height: 80, width: 64}]");
+  yaml.replace(yaml.find("checkpoint_every: 8"), 19, "checkpoint_every: 4");
+  tt::test::write_file(dir / "split.yaml", yaml);
+  const std::string config = dir / "split.yaml";
+  auto traced = [&](const std::string& out, const std::string& trace, const std::string& extra) {
+    setenv("TELETRON_TRACE_BATCHES", trace.c_str(), 1);
+    const std::string log = train_ok(config, out, extra);
+    unsetenv("TELETRON_TRACE_BATCHES");
+    std::vector<int64_t> rows;
+    for (const auto& batch : read_metrics(trace))
+      for (const auto& row : batch["indices"]) rows.push_back(row.get<int64_t>());
+    return std::make_pair(log, rows);
+  };
+  const auto straight = traced(dir / "straight", dir / "straight.trace", "");
+  traced(dir / "resumed", dir / "resumed.trace", "--max-steps 4");
+  const auto resumed =
+      traced(dir / "resumed", dir / "resumed.trace", "--resume auto --set batch_size=1 --set gradient_accumulation=2");
+  CHECK_THAT(resumed.first, ContainsSubstring("the global batch stays 2 samples per step"));
+  REQUIRE(straight.second.size() == 16);
+  CHECK(resumed.second == straight.second);
 }

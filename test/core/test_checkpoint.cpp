@@ -265,3 +265,31 @@ TEST_CASE("checkpoint survives a writer killed with SIGKILL at random moments", 
   CHECK(ckpt::find_latest(dir.path()) == ckpt::save(dir.path(), next));
   check_same(ckpt::load(*ckpt::find_latest(dir.path())).model, next.model);
 }
+
+TEST_CASE("load_state_json reads state.json alone, with the loader's checks", "[checkpoint]") {
+  tt::test::TempDir dir("tt_ckpt_json");
+  const std::string folder = ckpt::save(dir.path(), make_checkpoint(12, 3));
+  const nlohmann::json info = ckpt::load_state_json(folder);
+  CHECK(info.at("step") == 12);
+  CHECK(info.at("complete") == true);
+  CHECK(info.at("data_position") == 20);
+  // The tensors are not read: a damaged weights file does not matter to it (load() still refuses).
+  tt::test::write_file(folder + "/model.safetensors", "damaged");
+  CHECK(ckpt::load_state_json(folder).at("step") == 12);
+  CHECK_THROWS_AS(ckpt::load(folder), tt::Error);
+  // A folder that is not there, or an interrupted write, is kCheckpoint.
+  try {
+    ckpt::load_state_json(dir / "step_0000099");
+    FAIL("expected kCheckpoint");
+  } catch (const tt::Error& error) {
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+  }
+  tt::test::write_file(folder + "/state.json", "{\"step\": 12}");
+  try {
+    ckpt::load_state_json(folder);
+    FAIL("expected kCheckpoint");
+  } catch (const tt::Error& error) {
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK(contains(error.what(), "complete"));
+  }
+}
