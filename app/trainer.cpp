@@ -344,6 +344,12 @@ void Trainer::save_checkpoint() {
   checkpoint::Checkpoint ckpt;
   ckpt.step = step_;
   ckpt.model = snapshot_weights(model_->diffusers_parameters());
+  // A finite loss and gradient can still give a non-finite update (an absurd learning rate
+  // overflows the weights): such weights are never written over a good checkpoint.
+  for (const auto& [name, tensor] : ckpt.model)
+    TT_CHECK_HINT(torch::isfinite(tensor).all().item<bool>(), ErrorCode::kNan,
+                  "lower tele_tron.optimizer.lr; resume from the last checkpoint with --resume auto",
+                  "weight ", name, " is not finite after step ", step_, " (the update overflowed); checkpoint not written");
   for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
   ckpt.state["rng.generator"] = generator_.get_state();
   // The bucket assignment the epochs are dealt from, reused on resume (int64 (rows), -1: no bucket).

@@ -213,7 +213,7 @@ TEST_CASE("bad manifest rows stop training with TT_ERR_DATA naming the row", "[t
   CHECK_THAT(shape.output, ContainsSubstring("text_states"));
 }
 
-TEST_CASE("non-finite data stops with TT_ERR_NAN and leaves no poisoned checkpoint", "[train][nan]") {
+TEST_CASE("non-finite data stops at load with TT_ERR_DATA naming the row, before any step", "[train][nan]") {
   Workspace ws(2);
   auto tensors = tt::safetensors::load(ws.dir / "data/sample_00000.safetensors");
   tensors["latents"][0][0][0][0] = std::numeric_limits<float>::quiet_NaN();
@@ -221,9 +221,28 @@ TEST_CASE("non-finite data stops with TT_ERR_NAN and leaves no poisoned checkpoi
   const std::string run = ws.dir / "run";
   auto result = run_teletron("train " + ws.config + " --output " + run);
   INFO(result.output);
+  CHECK(result.exit_code == tt::error_exit_code(tt::ErrorCode::kData));
+  CHECK_THAT(result.output, ContainsSubstring("manifest.jsonl:1: "));
+  CHECK_THAT(result.output, ContainsSubstring("sample_00000.safetensors: latents holds 1 non-finite value"));
+  CHECK(tt::checkpoint::list_complete(run + "/checkpoints").empty());
+}
+
+TEST_CASE("a non-finite loss stops with TT_ERR_NAN and leaves no poisoned checkpoint", "[train][nan]") {
+  Workspace ws(2);
+  const std::string run = ws.dir / "run";
+  // An absurd learning rate overflows the weights after the first update; the next loss is not finite.
+  auto result = run_teletron("train " + ws.config + " --output " + run + " --set optimizer.lr=1e38 " +
+                             "--set optimizer.warmup_steps=0 --set train.checkpoint_every=1");
+  INFO(result.output);
   CHECK(result.exit_code == tt::error_exit_code(tt::ErrorCode::kNan));
   CHECK_THAT(result.output, ContainsSubstring("TT_ERR_NAN"));
-  CHECK(tt::checkpoint::list_complete(run + "/checkpoints").empty());
+  for (const std::string& folder : tt::checkpoint::list_complete(run + "/checkpoints")) {
+    const auto weights = tt::safetensors::load(folder + "/model.safetensors");
+    for (const auto& [name, tensor] : weights) {
+      INFO(folder << " " << name);
+      CHECK(torch::isfinite(tensor).all().item<bool>());
+    }
+  }
 }
 
 TEST_CASE("train starts from initial weights (model.weights) and checks them strictly", "[train][weights]") {
