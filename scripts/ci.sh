@@ -96,12 +96,11 @@ tests_asan() {
   return $rc
 }
 
-# Per-target libFuzzer flags, each with its reason.
-# torch_save: libFuzzer's per-input leak check scans the whole LibTorch heap after every input that
-# leaks, and LibTorch's PyTorchStreamReader leaks on nearly every malformed zip (suppressed in
-# test/sanitizers/lsan.supp): 1.1k instead of 82k executions in 20 s. Leaks in our torch_save code
-# are still checked at exit by the replay of corpus + regressions in the sanitizer ctest run.
-declare -A fuzz_flags=([torch_save]="-detect_leaks=0")
+# Per-target libFuzzer flags: a dictionary where test/fuzz/<name>.dict exists.
+declare -A fuzz_flags=()
+for name in "${fuzz_targets[@]}"; do
+  [ -f "$root/test/fuzz/$name.dict" ] && fuzz_flags[$name]="-dict=$root/test/fuzz/$name.dict"
+done
 
 # One target, results into $ci/fuzz/<name>/result. Fork mode with -ignore_crashes, so that the run
 # goes on after a crash and counts them (libFuzzer's "oom/timeout/crash: a/b/c" status).
@@ -124,7 +123,7 @@ fuzz_one() {
   for artifact in "$dir"/artifacts/*; do
     [ -f "$artifact" ] || continue
     # Replay alone for the report: which sanitizer, where.
-    report=$("$bin" ${fuzz_flags[$name]:-} "$artifact" 2>&1 | grep -E '^SUMMARY:|fuzz: ' | head -2 | tr '\n' ' ')
+    report=$("$bin" "$artifact" 2>&1 | grep -E '^SUMMARY:|fuzz: ' | head -2 | tr '\n' ' ')
     if grep -qE "^SUMMARY:.*$third_party" <<<"$report"; then
       theirs=$((theirs + 1)); echo "third-party (FFmpeg) $(basename "$artifact"): $report" >>"$dir/findings"
     else

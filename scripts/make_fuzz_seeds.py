@@ -89,8 +89,13 @@ def make_torch_save(out):
     cases["ordered_dict.pt"] = od
     base = torch.arange(8, dtype=torch.int32)
     cases["shared_storage.pt"] = {"x": base[:4], "y": base[4:]}
+    import zipfile
     for name, obj in cases.items():
         torch.save(obj, os.path.join(d, name))
+        # The same pickle alone: the target wraps it into an archive (see fuzz_torch_save.cpp).
+        with zipfile.ZipFile(os.path.join(d, name)) as z:
+            pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+            write(d, name.replace(".pt", ".pkl"), z.read(pkl))
 
 
 def make_config(out):
