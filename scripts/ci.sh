@@ -123,7 +123,7 @@ fuzz_one() {
   for artifact in "$dir"/artifacts/*; do
     [ -f "$artifact" ] || continue
     # Replay alone for the report: which sanitizer, where.
-    report=$("$bin" "$artifact" 2>&1 | grep -E '^SUMMARY:|fuzz: ' | head -2 | tr '\n' ' ')
+    report=$(timeout 120 "$bin" -timeout=30 "$artifact" 2>&1 | grep -E '^SUMMARY:|fuzz: |what\(\):|runtime error:' | head -3 | tr '\n' ' ')
     if grep -qE "^SUMMARY:.*$third_party" <<<"$report"; then
       theirs=$((theirs + 1)); echo "third-party (FFmpeg) $(basename "$artifact"): $report" >>"$dir/findings"
     else
