@@ -11,6 +11,12 @@ if(TELETRON_FUZZ)
 endif()
 
 if(NOT TELETRON_SANITIZE STREQUAL "")
+  # The sanitizer build is a CPU build (TELETRON_CUDA=OFF), but the pip LibTorch is a CUDA build:
+  # where a CUDA toolkit is installed, TorchConfig would try_run a GPU probe (and fail on a
+  # machine without a GPU) unless an architecture list is given. Also on every re-configure.
+  if(TELETRON_CUDA STREQUAL "OFF" AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+  endif()
   # -O1 keeps ASan's reports readable and the build quick; line tables give symbolised stacks
   # without full debug info. UBSan stays recoverable so that its suppression file applies;
   # UBSAN_OPTIONS=halt_on_error=1 (test/sanitizers/env.sh) makes every report fatal.
