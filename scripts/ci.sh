@@ -81,8 +81,11 @@ build_asan() {
       -DTELETRON_CUDA=OFF -DTELETRON_FUZZ=ON -DPython3_EXECUTABLE="$(python_bin)" \
       >"$ci/asan-configure.log" 2>&1 || { tail -40 "$ci/asan-configure.log"; return 1; }
   fi
-  cmake --build "$asan_build" -j "$jobs" 2>&1 | tee "$ci/asan-build.log" | grep -E '^(FAILED|.*error:)' || true
-  return "${PIPESTATUS[0]}"
+  local rc=0
+  cmake --build "$asan_build" -j "$jobs" >"$ci/asan-build.log" 2>&1 || rc=$?
+  grep -E '^(FAILED|.*error:|CMake Error)' "$ci/asan-build.log" | head -40
+  [ $rc -eq 0 ] || tail -20 "$ci/asan-build.log"
+  return $rc
 }
 
 tests_asan() {
