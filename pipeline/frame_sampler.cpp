@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/errors.h"
 #include "pipeline/sample_rng.h"
@@ -121,8 +122,12 @@ void validate_frame_sampler_options(const FrameSamplerOptions& options) {
 }
 
 int64_t frames_needed(const FrameSamplerOptions& options) {
-  if (options.mode == FrameSampleMode::kRandom) return (options.samples - 1) * options.stride + 1;
-  return options.samples;
+  if (options.mode != FrameSampleMode::kRandom) return options.samples;
+  // (samples - 1) * stride + 1, saturated at INT64_MAX (no clip is that long): the config takes
+  // any stride >= 1, and the product overflowed (test/fuzz/regressions/frame_choice/).
+  const int64_t gaps = options.samples - 1;
+  if (gaps > 0 && options.stride > (INT64_MAX - 1) / gaps) return INT64_MAX;
+  return gaps * options.stride + 1;
 }
 
 std::vector<int64_t> sample_frames(const FrameSamplerOptions& options,
@@ -156,7 +161,9 @@ std::vector<int64_t> sample_frames(const FrameSamplerOptions& options,
 void validate_vae_frame_count(int64_t frames, const std::string& samples_key, const std::string& frames_key) {
   if (frames >= 1 && (frames - 1) % 4 == 0) return;
   int64_t below = frames <= 1 ? 1 : ((frames - 1) / 4) * 4 + 1;
-  int64_t above = below + 4;
+  // Saturated: a bucket's frames can be any int64 (INT64_MAX overflowed here, see
+  // test/fuzz/regressions/frame_choice/).
+  int64_t above = below <= INT64_MAX - 4 ? below + 4 : below;
   if (frames < 1) above = 5;
   throw Error(
       ErrorCode::kConfig,

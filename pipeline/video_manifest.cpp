@@ -45,7 +45,7 @@ std::vector<VideoManifestRow> read_video_manifest(const std::string& path) {
     nlohmann::json json;
     try {
       json = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {  // parse_error, and out_of_range for numbers like 1e400
       row.error = "not valid JSON (each line is one object, e.g. {\"video\": \"a.mp4\"})";
       rows.push_back(row);
       continue;

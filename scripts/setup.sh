@@ -64,6 +64,12 @@ if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith
   fi
 fi
 
+# TELETRON_SETUP_NO_BUILD=1 stops here (scripts/ci.sh times installing and building apart).
+if [ "${TELETRON_SETUP_NO_BUILD:-0}" = 1 ]; then
+  say "installed; not building (TELETRON_SETUP_NO_BUILD=1)"
+  exit 0
+fi
+
 # --- configure + build -----------------------------------------------------------------------
 build=${TELETRON_BUILD_DIR:-$root/build}
 if [ ! -f "$build/build.ninja" ]; then
