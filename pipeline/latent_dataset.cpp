@@ -105,7 +105,7 @@ std::string parse_row(const RowContext& row, const std::string& text, const fs::
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for numbers like 1e400
     bad_row(row, str_cat("invalid JSON (", error.what(), ")"), hint);
   }
   if (!json.is_object()) bad_row(row, "expected a JSON object", hint);

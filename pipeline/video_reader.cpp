@@ -592,6 +592,9 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   }
   const int64_t reseek_gap = s.options.reseek_gap >= 0 ? s.options.reseek_gap : (s.use_nvdec ? 48 : 1);
 
+  int64_t keyframes = 0;
+  for (uint8_t key : s.index.keyframe) keyframes += key;
+  const int64_t max_seeks = 2 * keyframes + 2 * frames + 8;
   int64_t next = 0;                    // position in `indices` of the next frame to produce
   int64_t seek_frame = s.keyframe_at_or_before(indices[0]);
   bool need_seek = true;
@@ -599,6 +602,10 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   int64_t last_frame = -1;             // index of the last frame the decoder returned since the seek
   while (next < frames) {
     if (need_seek) {
+      // Every seek moves forward or back to an earlier keyframe, so this bound is never reached by a
+      // file whose index is true; a damaged one could otherwise keep the loop going.
+      TT_CHECK_HINT(s.seek_count < max_seeks, ErrorCode::kDecode, av::kDecodeHint, info.path, ": seeking for frame ",
+                    indices[next], " did not converge after ", s.seek_count, " seeks (damaged index or timestamps?)");
       s.seek_to_frame(seek_frame);
       need_seek = false;
       draining = false;
@@ -678,8 +685,11 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
       if (restart || next >= frames) break;
       // Re-seek when the next needed frame lies in a later GOP far enough ahead that decoding up
       // to its keyframe costs more than a seek (options.reseek_gap).
+      // Only forward of the last seek: a demuxer that lands before its target (MPEG-TS seeks are
+      // inexact) would otherwise be sent to the same target again and again.
       const int64_t target_key = s.keyframe_at_or_before(indices[next]);
-      if (last_frame >= 0 && target_key > last_frame + 1 && target_key - last_frame - 1 >= reseek_gap) {
+      if (last_frame >= 0 && target_key > last_frame + 1 && target_key - last_frame - 1 >= reseek_gap &&
+          target_key > seek_frame) {
         seek_frame = target_key;
         need_seek = true;
         break;
