@@ -2,7 +2,7 @@
 """Reference timing for `teletron bench`: the same HunyuanVideo Transformer configuration and input
 shape in diffusers (HunyuanVideoTransformer3DModel), bf16 weights, forward + backward (no
 optimizer), eager and torch.compile, on the same GPU in the same run. Prints one JSON object.
-The FLOP count is the exact one ARCHITECTURE.md defines (the same formula as model/flops.cpp)."""
+The FLOP count is the exact one docs/ARCHITECTURE.md defines (the same formula as model/flops.cpp)."""
 import argparse
 import json
 import time

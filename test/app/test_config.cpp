@@ -274,7 +274,7 @@ TEST_CASE("the original design's example loads", "[config]") {
 #endif
 }
 
-TEST_CASE("the defaults are CONFIG.md's", "[config]") {
+TEST_CASE("the defaults are those of the original design's config block", "[config]") {
   tt::Config d;
   CHECK(d.model.preset == "1b");
   CHECK_FALSE(d.model.weights.has_value());
@@ -301,7 +301,7 @@ TEST_CASE("the defaults are CONFIG.md's", "[config]") {
   CHECK(d.train.seed == 42);
   CHECK(d.distributed.backend == "nccl");
 
-  // CONFIG.md's own block loads and says exactly the defaults; so does an empty root.
+  // The design's own block (kConfigMdYaml) loads and says exactly the defaults; so does an empty root.
   check_same(load(kConfigMdYaml), d);
   tt::Config empty = load("tele_tron:\n");
   check_same(empty, d);
