@@ -11,6 +11,10 @@
 # leg fails: a test, a sanitizer report, or a fuzzer crash, leak, out-of-memory or timeout. Crashes
 # whose top frame lies in FFmpeg (an uninstrumented distro library) are listed as third-party and
 # do not fail the run (test/sanitizers/README.md). Artifacts (logs, crash inputs) go to build-ci/.
+# The sanitizer legs (asan-build, asan-tests, fuzz) gate the run only with TELETRON_CI_STRICT=1
+# (.ci/run sets it once a CI log has shown them green on main); otherwise their result is reported
+# in the summary as "report-only". They are skipped, and said so, once the run has used
+# TELETRON_CI_BUDGET_S (default 4200 s), so CI ends within its limit whatever they cost.
 # Environment: TELETRON_FUZZ_SECONDS, TELETRON_FUZZ_RSS_MB (2048), TELETRON_CI_LEGS (a subset,
 # e.g. "asan-build asan-tests fuzz"), TELETRON_FUZZ_TARGETS (a subset), TELETRON_JOBS (build jobs,
 # default nproc).
@@ -24,6 +28,9 @@ fuzz_seconds=${TELETRON_FUZZ_SECONDS:-60}
 fuzz_rss_mb=${TELETRON_FUZZ_RSS_MB:-2048}
 jobs=${TELETRON_JOBS:-$(nproc)}
 legs_wanted=${TELETRON_CI_LEGS:-"install build tests asan-build asan-tests fuzz"}
+strict=${TELETRON_CI_STRICT:-0}
+budget_s=${TELETRON_CI_BUDGET_S:-4200}
+report_only_legs=" asan-build asan-tests fuzz "
 read -r -a fuzz_targets <<<"${TELETRON_FUZZ_TARGETS:-safetensors torch_save config latent_manifest video_manifest video_reader frame_choice frame_convert}"
 third_party='lib(avcodec|avformat|avutil|swscale|swresample|x264|x265|vpx|dav1d|aom)[^ /]*\.so'
 
@@ -33,6 +40,7 @@ as_root() {
     echo "[ci] need root to run: $*" >&2; return 1; fi
 }
 
+total_start=$SECONDS
 leg_names=()
 leg_seconds=()
 leg_status=()
@@ -44,12 +52,25 @@ leg() {
   if [[ " $legs_wanted " != *" $name "* ]]; then
     return 0
   fi
+  local optional=0
+  [[ "$strict" != 1 && "$report_only_legs" == *" $name "* ]] && optional=1
+  if [[ "$report_only_legs" == *" $name "* ]] && [ $((SECONDS - total_start)) -ge "$budget_s" ]; then
+    say "$name: skipped, the run has used $((SECONDS - total_start)) s of its ${budget_s} s budget"
+    leg_names+=("$name"); leg_seconds+=(0); leg_status+=("skipped (time budget)")
+    return 1
+  fi
   say "=== $name ==="
   local start=$SECONDS rc=0
   "$@" || rc=$?
   leg_names+=("$name")
   leg_seconds+=($((SECONDS - start)))
-  if [ $rc -eq 0 ]; then leg_status+=("ok"); else leg_status+=("FAILED (rc $rc)"); failed=1; fi
+  if [ $rc -eq 0 ]; then
+    leg_status+=("ok")
+  elif [ $optional -eq 1 ]; then
+    leg_status+=("FAILED (rc $rc; report-only, TELETRON_CI_STRICT=0)")
+  else
+    leg_status+=("FAILED (rc $rc)"); failed=1
+  fi
   say "$name: $((SECONDS - start)) s, rc $rc"
   return $rc
 }
@@ -91,8 +112,13 @@ build_asan() {
 tests_asan() {
   # shellcheck source=../test/sanitizers/env.sh
   source "$root/test/sanitizers/env.sh"
-  ctest --test-dir "$asan_build" --output-on-failure -j "${TELETRON_TEST_JOBS:-2}" >"$ci/asan-tests.log" 2>&1
+  # Bounded so that the whole run ends by budget + 10 minutes (CI's hard limit is 90).
+  local left=$((budget_s + 600 - (SECONDS - total_start)))
+  [ "$left" -gt 60 ] || left=60
+  timeout "$left" ctest --test-dir "$asan_build" --output-on-failure -j "${TELETRON_TEST_JOBS:-2}" \
+    >"$ci/asan-tests.log" 2>&1
   local rc=$?
+  [ $rc -eq 124 ] && say "asan-tests: stopped after $left s (time budget)"
   grep -E 'tests passed|tests failed|Total Test time' "$ci/asan-tests.log"
   grep -E '^\s*[0-9]+ - .*\((Failed|SEGFAULT|Subprocess aborted|Timeout|Exception|Not Run)\)' "$ci/asan-tests.log"
   grep -E '^SUMMARY: (Address|Undefined|Leak)Sanitizer' "$ci/asan-tests.log" | sort | uniq -c
@@ -168,7 +194,6 @@ fuzz_all() {
   return $rc
 }
 
-total_start=$SECONDS
 leg install install_all || { say "install failed; stopping"; legs_wanted=""; }
 leg build build_normal || { say "build failed; skipping the normal tests"; legs_wanted=" $legs_wanted "; legs_wanted=${legs_wanted/ tests / }; }
 leg tests tests_normal
