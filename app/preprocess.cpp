@@ -17,6 +17,7 @@
 #include "app/training_data.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "pipeline/failure_budget.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
 
@@ -174,11 +175,8 @@ int run_preprocess(const PreprocessOptions& options) {
   spdlog::info("preprocess: {} encoded now, {} from earlier runs, {} failed; manifest {} lists {} rows", encoded.load(),
                already, failed.load(), manifest_path.string(), listed);
   if (first_error) std::rethrow_exception(first_error);
-  const int64_t allowed = static_cast<int64_t>(config.data.max_failed_share * static_cast<double>(rows));
-  TT_CHECK_HINT(failed.load() <= allowed, ErrorCode::kData,
-                "run `teletron validate-data` on the config and fix or drop the files it lists",
-                failed.load(), " of ", rows, " rows failed, more than data.max_failed_share (",
-                config.data.max_failed_share, "); the manifest lists the ", listed, " that worked");
+  FailureBudget(config.data.max_failed_share, rows)
+      .add(failed.load(), "rows that could not be encoded", str_cat("; the manifest lists the ", listed, " that worked"));
   return 0;
 }
 

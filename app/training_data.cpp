@@ -26,6 +26,8 @@
 #include "core/stream_handoff.h"
 #include "model/vae.h"
 #include "pipeline/clip_loader.h"
+#include "pipeline/clip_workers.h"
+#include "pipeline/failure_budget.h"
 #include "pipeline/video_manifest.h"
 #include "pipeline/video_reader.h"
 
@@ -66,93 +68,6 @@ class LatentTrainingData : public TrainingData {
   std::unique_ptr<LatentDataset> dataset_;
 };
 
-// data_pipeline.workers threads that load clips (decode -> colour -> augment) ahead of the VAE, so
-// that the producer thread's VAE never waits for a decoder: submit() queues a sample, take() returns
-// it (waiting while it is still loading). Each worker runs on its own CUDA stream; a clip made there
-// comes with an event the taker's stream waits on. Clips loaded on the CPU for a GPU run are copied
-// into pinned memory, so their upload can be asynchronous.
-class ClipWorkers {
- public:
-  struct Result {
-    LoadedClip clip;
-    std::exception_ptr error;
-    StreamHandoff ready;  // after the worker's kernels (clips made on the GPU)
-  };
-  using Key = std::pair<int64_t, int64_t>;  // (row, epoch)
-
-  ClipWorkers(int64_t count, torch::Device device, std::function<LoadedClip(int64_t, int64_t)> load)
-      : device_(device), load_(std::move(load)) {
-    for (int64_t i = 0; i < count; ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~ClipWorkers() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    changed_.notify_all();
-    for (auto& thread : threads_) thread.join();
-  }
-
-  void submit(int64_t row, int64_t epoch) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!pending_.emplace(Key{row, epoch}, std::nullopt).second) return;
-      jobs_.emplace_back(row, epoch);
-    }
-    changed_.notify_all();
-  }
-
-  /// The submitted sample's result (after it is done), or nothing when it was never submitted.
-  std::optional<Result> take(int64_t row, int64_t epoch) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    auto it = pending_.find(Key{row, epoch});
-    if (it == pending_.end()) return std::nullopt;
-    changed_.wait(lock, [&] { return it->second.has_value(); });
-    std::optional<Result> result = std::move(it->second);
-    pending_.erase(it);
-    return result;
-  }
-
- private:
-  void work() {
-    const SideStream stream(device_);
-    for (;;) {
-      Key job;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (stopping_) return;
-        job = jobs_.front();
-        jobs_.pop_front();
-      }
-      Result result;
-      try {
-        result.clip = load_(job.first, job.second);
-        if (result.clip.pixels.is_cuda())
-          result.ready = StreamHandoff::record(device_);
-        else if (device_.is_cuda())
-          result.clip.pixels = result.clip.pixels.pin_memory();
-      } catch (...) {
-        result.error = std::current_exception();
-      }
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        pending_[job] = std::move(result);
-      }
-      changed_.notify_all();
-    }
-  }
-
-  torch::Device device_;
-  std::function<LoadedClip(int64_t, int64_t)> load_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Key> jobs_;
-  std::map<Key, std::optional<Result>> pending_;  // submitted: empty while loading
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
 class VideoTrainingData : public TrainingData {
  public:
   VideoTrainingData(const Config& config, const HunyuanVideoConfig& model, torch::Device device,
@@ -174,7 +89,7 @@ class VideoTrainingData : public TrainingData {
     augment_ = augment_options(config, vae_dtype_);
     load_vae(config, model);
     check_rows(config, model);
-    allowed_failures_ = static_cast<int64_t>(config.data.max_failed_share * static_cast<double>(rows_.size()));
+    failures_ = FailureBudget(config.data.max_failed_share, static_cast<int64_t>(rows_.size()));
     content_hash_ = compute_content_hash();
     if (stored && stored->content_hash == content_hash_ && !stored->row_buckets.empty())
       use_stored_buckets(stored->row_buckets);
@@ -399,15 +314,10 @@ class VideoTrainingData : public TrainingData {
       } catch (const Error& error) {
         if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData && error.code() != ErrorCode::kIo)
           throw;
-        ++failed_;
         const VideoManifestRow& row = rows_[static_cast<size_t>(candidate)];
         spdlog::warn("skipping sample (line {} of {}, {}): {}; {} failed so far", row.line, config_.data.manifest,
-                     row.video, error.what(), failed_);
-        TT_CHECK_HINT(failed_ <= allowed_failures_, ErrorCode::kData,
-                      "run `teletron validate-data` on the config and fix or drop the files it lists, or raise "
-                      "tele_tron.data.max_failed_share",
-                      failed_, " samples failed to load, more than data.max_failed_share (",
-                      config_.data.max_failed_share, ") of ", rows, " rows; the last: ", row.video);
+                     row.video, error.what(), failures_.failed() + 1);
+        failures_.add(1, "samples that failed to load", str_cat("; the last: ", row.video));
       }
     }
     throw Error(ErrorCode::kData, "no sample of the manifest could be loaded");
@@ -495,12 +405,7 @@ class VideoTrainingData : public TrainingData {
     if (unfit > 0)
       spdlog::warn("{} of {} rows fit none of data.buckets and are left out (teletron validate-data lists them):{}",
                    unfit, rows_.size(), examples);
-    failed_ += unreadable;
-    TT_CHECK_HINT(failed_ <= allowed_failures_, ErrorCode::kData,
-                  "run `teletron validate-data` on the config and fix or drop the files it lists, or raise "
-                  "tele_tron.data.max_failed_share",
-                  unreadable, " of ", rows_.size(), " videos cannot be opened, more than data.max_failed_share (",
-                  config_.data.max_failed_share, ")", examples);
+    failures_.add(unreadable, "videos that cannot be opened", examples);
     TT_CHECK_HINT(unfit < static_cast<int64_t>(rows_.size()), ErrorCode::kData,
                   "check the buckets against the clips with `teletron validate-data`", config_.data.manifest,
                   ": no row fits any of data.buckets");
@@ -519,8 +424,7 @@ class VideoTrainingData : public TrainingData {
   std::vector<VideoManifestRow> rows_;
   std::vector<std::vector<int64_t>> latent_shapes_;
   int64_t text_length_ = 0;
-  int64_t failed_ = 0;
-  int64_t allowed_failures_ = 0;
+  FailureBudget failures_{0.0, 0};
   std::string content_hash_;
   std::mutex timing_mutex_;  // load() runs on the producer (and preprocess's jobs), take_gpu_time() on the trainer
   std::deque<std::pair<std::shared_ptr<GpuInterval>, std::shared_ptr<GpuInterval>>> timing_;  // (before VAE, VAE)

@@ -157,11 +157,15 @@ void current_waits_for(void* stream, int device_index) {
 
 #else
 
-void* decode_stream(int) { return nullptr; }
-void synchronize(void*) {}
-struct StreamScope::Guard {};
-StreamScope::StreamScope(void*, int) {}
-StreamScope::~StreamScope() = default;
+OwnedStream::~OwnedStream() = default;
+void* OwnedStream::get(int) { return nullptr; }
+void OwnedStream::synchronize() const {}
+void wait_for_current(void*, int) {}
+void current_waits_for(void*, int) {}
+
+void attach(AVCodecContext*, int, void*, FormatEvents*, const std::string& path) {
+  throw Error(ErrorCode::kInternal, str_cat(path, ": NVDEC requested from a build without it"));
+}
 
 bool copy_frame(const AVFrame*, const torch::Tensor&, const torch::Tensor&, void*) { return false; }
 

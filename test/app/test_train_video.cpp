@@ -221,7 +221,7 @@ TEST_CASE("train on raw videos: a clip that opens but fails to decode mid-run is
   const auto stopped = tt::test::run_teletron("train '" + strict + "' --output '" + (dir / "stop") + "' 2>&1");
   INFO(stopped.output);
   CHECK(stopped.exit_code == 3);
-  CHECK_THAT(stopped.output, ContainsSubstring("TT_ERR_DATA: 1 samples failed to load, more than data.max_failed_share"));
+  CHECK_THAT(stopped.output, ContainsSubstring("TT_ERR_DATA: 1 of 4 rows failed (samples that failed to load), more than data.max_failed_share"));
 }
 
 TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicates, and trains", "[train][video]") {
