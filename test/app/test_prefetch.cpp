@@ -37,6 +37,14 @@ namespace {
 
 using tt::test::TempDir;
 
+// A batch of one row, `row`, from epoch 0.
+tt::PlannedBatch one_row_plan(int64_t row) {
+  tt::PlannedBatch plan;
+  plan.indices = {row};
+  plan.epochs = {0};
+  return plan;
+}
+
 std::string make_dataset(const TempDir& dir) {
   std::string manifest;
   for (int i = 0; i < 4; ++i) {
@@ -144,12 +152,7 @@ HazardResult run_hazard(bool record_stream) {
     int64_t planned = 0;
     tt::BatchPrefetcher prefetcher(
         1, device,
-        [&] {
-          tt::PlannedBatch plan;
-          plan.indices = {planned++};
-          plan.epochs = {0};
-          return plan;
-        },
+        [&] { return one_row_plan(planned++); },
         [&](const tt::PlannedBatch& plan) {
           tt::LatentBatch batch;
           if (plan.indices[0] == 0) {
@@ -214,12 +217,7 @@ TEST_CASE("the prefetch producer hints planned batches in order, lookahead ahead
   {
     tt::BatchPrefetcher prefetcher(
         2, torch::kCPU,
-        [&] {
-          tt::PlannedBatch plan;
-          plan.indices = {planned++};
-          plan.epochs = {0};
-          return plan;
-        },
+        [&] { return one_row_plan(planned++); },
         [&](const tt::PlannedBatch& plan) {
           std::lock_guard<std::mutex> lock(mutex);
           // Every batch is hinted before it is loaded, with `lookahead` later ones hinted as well.
