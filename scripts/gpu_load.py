@@ -5,6 +5,7 @@ Used by scripts/gpu_issue11.sh to run the stream tests on a loaded GPU.
 
 usage: gpu_load.py SECONDS
 """
+import signal
 import sys
 import time
 
@@ -20,6 +21,15 @@ def main() -> None:
     hold = torch.empty(int(4 * 2**30), dtype=torch.uint8, device=device)  # 4 GiB held
     end = time.time() + seconds
     loops = 0
+    start = time.time()
+
+    def report(*_):  # also when stopped early (the scripts end it with SIGTERM)
+        print(f"gpu_load: {loops} loops in {time.time() - start:.0f} s (held {hold.numel() / 2**30:.0f} GiB)",
+              flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, report)
+    print(f"gpu_load: started on {torch.cuda.get_device_name()}", flush=True)
     with torch.no_grad():
         while time.time() < end:
             for _ in range(4):
@@ -27,7 +37,7 @@ def main() -> None:
                 x = torch.tanh(conv(x))
             torch.cuda.synchronize()
             loops += 1
-    print(f"gpu_load: {loops} loops in {seconds:.0f} s (held {hold.numel() / 2**30:.0f} GiB)", flush=True)
+    report()
 
 
 if __name__ == "__main__":

@@ -138,17 +138,44 @@ struct HazardResult {
 // 1: it allocates a tensor of batch 0's size on its stream, fills it with the sentinel -7 and sets
 // the flag that releases the spin. Without record_stream the allocator gives the producer batch 0's
 // memory at once, and the consumer's copy (run after the spin) reads -7.
+//
+// While the spin runs, nothing may wait for the whole device, or it waits for the spin, which waits
+// for the producer: a deadlock until the spin's timeout. Two things do that unless prepared: the
+// first launch of a kernel (CUDA loads modules lazily, and loading one waits for the device) and
+// cudaMalloc. So every kernel used during the spin has run once before it, and every tensor made
+// during it comes from memory the caching allocator already holds: the consumer's copy is allocated
+// before the spin, and the producer keeps a spare block (twice the size, so that with record_stream
+// off the exact-size block of batch 0 is still the best fit).
+class Release {  // sets the promise when the test leaves early, so that the producer never waits forever
+ public:
+  explicit Release(std::promise<void>& promise) : promise_(promise) {}
+  ~Release() { set(); }
+  void set() {
+    if (!done_) promise_.set_value();
+    done_ = true;
+  }
+
+ private:
+  std::promise<void>& promise_;
+  bool done_ = false;
+};
+
 HazardResult run_hazard(bool record_stream) {
   const torch::Device device("cuda:0");
   const int64_t numel = (3 << 20) + 4099;  // 12 MiB + a bit: a block of its own
   const auto floats = torch::TensorOptions().device(device).dtype(torch::kFloat32);
-  torch::Tensor flag = torch::zeros({1}, floats.dtype(torch::kInt32));
+  const auto ints = floats.dtype(torch::kInt32);
+  torch::Tensor flag = torch::zeros({1}, ints);
+  (void)torch::empty({1}, ints).fill_(1);  // the kernels the spin's window uses, loaded before it
+  (void)torch::empty({1}, floats).fill_(-7.0);
+  torch::cuda::synchronize();
   std::promise<void> dropped_promise;
   std::shared_future<void> dropped = dropped_promise.get_future().share();
   void* batch_memory = nullptr;
   HazardResult result;
   tt::StreamHandoff::set_record_stream_for_testing(record_stream);
   {
+    Release release(dropped_promise);
     int64_t planned = 0;
     tt::BatchPrefetcher prefetcher(
         1, device,
@@ -158,6 +185,7 @@ HazardResult run_hazard(bool record_stream) {
           if (plan.indices[0] == 0) {
             batch.latents = torch::ones({numel}, floats);
             batch_memory = batch.latents.data_ptr();
+            (void)torch::empty({2 * numel}, floats);  // the spare block, cached for this stream
           } else if (plan.indices[0] > 1) {
             batch.latents = torch::zeros({1}, floats);  // made ahead while the test ends
           } else {
@@ -170,13 +198,14 @@ HazardResult run_hazard(bool record_stream) {
           }
           return batch;
         });
-    torch::Tensor copy, timed_out;
+    torch::Tensor copy = torch::empty({numel}, floats);
+    torch::Tensor timed_out = torch::empty({1}, ints);
     {
       tt::BatchPrefetcher::Item item = prefetcher.next();
       timed_out = tt::spin_until_set(flag, 20.0);
-      copy = item.batch.latents.clone();  // queued behind the spin on the consumer's stream
+      copy.copy_(item.batch.latents);  // queued behind the spin on the consumer's stream
     }  // the consumer's last reference to batch 0 goes here
-    dropped_promise.set_value();
+    release.set();
     (void)prefetcher.next();
     const torch::Tensor host = copy.cpu();  // waits for the consumer's stream
     result.timed_out = timed_out.item<int32_t>() != 0;
