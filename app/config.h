@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/buckets.h"
+
 namespace tt {
 
 struct ModelSection {
@@ -34,12 +36,6 @@ struct VaeSection {
   int64_t tile_batch = 4;         // tiles / frame windows of one shape encoded together (memory vs speed)
 
   bool operator==(const VaeSection&) const = default;
-};
-
-struct Bucket {
-  int64_t frames = 33, height = 480, width = 832;
-
-  bool operator==(const Bucket&) const = default;
 };
 
 struct DataSection {

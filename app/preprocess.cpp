@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "app/config.h"
-#include "app/content_hash.h"
+#include "core/content_hash.h"
 #include "app/options.h"
 #include "app/resume_check.h"
 #include "app/training_data.h"

@@ -24,6 +24,7 @@
 #include "app/prefetch.h"
 #include "app/resume_check.h"
 #include "app/training_data.h"
+#include "pipeline/data_cursor.h"
 #include "core/safetensors.h"
 
 namespace tt {
@@ -42,87 +43,6 @@ std::string format_duration(double seconds) {
   if (total >= 60) return str_cat(total / 60, "m", total % 60, "s");
   return str_cat(total, "s");
 }
-
-// Where the next sample comes from: a deterministic permutation per epoch.
-struct DataPosition {
-  int64_t epoch = 0;
-  int64_t index = 0;  // next position inside the epoch's order
-};
-
-// Walks the epoch orders: the trainer keeps one (the consumed position, what checkpoints store) and
-// the prefetch producer a copy that runs ahead. Without buckets a batch is the next `count` samples
-// of the epoch order (running into the next epoch). With buckets (row_bucket non-empty) each epoch's
-// order is dealt into per-bucket groups of one optimizer step's samples (`step_samples`, the global
-// batch) — a row joins its bucket's open group, a full group is emitted, partial groups at the
-// epoch's end are dropped — and a micro-batch is the next `count` rows of those groups (count
-// divides step_samples, so it never mixes buckets). position.index counts samples either way, and
-// the sequence follows from (seed, epoch, global batch) alone: a resume continues it exactly, also
-// when the global batch is split differently (batch_size × gradient_accumulation, later × ranks).
-struct DataCursor {
-  DataPosition position;
-  std::vector<int64_t> order;
-  int64_t order_epoch = -1;
-  int64_t step_samples = 1;      // samples per optimizer step (the global batch)
-  std::vector<int64_t> row_bucket;  // empty: no buckets
-  std::vector<int64_t> dealt;       // the epoch's groups back to back (bucket mode)
-
-  std::vector<int64_t> next(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
-    if (!row_bucket.empty()) return next_bucketed(count, size, seed, epochs);
-    std::vector<int64_t> indices;
-    while (static_cast<int64_t>(indices.size()) < count) {
-      if (order_epoch != position.epoch) {
-        order = epoch_order(size, seed, position.epoch);
-        order_epoch = position.epoch;
-      }
-      if (position.index >= size) {
-        position.epoch += 1;
-        position.index = 0;
-        continue;
-      }
-      indices.push_back(order[position.index]);
-      epochs->push_back(position.epoch);
-      position.index += 1;
-    }
-    return indices;
-  }
-
-  std::vector<int64_t> next_bucketed(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
-    TT_ASSERT(count > 0 && step_samples % count == 0, "micro-batch ", count, " does not divide the global batch ",
-              step_samples);
-    for (int empty_epochs = 0;;) {
-      if (order_epoch != position.epoch) {
-        order = epoch_order(size, seed, position.epoch);
-        order_epoch = position.epoch;
-        dealt.clear();
-        std::map<int64_t, std::vector<int64_t>> open;
-        for (int64_t row : order) {
-          const int64_t bucket = row_bucket[static_cast<size_t>(row)];
-          if (bucket < 0) continue;
-          std::vector<int64_t>& group = open[bucket];
-          group.push_back(row);
-          if (static_cast<int64_t>(group.size()) == step_samples) {
-            dealt.insert(dealt.end(), group.begin(), group.end());
-            group.clear();
-          }
-        }
-      }
-      if (position.index < static_cast<int64_t>(dealt.size())) break;
-      TT_CHECK_HINT(++empty_epochs < 2, ErrorCode::kData,
-                    "lower batch_size or gradient_accumulation, or add clips to the buckets",
-                    "no bucket of tele_tron.data.buckets holds batch_size × gradient_accumulation (", step_samples,
-                    ") clips");
-      if (!dealt.empty()) empty_epochs = 0;
-      position.epoch += 1;
-      position.index = 0;
-    }
-    TT_ASSERT(position.index % count == 0, "bucket cursor at sample ", position.index, ", not a multiple of ", count);
-    const auto first = dealt.begin() + position.index;
-    std::vector<int64_t> indices(first, first + count);
-    epochs->assign(indices.size(), position.epoch);
-    position.index += count;
-    return indices;
-  }
-};
 
 class Trainer {
  public:

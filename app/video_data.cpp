@@ -32,19 +32,6 @@ FrameSamplerOptions frame_sampler_options(const Config& config, size_t bucket_in
   return options;
 }
 
-BucketFit fit_bucket(const Bucket& bucket, const FrameSamplerOptions& sampler, const std::vector<double>& times,
-                     int64_t width, int64_t height) {
-  BucketFit fit;
-  fit.size = width >= bucket.width && height >= bucket.height;
-  try {
-    (void)sample_frames(sampler, times, 0, 0, 0);
-    fit.frames = true;
-  } catch (const Error& error) {
-    if (error.code() != ErrorCode::kData) throw;  // too short is an answer; anything else is a bug
-  }
-  return fit;
-}
-
 AugmentOptions augment_options(const Config& config, torch::Dtype dtype) {
   const AugmentSection& section = config.data_pipeline.augment;
   AugmentOptions options;

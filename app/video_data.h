@@ -9,6 +9,7 @@
 
 #include "app/config.h"
 #include "pipeline/augment.h"
+#include "pipeline/buckets.h"
 #include "pipeline/frame_sampler.h"
 #include "pipeline/video_reader.h"
 
@@ -17,15 +18,6 @@ namespace tt {
 /// The sampler for data.buckets[bucket_index]. `mode: motion` (not built yet; the config loader
 /// already warned) samples stratified. Throws kConfig naming the keys.
 FrameSamplerOptions frame_sampler_options(const Config& config, size_t bucket_index);
-
-/// How a clip (frame times, displayed size) meets `bucket` with the bucket's sampler.
-struct BucketFit {
-  bool frames = false;  // the sampler finds its frames in the clip
-  bool size = false;    // the clip is at least the bucket's width and height (no upscaling)
-  bool both() const { return frames && size; }
-};
-BucketFit fit_bucket(const Bucket& bucket, const FrameSamplerOptions& sampler, const std::vector<double>& times,
-                     int64_t width, int64_t height);
 
 /// data_pipeline.augment, checked; `dtype` is the output dtype (bf16 on CUDA, fp32 on the CPU).
 AugmentOptions augment_options(const Config& config, torch::Dtype dtype);

@@ -18,7 +18,7 @@
 
 #include "app/config.h"
 #include "app/config_schema.h"
-#include "app/content_hash.h"
+#include "core/content_hash.h"
 #include "app/resume_check.h"
 #include "core/errors.h"
 #include "core/metrics.h"

@@ -1,5 +1,5 @@
 // Fuzz target (structured): frame choice (pipeline/frame_sampler.h: sample_frames, frames_needed,
-// validate_vae_frame_count) and bucket fitting (app/video_data.h: fit_bucket) on a frame index
+// validate_vae_frame_count) and bucket fitting (pipeline/buckets.h: fit_bucket) on a frame index
 // built from the input bytes as the video reader builds one (ascending pts times a time base), or
 // on raw doubles (NaN, infinities, any order). Options take any value the config accepts
 // (stride and frame counts: any int64 >= 1); only `samples` is kept below 2^16, because sample_frames

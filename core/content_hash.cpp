@@ -1,5 +1,5 @@
 // 128-bit FNV-1a (see content_hash.h).
-#include "app/content_hash.h"
+#include "core/content_hash.h"
 
 #include <sys/stat.h>
 

@@ -1,0 +1,64 @@
+// The raw-video TrainingData source (data.source: video). Every manifest row is checked up front
+// (a usable line, a video file that exists, text embeddings of the right shapes and one text
+// length) and given a bucket; each sample's clip is sampled, decoded (NVDEC on a GPU where it takes
+// the stream), augmented (pipeline/clip_loader, on `workers` threads ahead of the batch through
+// prepare()) and encoded by the frozen VAE (model/vae) on the calling thread's stream; its text
+// embeddings come from the row's file.
+//
+// Failures: a sample whose clip cannot be loaded (damaged file, too short, unreadable) is logged
+// with its manifest line, path and reason, counted, and replaced by the next row of its bucket in
+// manifest order (deterministic); more failures than max_failed_share of the rows stop the run
+// with TT_ERR_DATA (pipeline/failure_budget).
+//
+// Resume: a checkpoint keeps content_hash() and row_buckets(); given them back (StoredDataState)
+// with a matching hash, the source reuses the stored bucket assignment instead of probing every
+// file again, so a file that became unreadable since fails when it is loaded and is replaced like
+// any failing sample, and the epochs are dealt as before.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/augment.h"
+#include "pipeline/buckets.h"
+#include "pipeline/frame_sampler.h"
+#include "pipeline/training_data.h"
+#include "pipeline/video_reader.h"
+
+namespace tt {
+
+/// The frozen VAE that encodes the clips.
+struct VideoVaeOptions {
+  std::string preset = "hunyuan";      // hunyuan | tiny (model/vae.h)
+  std::optional<std::string> weights;  // the VAE's weights; "random": fixed random weights (benchmarks); none: tiny only
+  std::string tiling = "auto";         // auto (diffusers' default) | on | off
+  int64_t tile_batch = 4;              // tiles / frame windows of one shape encoded together
+};
+
+struct VideoTrainingOptions {
+  std::string manifest;                       // the video manifest (pipeline/video_manifest.h)
+  std::vector<Bucket> buckets;                // at least one
+  std::vector<FrameSamplerOptions> samplers;  // one per bucket, each taking its bucket's frame count
+  VideoReaderOptions reader;                  // reader.device: where frames are decoded and augmented
+  AugmentOptions augment;                     // its dtype is set to the VAE's input dtype
+  VideoVaeOptions vae;
+  int64_t latent_channels = 16;               // the model's: checked against the VAE
+  int64_t text_dim = 4096, pooled_dim = 768;  // the model's: checked against every row's embeddings
+  int64_t workers = 0;                        // clip-loading threads (0: load in get_batch)
+  double max_failed_share = 0.01;
+  uint64_t seed = 0;                          // with (epoch, row): each sample's frame choice and augmentation
+};
+
+/// The source on `device` (where the VAE runs). With `stored` whose content_hash matches the data's
+/// and whose row_buckets is set, takes that bucket assignment (TT_ERR_CHECKPOINT when it does not
+/// fit the buckets) instead of opening every file. Sets cuDNN's benchmark flag on CUDA from
+/// TELETRON_CUDNN_BENCHMARK (on unless "0").
+std::unique_ptr<TrainingData> make_video_training_data(const VideoTrainingOptions& options, torch::Device device,
+                                                       const StoredDataState* stored = nullptr);
+
+}  // namespace tt
