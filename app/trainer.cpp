@@ -1,31 +1,22 @@
-// The training loop (see trainer.h).
+// The training loop (see trainer.h): set-up, the step and the loop; checkpoints and resume are in
+// trainer_resume.cpp.
 #include "app/trainer.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
-#include <torch/torch.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 
-#include "core/autocast.h"
 #include "app/model_setup.h"
 #include "app/options.h"
-#include "core/adamw.h"
+#include "app/trainer_impl.h"
+#include "core/autocast.h"
 #include "core/checkpoint.h"
 #include "core/device.h"
 #include "core/errors.h"
-#include "core/metrics.h"
-#include "model/text_padding.h"
-#include "model/transformer.h"
-#include "model/weights.h"
-#include "app/prefetch.h"
-#include "app/resume_check.h"
-#include "app/training_data.h"
-#include "pipeline/data_cursor.h"
 #include "core/safetensors.h"
+#include "model/text_padding.h"
 
 namespace tt {
 namespace {
@@ -44,61 +35,7 @@ std::string format_duration(double seconds) {
   return str_cat(total, "s");
 }
 
-class Trainer {
- public:
-  /// The model input for the configured conditioning: the noisy latent itself (text-to-video), or
-  /// for latent_concat cat(noisy, first-frame latent with later frames zeroed, first-frame mask),
-  /// the layout of diffusers' HunyuanVideo image-to-video pipeline.
-  torch::Tensor image_condition(const torch::Tensor& noisy, const torch::Tensor& x0) const;
-
-  explicit Trainer(const TrainRequest& request);
-  void run();
-
- private:
-  void announce() const;
-  std::optional<std::string> find_resume_folder() const;
-  std::optional<StoredDataState> check_resume(const std::string& folder);
-  void check_resumed_data(const std::string& folder, const StoredDataState& stored);
-  void resume_from(const std::string& folder);
-  LatentBatch next_batch();
-  torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
-  void save_checkpoint();
-  void check_finite(int64_t first_step, int64_t last_step);
-
-  Config config_;
-  std::string resume_;
-  std::vector<std::string> allow_change_;  // normalized --allow-change keys
-  std::optional<std::string> resume_folder_;  // the checkpoint a resume continues
-  ResumeCheck resume_check_;                  // what differs from the checkpoint's config
-  // A resume onto data or a dealing the checkpoint's position does not describe (an accepted
-  // manifest or global-batch change): the data order restarts at the next epoch.
-  bool restart_epoch_ = false;
-  torch::Device device_{torch::kCPU};
-  bool autocast_ = false;
-  HunyuanVideoConfig model_config_;
-  std::string model_origin_;
-  std::optional<WeightSource> initial_weights_;
-  HunyuanVideoTransformer model_{nullptr};
-  std::vector<torch::Tensor> params_;
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<TrainingData> dataset_;
-  FlowMatchingOptions flow_options_;
-  at::Generator generator_;
-  DataCursor cursor_;                   // consumed by training steps (checkpointed)
-  DataPosition& position_ = cursor_.position;
-  DataCursor producer_cursor_;          // the prefetch producer's, ahead of cursor_
-  std::unique_ptr<BatchPrefetcher> prefetcher_;
-  std::unique_ptr<MetricsLog> metrics_;
-  // TELETRON_TRACE_BATCHES=FILE (tests): one JSON line per batch taken, with its rows and a checksum.
-  std::unique_ptr<std::ofstream> batch_trace_;
-  void trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs, const LatentBatch& batch);
-  int64_t step_ = 0;
-  fs::path run_dir_;
-  torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
-  torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report
-  torch::Tensor last_grad_norm_;
-  double data_wait_s_ = 0.0;
-};
+}  // namespace
 
 Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume) {
   allow_change_ = normalize_allowed_changes(request.allow_change);
@@ -259,142 +196,6 @@ void Trainer::check_finite(int64_t first_step, int64_t last_step) {
               "resume from the last checkpoint with --resume auto");
 }
 
-void Trainer::save_checkpoint() {
-  if (metrics_) metrics_->sync();  // every row up to this step is durable before the checkpoint is
-  checkpoint::Checkpoint ckpt;
-  ckpt.step = step_;
-  ckpt.model = snapshot_weights(model_->diffusers_parameters());
-  // A finite loss and gradient can still give a non-finite update (an absurd learning rate
-  // overflows the weights): such weights are never written over a good checkpoint.
-  for (const auto& [name, tensor] : ckpt.model)
-    TT_CHECK_HINT(torch::isfinite(tensor).all().item<bool>(), ErrorCode::kNan,
-                  "lower tele_tron.optimizer.lr; resume from the last checkpoint with --resume auto",
-                  "weight ", name, " is not finite after step ", step_, " (the update overflowed); checkpoint not written");
-  for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
-  ckpt.state["rng.generator"] = generator_.get_state();
-  // The bucket assignment the epochs are dealt from, reused on resume (int64 (rows), -1: no bucket).
-  if (!cursor_.row_bucket.empty()) ckpt.state["data.row_buckets"] = torch::tensor(cursor_.row_bucket, torch::kInt64);
-  ckpt.info["step"] = step_;
-  ckpt.info["data"] = {{"epoch", position_.epoch},
-                       {"index", position_.index},
-                       {"rows", dataset_->size()},
-                       {"unit", "sample"},
-                       {"step_samples", cursor_.step_samples},
-                       {"manifest_hash", dataset_->content_hash()}};
-  ckpt.info["seed"] = config_.train.seed;
-  ckpt.info["device"] = device_.str();
-  ckpt.info["config"] = config_to_yaml(config_);
-  // 2: data.index counts samples in bucket mode too (format 1 counted batches), manifest_hash and
-  // data.row_buckets added.
-  ckpt.info["format"] = 2;
-  const std::string folder = checkpoint::save((run_dir_ / "checkpoints").string(), ckpt);
-  checkpoint::prune((run_dir_ / "checkpoints").string(), config_.train.keep_checkpoints);
-  spdlog::info("checkpoint: {}", folder);
-}
-
-std::optional<std::string> Trainer::find_resume_folder() const {
-  const fs::path checkpoints = run_dir_ / "checkpoints";
-  if (resume_ == "auto") {
-    std::optional<std::string> folder = checkpoint::find_latest(checkpoints.string());
-    if (!folder) spdlog::info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.string());
-    return folder;
-  }
-  if (checkpoint::is_complete(resume_)) return resume_;
-  std::optional<std::string> folder = checkpoint::find_latest((fs::path(resume_) / "checkpoints").string());
-  TT_CHECK_HINT(folder.has_value(), ErrorCode::kCheckpoint,
-                "pass a folder like runs/train/checkpoints/step_0000500, a run folder, or --resume auto",
-                "--resume ", resume_, ": not a complete checkpoint folder and no checkpoints inside it");
-  return folder;
-}
-
-std::optional<StoredDataState> Trainer::check_resume(const std::string& folder) {
-  const nlohmann::json info = checkpoint::load_state_json(folder);
-  auto stored_config = info.find("config");
-  TT_CHECK_HINT(stored_config != info.end() && stored_config->is_string(), ErrorCode::kCheckpoint,
-                "resume from a checkpoint that `teletron train` wrote", "checkpoint ", folder,
-                ": state.json has no \"config\" to compare the new config with");
-  resume_check_ = check_resume_config(stored_config->get<std::string>(), config_, info.at("step").get<int64_t>(),
-                                      folder, allow_change_);
-  for (const std::string& note : resume_check_.notes) spdlog::info("resume: {}", note);
-  for (const std::string& warning : resume_check_.warnings) spdlog::warn("resume: {}", warning);
-  if (resume_check_.changed.empty()) spdlog::info("resume: the config is the checkpoint's");
-
-  StoredDataState stored;
-  const nlohmann::json data = info.value("data", nlohmann::json::object());
-  stored.content_hash = data.value("manifest_hash", std::string());
-  // The stored assignment holds while what decides it is unchanged: the buckets, and the sampler
-  // that must find each bucket's frames in the clip (the files themselves: the content hash).
-  const bool assignment_holds = !resume_check_.changed_under("data.source") &&
-                                !resume_check_.changed_under("data.buckets") &&
-                                !resume_check_.changed_under("data_pipeline.frame_sampler");
-  const std::string state_file = (fs::path(folder) / "state.safetensors").string();
-  if (assignment_holds && safetensors::read_header(state_file).tensors.count("data.row_buckets")) {
-    const torch::Tensor buckets =
-        safetensors::load(state_file, {"data.row_buckets"}).at("data.row_buckets").to(torch::kInt64).contiguous();
-    stored.row_buckets.assign(buckets.data_ptr<int64_t>(), buckets.data_ptr<int64_t>() + buckets.numel());
-  }
-  return stored;
-}
-
-void Trainer::check_resumed_data(const std::string& folder, const StoredDataState& stored) {
-  if (stored.content_hash.empty()) {
-    spdlog::warn("resume: {} holds no manifest content hash (an older teletron wrote it): the contents of {} are "
-                 "not checked", folder, config_.data.manifest);
-    return;
-  }
-  const std::string accepted =
-      check_manifest_hash(stored.content_hash, dataset_->content_hash(), config_.data.manifest, folder, allow_change_);
-  if (accepted.empty()) return;
-  spdlog::warn("resume: {}", accepted);
-  restart_epoch_ = true;
-}
-
-void Trainer::resume_from(const std::string& folder) {
-  checkpoint::Checkpoint ckpt = checkpoint::load(folder);
-  load_weights_into(model_->diffusers_parameters(), ckpt.model, folder + "/model.safetensors");
-  optimizer_->load_state_dict(ckpt.state);
-  auto rng = ckpt.state.find("rng.generator");
-  TT_CHECK(rng != ckpt.state.end(), ErrorCode::kCheckpoint, folder, ": state.safetensors has no rng.generator");
-  TT_CHECK_HINT(ckpt.info.value("device", device_.str()) == device_.str(), ErrorCode::kCheckpoint,
-                "resume on the device type the run started on, or start a new run",
-                folder, ": written on ", ckpt.info.value("device", std::string("?")), ", resuming on ",
-                device_.str(), " (exact resume needs the same random generator)");
-  generator_.set_state(rng->second);
-  step_ = ckpt.step;
-  const auto& data = ckpt.info.at("data");
-  position_.epoch = data.at("epoch").get<int64_t>();
-  position_.index = data.at("index").get<int64_t>();
-  const int64_t rows = data.at("rows").get<int64_t>();
-  const GlobalBatch stored_batch = global_batch_of(config_values(ckpt.info.value("config", std::string())));
-  if (data.value("unit", std::string("sample")) == "batch") {
-    // Format 1 in bucket mode: the index counted batches of batch_size, dealt batch_size at a time,
-    // which is the dealing by global batch when there was no accumulation.
-    if (stored_batch.accumulation == 1) {
-      position_.index *= stored_batch.batch_size;
-    } else {
-      spdlog::warn("resume: {} was written by an older teletron that dealt the buckets by micro-batch: the data "
-                   "order restarts at the next epoch", folder);
-      restart_epoch_ = true;
-    }
-  }
-  const int64_t step_samples = data.value("step_samples", stored_batch.samples());
-  if (!cursor_.row_bucket.empty() && step_samples != cursor_.step_samples) {
-    spdlog::warn("resume: the global batch changed from {} to {} samples: the buckets are dealt into groups of the "
-                 "new size, so the data order restarts at the next epoch", step_samples, cursor_.step_samples);
-    restart_epoch_ = true;
-  }
-  if (rows != dataset_->size()) {
-    spdlog::warn("the manifest has {} rows but the checkpoint was written with {}: the data order restarts "
-                 "at the next epoch", dataset_->size(), rows);
-    restart_epoch_ = true;
-  }
-  if (restart_epoch_) {
-    position_.epoch += 1;
-    position_.index = 0;
-  }
-  spdlog::info("resumed from {} at step {} (epoch {}, sample {})", folder, step_, position_.epoch, position_.index);
-}
-
 void Trainer::run() {
   announce();
   fs::create_directories(run_dir_);
@@ -507,8 +308,6 @@ void Trainer::run() {
   spdlog::info("done: {} steps in {}, run folder {}", step_ - start_step, format_duration(seconds_since(run_start)),
                run_dir_.string());
 }
-
-}  // namespace
 
 void run_training(const TrainRequest& request) {
   Trainer trainer(request);
