@@ -346,4 +346,17 @@ torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s) {
 #endif
 }
 
+void busy_for(const torch::Device& device, double seconds) {
+  TORCH_CHECK(device.is_cuda(), "busy_for: needs a CUDA device, got ", device);
+  TORCH_CHECK(seconds > 0 && seconds < 60, "busy_for: seconds must be in (0, 60), got ", seconds);
+#ifdef TELETRON_WITH_CUDA
+  const c10::cuda::CUDAGuard guard(device);
+  const cudaError_t status = kernels::busy_for(static_cast<int64_t>(seconds * 1e9),
+                                               c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  TORCH_CHECK(status == cudaSuccess, "busy kernel launch failed: ", cudaGetErrorString(status));
+#else
+  TORCH_CHECK(false, "busy_for: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+#endif
+}
+
 }  // namespace tt

@@ -88,4 +88,8 @@ namespace tt {
 /// 1 when it timed out, 0 when the flag came. Queued without waiting on the host.
 torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s);
 
+/// Keeps the current CUDA stream of `device` busy for `seconds` of GPU time (a kernel that waits
+/// for nothing, so it cannot deadlock). Queued without waiting on the host.
+void busy_for(const torch::Device& device, double seconds);
+
 }  // namespace tt

@@ -30,4 +30,14 @@ cudaError_t spin_until_set(const int32_t* flag, int32_t* timed_out, int64_t time
   return cudaGetLastError();
 }
 
+static __global__ void busy_for_kernel(int64_t duration_ns) {
+  const uint64_t start = global_time_ns();
+  while (global_time_ns() - start < static_cast<uint64_t>(duration_ns)) __nanosleep(1000);
+}
+
+cudaError_t busy_for(int64_t duration_ns, cudaStream_t stream) {
+  busy_for_kernel<<<1, 1, 0, stream>>>(duration_ns);
+  return cudaGetLastError();
+}
+
 }  // namespace tt::kernels

@@ -14,4 +14,8 @@ namespace tt::kernels {
 /// it gave up, 0 otherwise. Returns the launch status.
 cudaError_t spin_until_set(const int32_t* flag, int32_t* timed_out, int64_t timeout_ns, cudaStream_t stream);
 
+/// One thread on `stream` stays busy for `duration_ns` of GPU time (%globaltimer), waiting for
+/// nothing else: a stream held for a fixed time that cannot deadlock. Returns the launch status.
+cudaError_t busy_for(int64_t duration_ns, cudaStream_t stream);
+
 }  // namespace tt::kernels

@@ -3,9 +3,10 @@
 // tolerance) and the same frame counts, on H.264 (yuv420p with B-frames, yuvj420p, 642x362), HEVC
 // 8/10-bit and VP9; streams this GPU's NVDEC does not take (H.264 10-bit, HEVC below its minimum
 // size) go to the CPU path up front, with the driver's reason, and lose no frame; NVDEC decoding
-// under a side stream gives the same tensors. CPU tests: skipping the non-reference frames no
-// request needs changes no pixel and decodes fewer frames. Clips come from the ffmpeg CLI through
-// the media cache (test_util.h), so the GPU machine, which has no CLI, replays recorded ones.
+// under a side stream gives the same tensors, also while the caller's stream is held busy during
+// the decode. CPU tests: skipping the non-reference frames no request needs changes no pixel and
+// decodes fewer frames. Clips come from the ffmpeg CLI through the media cache (test_util.h), so
+// the GPU machine, which has no CLI, replays recorded ones.
 #include <catch2/catch_test_macros.hpp>
 
 #include <torch/torch.h>
@@ -198,6 +199,35 @@ TEST_CASE("NVDEC under a side stream gives the same tensors", "[gpu][nvdec]") {
   }
   CHECK(torch::equal(y_side.cpu(), expected.y.cpu()));
   CHECK(torch::equal(rgb_side.cpu(), tt::yuv420_to_rgb(expected.y, expected.uv, tt::yuv_format(expected)).cpu()));
+#endif
+}
+
+// FFmpeg 5.1 hands out the mapped NVDEC surface itself and unmaps it when the frame is
+// unreferenced, right after the reader queues its copy; the decoder may then map another picture
+// there. Here the caller's stream is held for 0.3 s (a kernel that waits for nothing, so nothing can
+// deadlock) while the whole clip decodes, as a producer's VAE encode holds it in training: the
+// frames must still be the CPU path's.
+TEST_CASE("NVDEC frames stay right while the caller's stream is busy during the decode", "[gpu][nvdec]") {
+  TT_REQUIRE_GPU();
+#ifdef TELETRON_WITH_CUDA
+  const torch::Device cuda(torch::kCUDA, 0);
+  const std::string path = h264();  // 30 frames with B-frames
+  tt::VideoReader reference(path);  // CPU
+  const tt::DecodedFrames expected = reference.decode(all_frames(reference));
+  torch::Tensor y, uv;
+  {
+    c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool(false, 0));
+    tt::VideoReader reader(path, on(cuda));
+    (void)reader.decode({0});  // the decoder set up and its kernels loaded before the stream is held
+    c10::cuda::getCurrentCUDAStream(0).synchronize();
+    tt::busy_for(cuda, 0.3);
+    const tt::DecodedFrames got = reader.decode(all_frames(reader));
+    y = got.y.clone();  // queued behind the busy kernel, as the colour kernel would be
+    uv = got.uv.clone();
+    c10::cuda::getCurrentCUDAStream(0).synchronize();
+  }
+  CHECK(torch::equal(y.cpu(), expected.y));
+  CHECK(torch::equal(uv.cpu(), expected.uv));
 #endif
 }
 

@@ -1,0 +1,71 @@
+// The stream-holding kernels the stream tests use (cuda/spin.cu): spin_until_set ends when another
+// stream writes its flag, and gives up (saying so) at its timeout; busy_for holds a stream for at
+// least its duration. CPU: both refuse cleanly without CUDA.
+#include <catch2/catch_test_macros.hpp>
+
+#include <torch/torch.h>
+
+#ifdef TELETRON_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "cuda/ops.h"
+#include "test/test_util.h"
+
+TEST_CASE("the stream-holding kernels refuse a CPU tensor or device", "[spin]") {
+  CHECK_THROWS(tt::spin_until_set(torch::zeros({1}, torch::kInt32), 1.0));
+  CHECK_THROWS(tt::busy_for(torch::Device(torch::kCPU), 0.1));
+}
+
+TEST_CASE("spin_until_set waits for another stream's flag or its timeout; busy_for holds a stream for its duration",
+          "[gpu][spin]") {
+  TT_REQUIRE_GPU();
+#ifdef TELETRON_WITH_CUDA
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto ints = torch::TensorOptions().device(cuda).dtype(torch::kInt32);
+  (void)torch::empty({1}, ints).fill_(1);  // the fill kernel loaded before any spin (lazy loading waits for the device)
+  torch::cuda::synchronize();
+  const c10::cuda::CUDAStream held = c10::cuda::getStreamFromPool(false, 0);
+  const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool(false, 0);
+  REQUIRE(held != other);
+
+  SECTION("the flag ends the spin") {
+    torch::Tensor flag = torch::zeros({1}, ints);
+    torch::Tensor timed_out;
+    {
+      c10::cuda::CUDAStreamGuard guard(held);
+      timed_out = tt::spin_until_set(flag, 20.0);
+    }
+    {
+      c10::cuda::CUDAStreamGuard guard(other);
+      flag.fill_(1);
+    }
+    held.synchronize();
+    CHECK(timed_out.item<int32_t>() == 0);
+  }
+  SECTION("no flag: the spin gives up at its timeout and says so") {
+    torch::Tensor flag = torch::zeros({1}, ints);
+    torch::Tensor timed_out;
+    {
+      c10::cuda::CUDAStreamGuard guard(held);
+      timed_out = tt::spin_until_set(flag, 0.05);
+    }
+    held.synchronize();
+    CHECK(timed_out.item<int32_t>() == 1);
+  }
+  SECTION("busy_for") {
+    at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
+    c10::cuda::CUDAStreamGuard guard(held);
+    start.record(held);
+    tt::busy_for(cuda, 0.2);
+    stop.record(held);
+    stop.synchronize();
+    const float ms = start.elapsed_time(stop);
+    INFO("busy_for(0.2 s) held the stream " << ms << " ms");
+    CHECK(ms >= 199.0f);
+    CHECK(ms < 5000.0f);
+  }
+#endif
+}
