@@ -12,7 +12,7 @@
 # whose top frame lies in FFmpeg (an uninstrumented distro library) are listed as third-party and
 # do not fail the run (test/sanitizers/README.md). Artifacts (logs, crash inputs) go to build-ci/.
 # The sanitizer legs (asan-build, asan-tests, fuzz) gate the run only with TELETRON_CI_STRICT=1
-# (.ci/run sets it once a CI log has shown them green on main); otherwise their result is reported
+# (.ci/run sets it, so in CI they gate); otherwise their result is reported
 # in the summary as "report-only". They are skipped, and said so, once the run has used
 # TELETRON_CI_BUDGET_S (default 4200 s), so CI ends within its limit whatever they cost.
 # Environment: TELETRON_FUZZ_SECONDS, TELETRON_FUZZ_RSS_MB (2048), TELETRON_CI_LEGS (a subset,
