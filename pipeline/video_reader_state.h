@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_stream.h"
 #include "pipeline/av_handles.h"
 #include "pipeline/nvdec.h"
 #include "pipeline/video_reader.h"
@@ -24,9 +25,11 @@ struct VideoReader::State {
   VideoReaderOptions options;
   VideoInfo info;
   FrameIndex index;
-  // Declared before the codec context so that it goes after it: FFmpeg's frame pool is freed with
-  // the context while copies on this stream may still read it.
-  nvdec::OwnedStream decoder_stream;
+  // The stream NVDEC's copies run on: the reader's own, not one of LibTorch's pool, which could be
+  // the stream of a producer whose VAE encode the copies would then queue behind. Declared before
+  // the codec context so that it goes after it: FFmpeg's frame pool is freed with the context while
+  // copies on this stream may still read it.
+  OwnedCudaStream decoder_stream{"the decoder's stream"};
   av::FormatContextPtr format;
   av::CodecContextPtr codec;
   av::PacketPtr packet;
