@@ -4,6 +4,7 @@
 #include <atomic>
 #include <optional>
 
+#include "core/cuda_stream.h"
 #include "core/errors.h"
 
 #ifdef TELETRON_WITH_CUDA
@@ -12,7 +13,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#include <spdlog/spdlog.h>
 #endif
 
 namespace tt {
@@ -31,33 +31,12 @@ void throw_sync_error(const void* stream, const std::string& operation, const st
 }
 
 #ifdef TELETRON_WITH_CUDA
-namespace {
-
-void check_sync(cudaError_t rc, const void* stream, const char* operation) {
-  if (rc != cudaSuccess) throw_sync_error(stream, operation, cudaGetErrorString(rc));
-}
-
-}  // namespace
-
-// A stream of our own rather than one from LibTorch's pool: the pool has 32 streams per device and
-// hands them out round-robin, so two threads (a producer and a decoder, say) can end up sharing one
-// and queue their work behind each other.
+// A stream of our own (OwnedCudaStream) rather than one from LibTorch's pool, current for the
+// guard's lifetime. The stream is declared first so that it goes last: it stops being current before
+// it is synchronised and destroyed.
 struct SideStream::Guard {
-  cudaStream_t raw = nullptr;
-  c10::DeviceIndex device = 0;
+  OwnedCudaStream stream{"the side stream"};
   std::optional<c10::cuda::CUDAStreamGuard> guard;
-
-  ~Guard() {
-    guard.reset();
-    // Synchronised before it goes: memory the caching allocator keeps for this stream may be handed
-    // to a later stream that gets the same handle, which must not overtake work still queued here.
-    const c10::cuda::CUDAGuard device_guard(device);
-    const cudaError_t synced = cudaStreamSynchronize(raw);
-    const cudaError_t destroyed = cudaStreamDestroy(raw);
-    if (synced != cudaSuccess || destroyed != cudaSuccess)
-      spdlog::error("TT_ERR_SYNC: CUDA stream {}: finishing the side stream failed: {}", static_cast<void*>(raw),
-                    cudaGetErrorString(synced != cudaSuccess ? synced : destroyed));
-  }
 };
 struct StreamHandoff::Event {
   at::cuda::CUDAEvent event;
@@ -73,14 +52,8 @@ SideStream::SideStream(const torch::Device& device) {
   if (!device.is_cuda()) return;
   const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
   auto guard = std::make_unique<Guard>();
-  guard->device = index;
-  {
-    const c10::cuda::CUDAGuard device_guard(index);
-    cudaStream_t raw = nullptr;
-    check_sync(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking), nullptr, "creating a side stream");
-    guard->raw = raw;
-  }
-  guard->guard.emplace(c10::cuda::getStreamFromExternal(guard->raw, index));
+  const auto raw = static_cast<cudaStream_t>(guard->stream.get(index));
+  guard->guard.emplace(c10::cuda::getStreamFromExternal(raw, index));
   guard_ = std::move(guard);
 #else
   (void)device;

@@ -19,8 +19,8 @@ namespace tt {
 [[noreturn]] void throw_sync_error(const void* stream, const std::string& operation, const std::string& detail);
 
 /// For its lifetime, the calling thread's current stream on `device` is a non-blocking CUDA stream
-/// created for it alone (never one that LibTorch's pool hands to another thread), destroyed after
-/// its work has finished (CUDA devices; nothing otherwise).
+/// created for it alone (an OwnedCudaStream, core/cuda_stream.h: never one that LibTorch's pool
+/// hands to another thread), destroyed after its work has finished (CUDA devices; nothing otherwise).
 class SideStream {
  public:
   explicit SideStream(const torch::Device& device);

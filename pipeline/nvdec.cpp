@@ -109,42 +109,6 @@ void order(cudaStream_t signaller, cudaStream_t waiter) {
 
 }  // namespace
 
-OwnedStream::~OwnedStream() {
-  if (stream_ == nullptr) return;
-  // Synchronised first: a later stream may get the same handle, and the caching allocator keys the
-  // memory it keeps by stream handle.
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_index_);
-  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-  cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  cudaSetDevice(previous);
-}
-
-void* OwnedStream::get(int device_index) {
-  if (stream_ != nullptr) {
-    TT_ASSERT(device_index == device_index_, "a reader's stream is on device ", device_index_, ", asked for ",
-              device_index);
-    return stream_;
-  }
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_index);
-  cudaStream_t stream = nullptr;
-  const cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  cudaSetDevice(previous);
-  check_sync(rc, "creating the decoder's stream", nullptr, nullptr);
-  stream_ = stream;
-  device_index_ = device_index;
-  return stream_;
-}
-
-void OwnedStream::synchronize() const {
-  if (stream_ == nullptr) return;
-  const auto stream = static_cast<cudaStream_t>(stream_);
-  check_sync(cudaStreamSynchronize(stream), "waiting for the decoder's stream", stream, nullptr);
-}
-
 void wait_for_current(void* stream, int device_index) {
   order(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)).stream(),
         static_cast<cudaStream_t>(stream));
@@ -157,9 +121,6 @@ void current_waits_for(void* stream, int device_index) {
 
 #else
 
-OwnedStream::~OwnedStream() = default;
-void* OwnedStream::get(int) { return nullptr; }
-void OwnedStream::synchronize() const {}
 void wait_for_current(void*, int) {}
 void current_waits_for(void*, int) {}
 

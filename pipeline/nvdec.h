@@ -53,25 +53,6 @@ void attach(AVCodecContext* codec, int device_index, void* stream, FormatEvents*
 /// floor(H/2) chroma rows out of the decoder; the last row repeats the one above it.
 bool copy_frame(const AVFrame* frame, const torch::Tensor& y, const torch::Tensor& uv, void* stream);
 
-/// A CUDA stream (cudaStream_t, non-blocking) owned by one reader for its decoding: never one of
-/// LibTorch's pool, which could be the stream of a producer whose VAE encode the copies would then
-/// queue behind. Destroyed after the work queued on it has finished.
-class OwnedStream {
- public:
-  OwnedStream() = default;
-  ~OwnedStream();
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  /// Creates the stream on `device_index` the first time (TT_ERR_SYNC when CUDA refuses).
-  void* get(int device_index);
-  /// Blocks the host until the work queued on the stream has finished (nothing before get()).
-  void synchronize() const;
-
- private:
-  void* stream_ = nullptr;
-  int device_index_ = -1;
-};
-
 /// `stream` waits (CUDA event) for the work queued so far on the current stream of `device_index`.
 /// A failing CUDA call is TT_ERR_SYNC naming both streams.
 void wait_for_current(void* stream, int device_index);

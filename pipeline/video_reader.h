@@ -16,10 +16,11 @@
 // switches that file to the CPU path for good and decodes the request again: no frame is lost.
 // Both paths index frames from the same demuxed packets, so frame counts are equal by construction.
 //
-// Ordering on the GPU: FFmpeg writes NVDEC pictures on a stream the reader takes from LibTorch's
-// pool (not the legacy default stream); decode() makes that stream wait for the caller's current
-// stream before writing into the new tensors, and the current stream wait for the copies before it
-// returns (CUDA events), so kernels the caller queues next see finished frames.
+// Ordering on the GPU: FFmpeg writes NVDEC pictures on a stream of the reader's own (an
+// OwnedCudaStream: not the legacy default stream, nor one of LibTorch's pool); decode() makes that
+// stream wait for the caller's current stream before writing into the new tensors, and the current
+// stream wait for the copies before it returns (CUDA events), so kernels the caller queues next see
+// finished frames.
 //
 // Policies (what callers can rely on):
 // - Errors: a missing path, a directory or an unreadable file is kIo. Anything FFmpeg cannot use

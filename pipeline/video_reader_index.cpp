@@ -1,0 +1,84 @@
+// VideoReader::State's frame index: every packet of the stream demuxed without decoding (exact
+// frame counts, frame times), pts to frame lookup, the keyframe at or before a frame, and seeks.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/errors.h"
+#include "pipeline/av_handles.h"
+#include "pipeline/video_reader_state.h"
+
+namespace tt {
+
+// Packets of the chosen stream, demuxed without decoding. Packets the demuxer marks for discard
+// (before an edit list's start) produce no output frame and are not frames of the video.
+void VideoReader::State::build_index() {
+  struct Entry {
+    int64_t pts;
+    uint8_t key;
+  };
+  std::vector<Entry> entries;
+  int64_t last_pts = AV_NOPTS_VALUE;
+  for (;;) {
+    const int rc = av_read_frame(format.get(), packet.get());
+    if (rc == AVERROR_EOF) break;
+    if (rc < 0) {
+      TT_CHECK_HINT(!entries.empty(), ErrorCode::kDecode, av::kDecodeHint, info.path,
+                    ": reading the first packet failed: ", av::error_string(rc));
+      index_read_error = true;
+      index_problem = str_cat("the container is damaged or truncated after ", entries.size(), " frames (",
+                              av::error_string(rc), ")");
+      warn_once(warned_read, index_problem + "; indexing what was read");
+      break;
+    }
+    if (packet->stream_index == info.stream_index && (packet->flags & AV_PKT_FLAG_DISCARD) == 0) {
+      int64_t pts = packet->pts != AV_NOPTS_VALUE ? packet->pts : packet->dts;
+      if (pts == AV_NOPTS_VALUE) pts = last_pts == AV_NOPTS_VALUE ? 0 : last_pts + std::max<int64_t>(packet->duration, 1);
+      last_pts = pts;
+      entries.push_back({pts, static_cast<uint8_t>((packet->flags & AV_PKT_FLAG_KEY) != 0)});
+    }
+    av_packet_unref(packet.get());
+  }
+  TT_CHECK_HINT(!entries.empty(), ErrorCode::kDecode, av::kDecodeHint, info.path,
+                ": the video stream holds no frames");
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.pts < b.pts; });
+  index.time_base = av_q2d(stream->time_base);
+  for (const Entry& entry : entries) {
+    index.pts.push_back(entry.pts);
+    index.keyframe.push_back(entry.key);
+  }
+  index.keyframe[0] = 1;  // decoding always starts somewhere: the first frame is the fallback seek point
+  info.frame_count = index.size();
+}
+
+int64_t VideoReader::State::frame_of_pts(int64_t pts) const {
+  if (pts == AV_NOPTS_VALUE) return -1;
+  auto it = std::lower_bound(index.pts.begin(), index.pts.end(), pts);
+  if (it != index.pts.end() && *it == pts) return it - index.pts.begin();
+  return -1;
+}
+
+int64_t VideoReader::State::keyframe_at_or_before(int64_t frame_index) const {
+  for (int64_t i = frame_index; i > 0; --i)
+    if (index.keyframe[i]) return i;
+  return 0;
+}
+
+void VideoReader::State::seek_to_frame(int64_t frame_index) {
+  ++seek_count;
+  const int rc = av_seek_frame(format.get(), info.stream_index, index.pts[frame_index], AVSEEK_FLAG_BACKWARD);
+  if (rc < 0) {
+    // Some demuxers (raw streams) cannot seek by timestamp: go back to the start by bytes instead.
+    AV_CHECK(avformat_seek_file(format.get(), -1, INT64_MIN, 0, 0, AVSEEK_FLAG_BYTE), info.path, "seeking");
+  }
+  // Auto: only H.264 on NVDEC goes without: FFmpeg's H.264 flush resets the decoder context, so
+  // the next picture re-creates the hardware decoder. HEVC's and VP9's flushes keep it, and HEVC
+  // needs its flush (a CRA keyframe decodes its leading pictures only after one).
+  const bool flush = options.flush_on_seek >= 0 ? options.flush_on_seek == 1
+                                                 : !(use_nvdec && stream->codecpar->codec_id == AV_CODEC_ID_H264);
+  if (flush || drained) avcodec_flush_buffers(codec.get());
+  drained = false;
+  ++generation;
+}
+
+}  // namespace tt
