@@ -2,14 +2,17 @@
 # GPU machine: issue 11's stream checks (carry .device .testmedia). Prints a table; logs in $OUT.
 # Builds into build-device/ in the checkout, which a warm machine keeps between calls.
 #   scripts/gpu_issue11.sh hazard    while another process loads the GPU (scripts/gpu_load.py): the
-#                                    hand-off hazard test RUNS times (default 20); a copy of the tree
-#                                    with record_stream removed (core/stream_handoff.cpp), where the
-#                                    hazard test must fail; scripts/cudnn_thread_choice.py (the
-#                                    flake's mechanism: cuDNN plans chosen per thread).
+#                                    hand-off hazard test RUNS times (default 20; HAZARD_RUNS);
+#                                    scripts/cudnn_thread_choice.py (the flake's mechanism: cuDNN
+#                                    plans chosen per thread); the tree rebuilt with record_stream
+#                                    removed (core/stream_handoff.cpp), where the hazard test must
+#                                    fail, then restored; HAZARD_THEN_EQUALITY=1 then runs the
+#                                    equality test EQUALITY_RUNS times under the same load.
 #   scripts/gpu_issue11.sh equality  under the same load: the prefetch equality test RUNS times
 #                                    (default 20), then BENCH_RUNS times (default 0) with cuDNN
 #                                    benchmarking on (TELETRON_CUDNN_BENCHMARK=1).
-#   scripts/gpu_issue11.sh ctest     every test ([gpu] included) under `ctest -j 8`, RUNS times (default 3).
+#   scripts/gpu_issue11.sh ctest     every test ([gpu] included) under `ctest -j 8`, RUNS times (default 3;
+#                                    one run takes ~5 min there: RUNS=1 per call, CTEST_TIMEOUT 420 s).
 set -uo pipefail
 part=${1:?usage: gpu_issue11.sh hazard|equality|ctest}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -102,7 +105,7 @@ case "$part" in
     echo "[gpu] test cases: $(wc -l </tmp/gpu_tests.txt)" | tee -a "$out/summary.txt"
     for i in $(seq 1 "${RUNS:-3}"); do
       start=$(date +%s)
-      timeout 290 ctest --test-dir "$build" --output-on-failure -j 8 >"$out/ctest_$i.log" 2>&1
+      timeout "${CTEST_TIMEOUT:-420}" ctest --test-dir "$build" --output-on-failure -j 8 >"$out/ctest_$i.log" 2>&1
       rc=$?
       passed=0
       while IFS= read -r name; do
