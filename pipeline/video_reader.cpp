@@ -40,13 +40,29 @@ void quiet_ffmpeg_log() {
 
 std::string tag_or_unknown(const char* name) { return name != nullptr ? name : "unknown"; }
 
-VideoMatrix matrix_from(AVColorSpace space) {
-  switch (space) {
-    case AVCOL_SPC_BT709: return VideoMatrix::kBt709;
-    case AVCOL_SPC_BT2020_NCL: return VideoMatrix::kBt2020Ncl;
-    case AVCOL_SPC_BT2020_CL: return VideoMatrix::kBt2020Cl;
-    default: return VideoMatrix::kBt601;  // untagged, BT470BG, SMPTE170M and the rest
-  }
+// FFmpeg keeps what a file says in its colour fields, also values none of its enumerators has (a
+// damaged, crafted or newer file): the int behind the field, read without loading the enum (a
+// load of a value outside an enum's range is undefined behaviour).
+template <typename Enum>
+int raw_value(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int), "FFmpeg's colour enums are int-sized");
+  int value = 0;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
+
+// FFmpeg's name of colour-enum value `value` (below `count`, the enum's *_NB), or "unknown".
+template <typename Enum>
+std::string colour_tag(int value, int count, const char* (*name_of)(Enum)) {
+  if (value < 0 || value >= count) return "unknown";
+  return tag_or_unknown(name_of(static_cast<Enum>(value)));
+}
+
+VideoMatrix matrix_from(int space) {
+  if (space == AVCOL_SPC_BT709) return VideoMatrix::kBt709;
+  if (space == AVCOL_SPC_BT2020_NCL) return VideoMatrix::kBt2020Ncl;
+  if (space == AVCOL_SPC_BT2020_CL) return VideoMatrix::kBt2020Cl;
+  return VideoMatrix::kBt601;  // untagged, BT470BG, SMPTE170M, values FFmpeg does not know, and the rest
 }
 
 bool is_jpeg_format(AVPixelFormat format) {
@@ -178,12 +194,14 @@ void VideoReader::State::open(const std::string& path) {
   info.pixel_format = descriptor != nullptr ? descriptor->name : "unknown";
   info.bit_depth = descriptor != nullptr ? descriptor->comp[0].depth : 8;
   info.rotation = clockwise_rotation(stream);
-  info.matrix = matrix_from(par->color_space);
-  info.full_range = par->color_range == AVCOL_RANGE_JPEG || is_jpeg_format(pixel_format);
-  info.color_space_tag = tag_or_unknown(av_color_space_name(par->color_space));
-  info.color_range_tag = tag_or_unknown(av_color_range_name(par->color_range));
-  info.color_primaries_tag = tag_or_unknown(av_color_primaries_name(par->color_primaries));
-  info.color_transfer_tag = tag_or_unknown(av_color_transfer_name(par->color_trc));
+  const int color_space = raw_value(par->color_space);
+  const int color_range = raw_value(par->color_range);
+  info.matrix = matrix_from(color_space);
+  info.full_range = color_range == AVCOL_RANGE_JPEG || is_jpeg_format(pixel_format);
+  info.color_space_tag = colour_tag(color_space, AVCOL_SPC_NB, av_color_space_name);
+  info.color_range_tag = colour_tag(color_range, AVCOL_RANGE_NB, av_color_range_name);
+  info.color_primaries_tag = colour_tag(raw_value(par->color_primaries), AVCOL_PRI_NB, av_color_primaries_name);
+  info.color_transfer_tag = colour_tag(raw_value(par->color_trc), AVCOL_TRC_NB, av_color_transfer_name);
   const AVRational rate = stream->avg_frame_rate.num > 0 ? stream->avg_frame_rate : stream->r_frame_rate;
   info.frame_rate = rate.den > 0 ? av_q2d(rate) : 0.0;
   if (stream->duration > 0 && stream->duration != AV_NOPTS_VALUE)
