@@ -15,7 +15,7 @@
 # (.ci/run sets it, so in CI they gate); otherwise their result is reported
 # in the summary as "report-only". They are skipped, and said so, once the run has used
 # TELETRON_CI_BUDGET_S (default 4200 s), so CI ends within its limit whatever they cost.
-# Environment: TELETRON_FUZZ_SECONDS, TELETRON_FUZZ_RSS_MB (2048), TELETRON_CI_LEGS (a subset,
+# Environment: TELETRON_FUZZ_SECONDS, TELETRON_FUZZ_SEED (20261201; 0 = random), TELETRON_FUZZ_RSS_MB (2048), TELETRON_CI_LEGS (a subset,
 # e.g. "asan-build asan-tests fuzz"), TELETRON_FUZZ_TARGETS (a subset), TELETRON_JOBS (build jobs,
 # default nproc).
 set -uo pipefail
@@ -26,6 +26,9 @@ mkdir -p "$ci"
 asan_build=${TELETRON_ASAN_BUILD_DIR:-$root/build-asan}
 fuzz_seconds=${TELETRON_FUZZ_SECONDS:-60}
 fuzz_rss_mb=${TELETRON_FUZZ_RSS_MB:-2048}
+# A fixed seed by default, so that CI's fuzz leg follows the same path as a run here (up to where
+# the time limit cuts it); TELETRON_FUZZ_SEED=0 lets libFuzzer pick one (wider exploration, not a gate).
+fuzz_seed=${TELETRON_FUZZ_SEED:-20261201}
 jobs=${TELETRON_JOBS:-$(nproc)}
 legs_wanted=${TELETRON_CI_LEGS:-"install build tests asan-build asan-tests fuzz"}
 strict=${TELETRON_CI_STRICT:-0}
@@ -139,7 +142,7 @@ fuzz_one() {
   mkdir -p "$dir/corpus" "$dir/artifacts"
   # shellcheck disable=SC2086
   "$bin" -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 -max_total_time="$fuzz_seconds" \
-    -rss_limit_mb="$fuzz_rss_mb" -timeout=30 -print_final_stats=1 -print_funcs=0 ${fuzz_flags[$name]:-} \
+    -seed="$fuzz_seed" -rss_limit_mb="$fuzz_rss_mb" -timeout=30 -print_final_stats=1 -print_funcs=0 ${fuzz_flags[$name]:-} \
     -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$root/test/fuzz/corpus/$name" >"$dir/fuzz.log" 2>&1
   local rc=$?
   local last execs crashes ooms timeouts
