@@ -24,35 +24,25 @@ export TELETRON_TEST_MEDIA=$root/.testmedia
 equality='prefetched batches equal synchronous ones on a side stream (CUDA)'
 hazard="a handed-off batch's memory is not re-used while the consumer's stream still reads it (CUDA)"
 
-# lanes LABEL COUNT LANES BINARY "TEST" [ENV...]: COUNT runs of one test case, LANES processes at a
-# time; one table row; every run's log appended to $out/LABEL.log.
-lanes() {
-  local label=$1 count=$2 width=$3 binary=$4 name=$5; shift 5
-  local dir=/tmp/tt_runs_$label
-  rm -rf "$dir"; mkdir -p "$dir"
-  local pids=()
-  for lane in $(seq 1 "$width"); do
-    (for i in $(seq "$lane" "$width" "$count"); do
-       local t0; t0=$(date +%s)
-       (cd "$(dirname "$binary")" && timeout -s KILL 90 env "$@" "$binary" "$name") >"$dir/$i.log" 2>&1
-       local rc=$?
-       echo $rc >"$dir/$i.rc"
-       # As it goes: a run cut by the call's time limit still leaves its line and log.
-       echo "$label run $i: exit $rc in $(( $(date +%s) - t0 )) s" >>"$out/runs.txt"
-       { echo "=== run $i exit $rc"; cat "$dir/$i.log"; } >>"$out/$label.log"
-     done) &
-    pids+=($!)
-  done
-  wait "${pids[@]}"  # these lanes only: a bare `wait` would also wait for the load process
-  local pass=0 fail=0 skip=0
+# runs LABEL COUNT BINARY "TEST" [ENV...]: COUNT runs of one test case, one at a time (parallel
+# processes time-slice the GPU between contexts and each takes far longer); one table row; each
+# run's line (runs.txt) and log ($out/LABEL.log) are written as it goes, so a run cut by the call's
+# time limit still leaves them.
+runs() {
+  local label=$1 count=$2 binary=$3 name=$4; shift 4
+  local pass=0 fail=0 skip=0 log=/tmp/tt_run_$label.log
   for i in $(seq 1 "$count"); do
-    local rc; rc=$(cat "$dir/$i.rc")
-    if [ "$rc" = 0 ] && grep -q "All tests passed" "$dir/$i.log"; then pass=$((pass + 1))
+    local t0; t0=$(date +%s)
+    (cd "$(dirname "$binary")" && timeout -s KILL 90 env "$@" "$binary" "$name") >"$log" 2>&1
+    local rc=$?
+    echo "$label run $i: exit $rc in $(( $(date +%s) - t0 )) s" >>"$out/runs.txt"
+    { echo "=== run $i exit $rc"; cat "$log"; } >>"$out/$label.log"
+    if [ "$rc" = 0 ] && grep -q "All tests passed" "$log"; then pass=$((pass + 1))
     elif [ "$rc" = 4 ]; then skip=$((skip + 1))
     else fail=$((fail + 1)); fi
   done
   echo "| $label | $count | $pass | $fail | $skip |" | tee -a "$out/summary.txt"
-  grep -hE "max \|prefetched|FAILED:|with expansion" "$dir"/*.log | sort | uniq -c | sort -rn | head -5 |
+  grep -hE "max \|prefetched|FAILED:|with expansion" "$out/$label.log" | sort | uniq -c | sort -rn | head -5 |
     tee -a "$out/summary.txt"
 }
 
@@ -63,16 +53,15 @@ case "$part" in
     sleep 5
     app="$build/test/teletron_tests_app"
     n=${RUNS:-20}
-    # One run at a time: parallel lanes time-slice the GPU between contexts and each takes far longer.
     { echo "| test case (under load) | runs | passed | failed | skipped |"; echo "|---|---|---|---|---|"; } |
       tee -a "$out/summary.txt"
     if [ "$part" = equality ]; then
-      lanes equality "$n" 1 "$app" "$equality"
-      [ "${BENCH_RUNS:-0}" -gt 0 ] && lanes equality_cudnn_benchmark_on "$BENCH_RUNS" 1 "$app" "$equality" \
+      runs equality "$n" "$app" "$equality"
+      [ "${BENCH_RUNS:-0}" -gt 0 ] && runs equality_cudnn_benchmark_on "$BENCH_RUNS" "$app" "$equality" \
         TELETRON_CUDNN_BENCHMARK=1
     fi
     if [ "$part" = hazard ]; then
-      [ "${HAZARD_RUNS:-$n}" -gt 0 ] && lanes hazard "${HAZARD_RUNS:-$n}" 1 "$app" "$hazard"
+      [ "${HAZARD_RUNS:-$n}" -gt 0 ] && runs hazard "${HAZARD_RUNS:-$n}" "$app" "$hazard"
       timeout 120 python3 "$root/scripts/cudnn_thread_choice.py" 40 2>&1 | tee -a "$out/summary.txt"
       # The same tree with record_stream removed, rebuilt in place (one file), then restored.
       cp core/stream_handoff.cpp /tmp/stream_handoff.cpp.orig
@@ -82,7 +71,7 @@ case "$part" in
       start=$(date +%s)
       cmake --build "$build" --target teletron_tests_app >"$out/patched_build.log" 2>&1 || tail -20 "$out/patched_build.log"
       echo "patched build $(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
-      lanes hazard_without_record_stream 2 1 "$app" "$hazard"
+      runs hazard_without_record_stream 2 "$app" "$hazard"
       cp /tmp/stream_handoff.cpp.orig core/stream_handoff.cpp  # newer: the next build compiles it again
       echo "restored: $(grep -c 'record_stream(consumer)' core/stream_handoff.cpp) record_stream line" |
         tee -a "$out/summary.txt"
@@ -90,7 +79,7 @@ case "$part" in
       # patched build is the test binary: built again first).
       if [ "${HAZARD_THEN_EQUALITY:-0}" = 1 ]; then
         cmake --build "$build" --target teletron_tests_app >"$out/restore_build.log" 2>&1 || tail -20 "$out/restore_build.log"
-        lanes equality "${EQUALITY_RUNS:-20}" 1 "$app" "$equality"
+        runs equality "${EQUALITY_RUNS:-20}" "$app" "$equality"
       fi
     fi
     kill $load 2>/dev/null; wait $load 2>/dev/null

@@ -199,7 +199,7 @@ HazardResult run_hazard(bool record_stream) {
           return batch;
         });
     torch::Tensor copy = torch::empty({numel}, floats);
-    torch::Tensor timed_out = torch::empty({1}, ints);
+    torch::Tensor timed_out;  // spin_until_set allocates it before the spin starts
     {
       tt::BatchPrefetcher::Item item = prefetcher.next();
       timed_out = tt::spin_until_set(flag, 20.0);
