@@ -13,8 +13,10 @@
 #                                    benchmarking on (TELETRON_CUDNN_BENCHMARK=1).
 #   scripts/gpu_issue11.sh ctest     every test ([gpu] included) under `ctest -j 8`, RUNS times (default 3;
 #                                    one run takes ~5 min there: RUNS=1 per call, CTEST_TIMEOUT 420 s).
+#   scripts/gpu_issue11.sh mutants   the spin, owned-stream and busy-stream NVDEC tests as the tree is,
+#                                    then each with what it guards patched out (it must fail), restored.
 set -uo pipefail
-part=${1:?usage: gpu_issue11.sh hazard|equality|ctest}
+part=${1:?usage: gpu_issue11.sh hazard|equality|ctest|mutants}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
@@ -105,5 +107,47 @@ case "$part" in
         echo "  [gpu] test cases passed: $passed of $(wc -l </tmp/gpu_tests.txt)"; } | tee -a "$out/summary.txt"
     done
     ;;
-  *) echo "hazard, equality or ctest" >&2; exit 2 ;;
+  mutants)
+    # Each new [gpu] stream test as the tree is, then with the thing it guards removed (one file
+    # patched, its test binary rebuilt, run, the file restored): it must fail there.
+    { echo "| test case | tree | runs | passed | failed | skipped |"; echo "|---|---|---|---|---|---|"; } |
+      tee -a "$out/summary.txt"
+    spin="spin_until_set waits for another stream's flag or its timeout; busy_for holds a stream for its duration"
+    owned='an OwnedCudaStream is a stream of its own\, made once on its device'  # Catch2: \, is a comma
+    busy="NVDEC frames stay right while the caller's stream is busy during the decode"
+    # mutant TARGET LABEL COUNT TEST FILE SED [FILE SED ...]: every FILE patched by its SED (each
+    # must change), TARGET rebuilt, TEST run COUNT times, the files restored.
+    mutant() {
+      local target=$1 label=$2 count=$3 name=$4; shift 4
+      local files=() i=0
+      while [ $# -ge 2 ]; do
+        cp "$1" "/tmp/mutant.$i"; files+=("$1")
+        sed -i "$2" "$1"
+        cmp -s "$1" "/tmp/mutant.$i" && echo "$label: the patch of $1 changed nothing" | tee -a "$out/summary.txt"
+        i=$((i + 1)); shift 2
+      done
+      cmake --build "$build" --target "$target" >"$out/${label}_build.log" 2>&1 || tail -20 "$out/${label}_build.log"
+      runs "$label" "$count" "$build/test/$target" "$name"
+      for i in "${!files[@]}"; do cp "/tmp/mutant.$i" "${files[$i]}"; done  # newer than the build: built again next
+    }
+    runs spin 3 "$build/test/teletron_tests_cuda" "$spin"
+    runs owned_stream 3 "$build/test/teletron_tests_core" "$owned"
+    runs nvdec_busy 5 "$build/test/teletron_tests_pipeline" "$busy"
+    [ "${SKIP_SPIN_MUTANT:-0}" = 1 ] || mutant teletron_tests_cuda spin_without_busy_wait 2 "$spin" \
+      cuda/spin.cu 's/busy_for_kernel<<<1, 1, 0, stream>>>(duration_ns);/busy_for_kernel<<<1, 1, 0, stream>>>(0);/'
+    mutant teletron_tests_core owned_stream_without_synchronize 2 "$owned" \
+      core/cuda_stream.cpp 's/const cudaError_t rc = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));/const cudaError_t rc = cudaSuccess;/'
+    # The surface copies queued on the caller's stream instead of the decoder's (where FFmpeg maps
+    # the pictures), and the decoder's stream no longer behind the caller's: with the pre-wait kept,
+    # the copies end up after the busy kernel together with the maps (device call 1 of 2026-12-01
+    # 14:55: the copy moved alone passed 3 of 3).
+    mutant teletron_tests_pipeline nvdec_busy_copy_on_callers_stream_no_prewait 3 "$busy" \
+      pipeline/nvdec.cpp 's/auto s = static_cast<cudaStream_t>(stream);/auto s = c10::cuda::getCurrentCUDAStream().stream(); (void)stream;/' \
+      pipeline/video_reader_decode.cpp 's/    nvdec::wait_for_current(s.cuda_stream, s.device_index);  \/\/ the new tensors are free to write/    \/\/ pre-wait removed/'
+    start=$(date +%s)
+    cmake --build "$build" >"$out/restore_build.log" 2>&1 || tail -20 "$out/restore_build.log"
+    echo "restored tree built in $(( $(date +%s) - start ))s; git diff: $(git status --short -- cuda core pipeline | wc -l) files" |
+      tee -a "$out/summary.txt"
+    ;;
+  *) echo "hazard, equality, ctest or mutants" >&2; exit 2 ;;
 esac

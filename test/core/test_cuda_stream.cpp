@@ -40,10 +40,15 @@ TEST_CASE("an OwnedCudaStream is a stream of its own, made once on its device", 
   CHECK(error.code() == tt::ErrorCode::kInternal);
   CHECK(std::string(error.what()).find("the test stream is on device 0, asked for 1") != std::string::npos);
 
-  torch::Tensor made;  // (1 << 20) float32 on cuda:0, written on the owned stream
+  // Tens of milliseconds of work queued on the owned stream (20 float32 4096x4096 products), then
+  // (1 << 20) float32 written there: only a real wait leaves the stream idle right after it.
+  const auto on_gpu = torch::TensorOptions().device("cuda:0");
+  torch::Tensor product, made;
   {
     const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(raw), 0));
-    made = torch::ones({1 << 20}, torch::TensorOptions().device("cuda:0")) * 3.0f;
+    const torch::Tensor square = torch::full({4096, 4096}, 1.0f / 4096, on_gpu);
+    for (int i = 0; i < 20; ++i) product = torch::mm(square, square);
+    made = torch::ones({1 << 20}, on_gpu) * 3.0f;
   }
   stream.synchronize();
   CHECK(cudaStreamQuery(static_cast<cudaStream_t>(raw)) == cudaSuccess);
