@@ -28,23 +28,25 @@ hazard="a handed-off batch's memory is not re-used while the consumer's stream s
 
 # runs LABEL COUNT BINARY "TEST" [ENV...]: COUNT runs of one test case, one at a time (parallel
 # processes time-slice the GPU between contexts and each takes far longer); one table row; each
-# run's line (runs.txt) and log ($out/LABEL.log) are written as it goes, so a run cut by the call's
+# run's line (runs.txt) and log (runs.log; the device tool brings back few files) are written as it goes, so a run cut by the call's
 # time limit still leaves them.
 runs() {
   local label=$1 count=$2 binary=$3 name=$4; shift 4
   local pass=0 fail=0 skip=0 log=/tmp/tt_run_$label.log
+  : >/tmp/tt_runs_$label.log
   for i in $(seq 1 "$count"); do
     local t0; t0=$(date +%s)
     (cd "$(dirname "$binary")" && timeout -s KILL 90 env "$@" "$binary" "$name") >"$log" 2>&1
     local rc=$?
+    cat "$log" >>/tmp/tt_runs_$label.log
     echo "$label run $i: exit $rc in $(( $(date +%s) - t0 )) s" >>"$out/runs.txt"
-    { echo "=== run $i exit $rc"; cat "$log"; } >>"$out/$label.log"
+    { echo "=== $label run $i exit $rc"; cat "$log"; } >>"$out/runs.log"
     if [ "$rc" = 0 ] && grep -q "All tests passed" "$log"; then pass=$((pass + 1))
     elif [ "$rc" = 4 ]; then skip=$((skip + 1))
     else fail=$((fail + 1)); fi
   done
   echo "| $label | $count | $pass | $fail | $skip |" | tee -a "$out/summary.txt"
-  grep -hE "max \|prefetched|FAILED:|with expansion" "$out/$label.log" | sort | uniq -c | sort -rn | head -5 |
+  grep -hE "max \|prefetched|FAILED:|with expansion" /tmp/tt_runs_$label.log | sort | uniq -c | sort -rn | head -5 |
     tee -a "$out/summary.txt"
 }
 
@@ -71,7 +73,7 @@ case "$part" in
       echo "patched: $(grep -c 'record_stream removed' core/stream_handoff.cpp) record_stream line removed" |
         tee -a "$out/summary.txt"
       start=$(date +%s)
-      cmake --build "$build" --target teletron_tests_app >"$out/patched_build.log" 2>&1 || tail -20 "$out/patched_build.log"
+      cmake --build "$build" --target teletron_tests_app >/tmp/tt_patched_build.log 2>&1 || tail -20 /tmp/tt_patched_build.log
       echo "patched build $(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"
       runs hazard_without_record_stream 2 "$app" "$hazard"
       cp /tmp/stream_handoff.cpp.orig core/stream_handoff.cpp  # newer: the next build compiles it again
@@ -80,7 +82,7 @@ case "$part" in
       # HAZARD_THEN_EQUALITY=1: the equality runs follow under the same load, in the same call (the
       # patched build is the test binary: built again first).
       if [ "${HAZARD_THEN_EQUALITY:-0}" = 1 ]; then
-        cmake --build "$build" --target teletron_tests_app >"$out/restore_build.log" 2>&1 || tail -20 "$out/restore_build.log"
+        cmake --build "$build" --target teletron_tests_app >/tmp/tt_restore_build.log 2>&1 || tail -20 /tmp/tt_restore_build.log
         runs equality "${EQUALITY_RUNS:-20}" "$app" "$equality"
       fi
     fi
@@ -126,26 +128,28 @@ case "$part" in
         cmp -s "$1" "/tmp/mutant.$i" && echo "$label: the patch of $1 changed nothing" | tee -a "$out/summary.txt"
         i=$((i + 1)); shift 2
       done
-      cmake --build "$build" --target "$target" >"$out/${label}_build.log" 2>&1 || tail -20 "$out/${label}_build.log"
+      cmake --build "$build" --target "$target" >/tmp/tt_mutant_build.log 2>&1 || tail -20 /tmp/tt_mutant_build.log
       runs "$label" "$count" "$build/test/$target" "$name"
       for i in "${!files[@]}"; do cp "/tmp/mutant.$i" "${files[$i]}"; done  # newer than the build: built again next
     }
-    runs spin 3 "$build/test/teletron_tests_cuda" "$spin"
-    runs owned_stream 3 "$build/test/teletron_tests_core" "$owned"
-    runs nvdec_busy 5 "$build/test/teletron_tests_pipeline" "$busy"
-    [ "${SKIP_SPIN_MUTANT:-0}" = 1 ] || mutant teletron_tests_cuda spin_without_busy_wait 2 "$spin" \
+    # MUTANTS picks the tests (default all three: spin owned nvdec).
+    picked() { case " ${MUTANTS:-spin owned nvdec} " in *" $1 "*) return 0 ;; esac; return 1; }
+    picked spin && runs spin 3 "$build/test/teletron_tests_cuda" "$spin"
+    picked owned && runs owned_stream 3 "$build/test/teletron_tests_core" "$owned"
+    picked nvdec && runs nvdec_busy 5 "$build/test/teletron_tests_pipeline" "$busy"
+    picked spin && mutant teletron_tests_cuda spin_without_busy_wait 2 "$spin" \
       cuda/spin.cu 's/busy_for_kernel<<<1, 1, 0, stream>>>(duration_ns);/busy_for_kernel<<<1, 1, 0, stream>>>(0);/'
-    mutant teletron_tests_core owned_stream_without_synchronize 2 "$owned" \
+    picked owned && mutant teletron_tests_core owned_stream_without_synchronize 2 "$owned" \
       core/cuda_stream.cpp 's/const cudaError_t rc = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));/const cudaError_t rc = cudaSuccess;/'
     # The surface copies queued on the caller's stream instead of the decoder's (where FFmpeg maps
     # the pictures), and the decoder's stream no longer behind the caller's: with the pre-wait kept,
     # the copies end up after the busy kernel together with the maps (device call 1 of 2026-12-01
     # 14:55: the copy moved alone passed 3 of 3).
-    mutant teletron_tests_pipeline nvdec_busy_copy_on_callers_stream_no_prewait 3 "$busy" \
+    picked nvdec && mutant teletron_tests_pipeline nvdec_busy_copy_on_callers_stream_no_prewait 3 "$busy" \
       pipeline/nvdec.cpp 's/auto s = static_cast<cudaStream_t>(stream);/auto s = c10::cuda::getCurrentCUDAStream().stream(); (void)stream;/' \
       pipeline/video_reader_decode.cpp 's/    nvdec::wait_for_current(s.cuda_stream, s.device_index);  \/\/ the new tensors are free to write/    \/\/ pre-wait removed/'
     start=$(date +%s)
-    cmake --build "$build" >"$out/restore_build.log" 2>&1 || tail -20 "$out/restore_build.log"
+    cmake --build "$build" >/tmp/tt_restore_build.log 2>&1 || tail -20 /tmp/tt_restore_build.log
     echo "restored tree built in $(( $(date +%s) - start ))s; git diff: $(git status --short -- cuda core pipeline | wc -l) files" |
       tee -a "$out/summary.txt"
     ;;

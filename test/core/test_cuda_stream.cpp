@@ -40,23 +40,31 @@ TEST_CASE("an OwnedCudaStream is a stream of its own, made once on its device", 
   CHECK(error.code() == tt::ErrorCode::kInternal);
   CHECK(std::string(error.what()).find("the test stream is on device 0, asked for 1") != std::string::npos);
 
-  // Tens of milliseconds of work queued on the owned stream (20 float32 4096x4096 products), then
-  // (1 << 20) float32 written there: only a real wait leaves the stream idle right after it.
+  // Tens of milliseconds queued on the owned stream (20 float32 4096x4096 products), then (1 << 20)
+  // floats set to 3 there: only a real wait leaves the stream idle right after it. Everything is
+  // allocated and cuBLAS set up for the stream first (a cudaMalloc may wait for the whole device).
   const auto on_gpu = torch::TensorOptions().device("cuda:0");
-  torch::Tensor product, made;
+  const auto owned = static_cast<cudaStream_t>(raw);
+  torch::Tensor made;
   {
-    const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(raw), 0));
+    const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromExternal(owned, 0));
     const torch::Tensor square = torch::full({4096, 4096}, 1.0f / 4096, on_gpu);
-    for (int i = 0; i < 20; ++i) product = torch::mm(square, square);
-    made = torch::ones({1 << 20}, on_gpu) * 3.0f;
+    torch::Tensor product = torch::empty({4096, 4096}, on_gpu);
+    made = torch::zeros({1 << 20}, on_gpu);
+    torch::mm_out(product, square, square);
+    REQUIRE(cudaStreamSynchronize(owned) == cudaSuccess);
+    for (int i = 0; i < 20; ++i) torch::mm_out(product, square, square);
+    made.fill_(3.0f);
   }
   stream.synchronize();
-  CHECK(cudaStreamQuery(static_cast<cudaStream_t>(raw)) == cudaSuccess);
+  CHECK(cudaStreamQuery(owned) == cudaSuccess);
   CHECK(made.sum().item<float>() == 3.0f * (1 << 20));
 }
 
 TEST_CASE("where there is no CUDA device, making an OwnedCudaStream is TT_ERR_SYNC naming it", "[stream]") {
-  if (tt::test::has_cuda()) SKIP("a CUDA device is present: the stream can be made");
+  // Not SKIP: the GPU machine's Catch2 (3.4) ends a run whose only test skipped with a code ctest
+  // reads as a failure.
+  if (tt::test::has_cuda()) return;  // a CUDA device is present: the stream can be made
   tt::OwnedCudaStream stream("the test stream");
   const tt::Error error = tt::test::expect_error([&] { stream.get(0); });
   CHECK(error.code() == tt::ErrorCode::kSync);
