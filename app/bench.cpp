@@ -38,10 +38,10 @@ double time_it(const torch::Device& device, int64_t warmup, int64_t iterations, 
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
 }
 
-// Dense bf16 (CUDA) or fp32 (CPU) matmul rate on this device, measured now.
-double measure_matmul_rate(const torch::Device& device) {
+// Dense matmul rate on this device in `half` (CUDA: bf16 or fp16) or fp32 (CPU), measured now.
+double measure_matmul_rate(const torch::Device& device, torch::Dtype half) {
   const int64_t n = device.is_cuda() ? 8192 : 1024;
-  auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  auto dtype = device.is_cuda() ? half : torch::kFloat32;
   auto a = torch::randn({n, n}, torch::TensorOptions().dtype(dtype).device(device));
   auto b = torch::randn({n, n}, a.options());
   auto c = torch::empty({n, n}, a.options());
@@ -57,6 +57,8 @@ void run_bench(const BenchOptions& options) {
   torch::NoGradGuard no_grad_outside;  // re-enabled around the timed step
   const torch::Device device = resolve_device(o.config.train.device, "tele_tron.train.device");
   const bool autocast = device.is_cuda() && o.config.mixed_precision.enabled;
+  const bool fp16 = o.config.mixed_precision.dtype == "fp16";
+  const torch::Dtype half = fp16 ? torch::kHalf : torch::kBFloat16;
   HunyuanVideoConfig mc = model_config_from(o.config.model);
   TT_CHECK(o.frames >= 1 && (o.frames - 1) % 4 == 0 && o.height % 16 == 0 && o.width % 16 == 0,
            ErrorCode::kConfig, "bench: frames must be 4n+1 and height/width multiples of 16");
@@ -101,7 +103,7 @@ void run_bench(const BenchOptions& options) {
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
     torch::Tensor out;
     {
-      AutocastScope scope(autocast);
+      AutocastScope scope(autocast, half);
       out = model->forward(in);
     }
     torch::mse_loss(out.to(torch::kFloat32), target).backward();
@@ -115,10 +117,10 @@ void run_bench(const BenchOptions& options) {
   const std::string attention = configure_attention_backend();
   spdlog::info("bench: attention backend {} (TELETRON_SDPA)", attention);
   spdlog::info("bench: {} | {} | batch {}, latents [{}, {}, {}, {}], {} video + {} text tokens ({} valid)",
-               describe_device(device), autocast ? "bf16 autocast, fp32 master weights" : "fp32",
+               describe_device(device), autocast ? str_cat(o.config.mixed_precision.dtype, " autocast, fp32 master weights") : "fp32",
                o.batch, mc.in_channels, lt, lh, lw, video_tokens, o.text_tokens, o.text_valid);
   spdlog::info("model: {:.1f} M parameters; {}", model->parameter_count() / 1e6, describe_hunyuan_config(mc));
-  const double matmul_rate = measure_matmul_rate(device);
+  const double matmul_rate = measure_matmul_rate(device, half);
   reset_peak_memory(device);
   const double fwd_bwd_s = time_it(device, o.warmup, o.steps, forward_backward);
   const double fwd_bwd_peak = peak_memory_gb(device);
@@ -130,7 +132,7 @@ void run_bench(const BenchOptions& options) {
   const double tokens = static_cast<double>(o.batch * video_tokens);
   auto mfu = [&](double seconds, double rate) { return flops.training / seconds / rate; };
   std::cout << "| measure | value |\n|---|---|\n";
-  std::cout << "| matmul rate (" << (device.is_cuda() ? "bf16 8192^3" : "fp32 1024^3") << ", measured) | "
+  std::cout << "| matmul rate (" << (device.is_cuda() ? str_cat(o.config.mixed_precision.dtype, " 8192^3") : std::string("fp32 1024^3")) << ", measured) | "
             << matmul_rate / 1e12 << " TFLOP/s |\n";
   std::cout << "| exact FLOPs per step (fwd+bwd) | " << flops.training / 1e12 << " TFLOP (attention "
             << 100.0 * flops.attention / flops.forward << " %) |\n";

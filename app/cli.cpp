@@ -38,6 +38,7 @@ struct TrainArgs {
   int64_t max_steps = 0;
   std::string output;
   std::string device;
+  std::string profile;
 };
 
 struct SynthArgs {
@@ -67,7 +68,7 @@ int run_train(const TrainArgs& args) {
   if (args.max_steps > 0) overrides.push_back("train.max_steps=" + std::to_string(args.max_steps));
   if (!args.output.empty()) overrides.push_back("train.output_dir=" + args.output);
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
-  TrainRequest request{load_config(args.config, overrides), args.resume, args.allow_change};
+  TrainRequest request{load_config(args.config, overrides), args.resume, args.allow_change, args.profile};
   run_training(request);
   return 0;
 }
@@ -199,6 +200,10 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--output", train.output, "Run folder")->default_str("train.output_dir");
   add_device_option(train_cmd, &train.device, "Device");
+  train_cmd->add_option("--profile", train.profile,
+                        "Trace optimizer steps FIRST..FIRST+COUNT-1 with LibTorch's profiler into <output>/profile "
+                        "(Chrome/Perfetto JSON) and log the GPU busy share")
+      ->type_name("FIRST:COUNT");
 
   ConfigArgs config_args;
   auto* config_cmd = app.add_subcommand(

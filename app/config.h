@@ -97,6 +97,7 @@ struct MixedPrecisionSection {
   std::string dtype = "bf16";  // bf16 | fp16
   int64_t loss_scale_window = 2000;
   double init_scale = 65536.0;
+  int64_t max_skipped_steps = 20;
 
   bool operator==(const MixedPrecisionSection&) const = default;
 };

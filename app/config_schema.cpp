@@ -26,7 +26,6 @@ constexpr const char* kOpticalFlow = "optical flow";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
 constexpr const char* kDynamicBatch = "dynamic batch sizing";
-constexpr const char* kLossScaling = "fp16 loss scaling in the engine issue";
 constexpr const char* kGraphs = "the CUDA-graph engine";
 constexpr const char* kDistributed = "multi-GPU training";
 
@@ -169,13 +168,15 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "Micro-batches whose gradients add up to one optimizer step (samples per step = batch_size x this)."},
 
     {.path = "mixed_precision.enabled", .kind = K::kBool, .at = TT_AT(mixed_precision.enabled),
-     .read_by = kT | kB, .doc = "On CUDA, run the step under bf16 autocast over fp32 master weights; the CPU always runs fp32."},
-    {.path = "mixed_precision.dtype", .kind = K::kString, .at = TT_AT(mixed_precision.dtype), .choices = "bf16|fp16", .not_yet = kLossScaling, .not_yet_value = "fp16", .instead = "the step runs in bf16 (fp32 on the CPU)",
-     .read_by = kT | kB, .doc = "The autocast type: bf16; fp16 (with dynamic loss scaling) is not built yet."},
-    {.path = "mixed_precision.loss_scale_window", .kind = K::kInt, .at = TT_AT(mixed_precision.loss_scale_window), .range = kAtLeastOne, .not_yet = kLossScaling,
-     .doc = "fp16: clean steps before the loss scale grows."},
-    {.path = "mixed_precision.init_scale", .kind = K::kFloat, .at = TT_AT(mixed_precision.init_scale), .range = kPositive, .not_yet = kLossScaling,
-     .doc = "fp16: the first loss scale."},
+     .read_by = kT | kB, .doc = "On CUDA, run the step under autocast (mixed_precision.dtype) over fp32 master weights; false, or the CPU: fp32."},
+    {.path = "mixed_precision.dtype", .kind = K::kString, .at = TT_AT(mixed_precision.dtype), .choices = "bf16|fp16",
+     .read_by = kT | kB, .doc = "The autocast type: bf16, or fp16 with dynamic loss scaling (which also runs on the CPU's fp32 step)."},
+    {.path = "mixed_precision.loss_scale_window", .kind = K::kInt, .at = TT_AT(mixed_precision.loss_scale_window), .range = kAtLeastOne,
+     .read_by = kT, .doc = "fp16: clean steps in a row before the loss scale doubles (a non-finite gradient halves it and skips the update)."},
+    {.path = "mixed_precision.init_scale", .kind = K::kFloat, .at = TT_AT(mixed_precision.init_scale), .range = kPositive,
+     .read_by = kT, .doc = "fp16: the first loss scale."},
+    {.path = "mixed_precision.max_skipped_steps", .kind = K::kInt, .at = TT_AT(mixed_precision.max_skipped_steps), .range = kAtLeastOne,
+     .read_by = kT, .doc = "fp16: skipped steps in a row that stop the run with TT_ERR_NAN (without loss scaling the first one does)."},
 
     {.path = "cuda_graph.enabled", .kind = K::kBool, .at = TT_AT(cuda_graph.enabled), .not_yet = kGraphs,
      .doc = "Capture the training step as a CUDA graph and replay it."},

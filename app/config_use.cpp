@@ -82,6 +82,33 @@ const IdleReason kIdleReasons[] = {
     {kReadValidateData, "data_pipeline.augment.", "validate-data checks the clips, not their augmentation"},
 };
 
+// Keys a command reads that this config's own values leave idle (checked after the rows above).
+struct IdleByValue {
+  const char* prefix;
+  bool (*idle)(const Config&);
+  const char* why;
+};
+
+bool scales_loss(const Config& c) { return c.mixed_precision.enabled && c.mixed_precision.dtype == "fp16"; }
+
+const IdleByValue kIdleByValue[] = {
+    {"mixed_precision.dtype", [](const Config& c) { return !c.mixed_precision.enabled; },
+     "mixed_precision.enabled is false: the step runs in fp32"},
+    {"mixed_precision.loss_scale_window", [](const Config& c) { return !scales_loss(c); },
+     "only mixed_precision.dtype: fp16 scales the loss"},
+    {"mixed_precision.init_scale", [](const Config& c) { return !scales_loss(c); },
+     "only mixed_precision.dtype: fp16 scales the loss"},
+    {"mixed_precision.max_skipped_steps", [](const Config& c) { return !scales_loss(c); },
+     "without fp16 loss scaling the first skipped step stops the run"},
+};
+
+const char* idle_by_value(const Config& config, const std::string& path) {
+  for (const IdleByValue& reason : kIdleByValue) {
+    if (path.rfind(reason.prefix, 0) == 0 && reason.idle(config)) return reason.why;
+  }
+  return nullptr;
+}
+
 const char* idle_reason(unsigned reads, const std::string& path) {
   for (const IdleReason& reason : kIdleReasons) {
     if ((reason.reads & reads) != 0 && path.rfind(reason.prefix, 0) == 0) return reason.why;
@@ -266,10 +293,10 @@ std::string example_warnings() {
   Config config;
   config.vae.tiling = "on";
   config.cuda_graph.warmup_steps = 100;
-  config.mixed_precision.dtype = "fp16";
+  config.batch_size_dynamic = true;
   config.set_keys = {{"vae.tiling", "config.yaml:3:13"},
                      {"cuda_graph.warmup_steps", "config.yaml:5:19"},
-                     {"mixed_precision.dtype", "--set mixed_precision.dtype=fp16"}};
+                     {"batch_size", "--set batch_size=dynamic"}};
   std::string out;
   for (Command command : {Command::kTrain, Command::kBench}) {
     for (const std::string& line : unused_key_warnings(config, command))
@@ -332,6 +359,8 @@ std::vector<std::string> unused_key_warnings(const Config& config, Command comma
       } else {
         not_read.push_back(key_name);
       }
+    } else if (const char* why = idle_by_value(config, key.path)) {
+      lines.push_back(str_cat(key_name, ": set", at, ", but ", why));
     } else if (field->not_yet_value && config_value_text(*field, config) == field->not_yet_value) {
       lines.push_back(str_cat(key_name, ": set to ", field->not_yet_value, at, ", but ", field->not_yet_value,
                               " has no effect yet (arrives with ", field->not_yet, "); meanwhile ", field->instead));
@@ -383,7 +412,7 @@ std::string config_reference_markdown() {
       "naming the key path, `file:line:col` and the expected form.\n\n" +
       std::string(kPrecedence) + "\n\n" + kSetRule +
       " For example, `teletron train` and `teletron bench` on a config with cached latents that sets "
-      "`vae.tiling: on`, `cuda_graph.warmup_steps: 100` and `--set mixed_precision.dtype=fp16` say:\n\n"
+      "`vae.tiling: on`, `cuda_graph.warmup_steps: 100` and `--set batch_size=dynamic` say:\n\n"
       "```\n" + example_warnings() + "```\n\n"
       "`teletron config --explain` prints this reference as text.\n";
   std::string section;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 
 #include "app/model_setup.h"
 #include "app/options.h"
@@ -43,6 +44,9 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
                 "--allow-change only applies with --resume", "--allow-change given without --resume");
   device_ = resolve_device(config_.train.device, "tele_tron.train.device");
   autocast_ = device_.is_cuda() && config_.mixed_precision.enabled;
+  autocast_dtype_ = config_.mixed_precision.dtype == "fp16" ? at::kHalf : at::kBFloat16;
+  faults_ = FaultPlan::from_environment();
+  if (!request.profile.empty()) profile_window_ = parse_profile_window(request.profile, "--profile");
   ModelChoice choice = choose_model(config_.model, config_.model.weights);
   model_config_ = choice.config;
   model_origin_ = choice.origin;
@@ -75,25 +79,31 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
     params_.push_back(item.value());
   }
   optimizer_ = std::make_unique<AdamW>(params_, names, adamw_options_from(config_.optimizer));
-
-  if (device_.is_cuda()) {
-    generator_ = at::globalContext().defaultGenerator(device_).clone();
-  } else {
-    generator_ = at::detail::createCPUGenerator();
-  }
-  generator_.set_current_seed(static_cast<uint64_t>(config_.train.seed));
+  LossScalerOptions scaling;
+  // fp16 scales the loss also where the CPU runs the step in fp32 (the tests run it there).
+  scaling.enabled = config_.mixed_precision.enabled && config_.mixed_precision.dtype == "fp16";
+  scaling.init_scale = config_.mixed_precision.init_scale;
+  scaling.window = config_.mixed_precision.loss_scale_window;
+  scaler_ = std::make_unique<LossScaler>(scaling, device_);
 
   auto zero = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
   loss_sum_ = zero.clone();
   nonfinite_ = zero.clone();
+  skipped_run_ = zero.clone();
+  limit_step_ = zero.clone().fill_(-1.0);
   last_grad_norm_ = zero.clone();
 }
 
 void Trainer::announce() const {
   const std::string attention = configure_attention_backend();
   if (attention != "auto") spdlog::info("attention backend: {} (TELETRON_SDPA)", attention);
-  spdlog::info("teletron train: device {}, precision {}", describe_device(device_),
-               autocast_ ? "bf16 autocast, fp32 master weights" : "fp32");
+  std::string precision = autocast_ ? str_cat(config_.mixed_precision.dtype, " autocast, fp32 master weights") : "fp32";
+  if (scaler_->enabled())
+    precision += str_cat("; dynamic loss scaling from ", config_.mixed_precision.init_scale, ", x2 after ",
+                         config_.mixed_precision.loss_scale_window, " clean steps, x0.5 and the update skipped on a "
+                         "non-finite gradient, ", config_.mixed_precision.max_skipped_steps, " skipped in a row stop");
+  spdlog::info("teletron train: device {}, precision {}", describe_device(device_), precision);
+  if (!faults_.empty()) spdlog::warn("TELETRON_FAULTS: injecting {}", faults_.describe());
   spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
                model_->parameter_count(), model_->parameter_count() / 1e9, describe_hunyuan_config(model_config_));
   const auto& shape = dataset_->latent_shape();
@@ -153,7 +163,10 @@ torch::Tensor Trainer::train_step() {
     data_wait_s_ += seconds_since(wait_start);
 
     auto x0 = batch.latents.to(device_);
-    FlowMatchingSample sample = make_flow_matching_sample(x0, flow_options_, generator_);
+    // Each sample's sigma and noise come from (seed, step, its index in the global batch).
+    const torch::Tensor keys = sample_keys(step_, micro * config_.batch_size, x0.size(0), device_);
+    FlowMatchingSample sample =
+        make_flow_matching_sample(x0, flow_options_, keys, static_cast<uint64_t>(config_.train.seed));
     TransformerInputs inputs;
     inputs.hidden_states = image_condition(sample.noisy, x0);
     inputs.timestep = sample.sigmas * 1000.0;
@@ -169,31 +182,73 @@ torch::Tensor Trainer::train_step() {
     }
     torch::Tensor prediction;
     {
-      AutocastScope autocast(autocast_);
+      AutocastScope autocast(autocast_, autocast_dtype_);
       prediction = model_->forward(inputs);
     }
+    // The loss in fp32, whatever the autocast type.
     auto loss = torch::mse_loss(prediction.to(torch::kFloat32), sample.target) / static_cast<double>(micro_steps);
-    loss.backward();
+    scaler_->scale_loss(loss).backward();
     step_loss += loss.detach();
   }
-  // Clip, then skip the update on the device if anything is non-finite (no host sync here).
+  if (faults_.at(Fault::kNonfiniteGrad, step_ + 1)) {
+    for (const torch::Tensor& param : params_) {
+      if (!param.grad().defined()) continue;
+      param.grad().view(-1)[0].fill_(std::numeric_limits<float>::infinity());
+      break;
+    }
+  }
+  // Unscale and check, clip, then skip the update on the device if anything is non-finite (no
+  // host sync here); the scale then halves (a skipped step) or counts a clean one.
+  auto found_inf = scaler_->unscale_and_check(params_);
   auto grad_norm = clip_grad_norm(params_, config_.optimizer.max_grad_norm);
-  auto found_inf = torch::logical_not(torch::isfinite(grad_norm + step_loss)).to(torch::kFloat32);
+  found_inf = torch::maximum(found_inf, torch::logical_not(torch::isfinite(grad_norm + step_loss)).to(torch::kFloat32));
   optimizer_->set_lr(learning_rate_at(config_.optimizer, step_, config_.train.max_steps));
   optimizer_->step(found_inf);
+  scaler_->update(found_inf);
   nonfinite_ += found_inf;
+  skipped_run_ = (skipped_run_ + 1.0) * found_inf;
+  const double limit = static_cast<double>(scaler_->enabled() ? config_.mixed_precision.max_skipped_steps : 1);
+  limit_step_ = torch::where(limit_step_.lt(0).logical_and(skipped_run_.ge(limit)),
+                             torch::full({}, static_cast<double>(step_ + 1), limit_step_.options()), limit_step_);
   last_grad_norm_ = grad_norm;
   return step_loss;
 }
 
 void Trainer::check_finite(int64_t first_step, int64_t last_step) {
-  const double bad = nonfinite_.item<double>();
-  if (bad == 0.0) return;
+  const double limit_step = limit_step_.item<double>();
+  if (limit_step < 0) {
+    const double skipped = nonfinite_.item<double>();
+    if (skipped > 0) spdlog::warn("steps {}..{}: {} update(s) skipped for non-finite gradients, loss scale now {:g}",
+                                  first_step, last_step, static_cast<int64_t>(skipped), scaler_->scale().item<double>());
+    return;
+  }
+  // The first parameter whose gradient is still non-finite (the last step's; a host read per
+  // parameter, on this error path only).
+  std::string culprit = "none in the last step (the loss itself, or the steps after it were clean)";
+  const auto names = model_->named_parameters();
+  for (const auto& item : names) {
+    const torch::Tensor& grad = item.value().grad();
+    if (grad.defined() && !torch::isfinite(grad).all().item<bool>()) {
+      culprit = item.key();
+      break;
+    }
+  }
+  const auto step = static_cast<int64_t>(limit_step);
+  if (!scaler_->enabled()) {
+    throw Error(ErrorCode::kNan,
+                str_cat("non-finite loss or gradients at step ", step, " (of steps ", first_step, "..", last_step,
+                        "; updates with non-finite gradients are skipped, weights are intact); first non-finite "
+                        "gradient: ", culprit),
+                "lower tele_tron.optimizer.lr, keep optimizer.max_grad_norm > 0, check the latents for NaN/Inf; "
+                "resume from the last checkpoint with --resume auto");
+  }
   throw Error(ErrorCode::kNan,
-              str_cat("non-finite loss or gradients in ", static_cast<int64_t>(bad), " of steps ", first_step,
-                      "..", last_step, " (those updates were skipped, weights are intact)"),
-              "lower tele_tron.optimizer.lr, keep optimizer.max_grad_norm > 0, check the latents for NaN/Inf; "
-              "resume from the last checkpoint with --resume auto");
+              str_cat("step ", step, ": ", config_.mixed_precision.max_skipped_steps,
+                      " steps in a row skipped for non-finite gradients (mixed_precision.max_skipped_steps), loss "
+                      "scale now ", scaler_->scale().item<double>(), "; first non-finite gradient: ", culprit,
+                      " (weights are intact)"),
+              "fp16 overflows here: use mixed_precision.dtype: bf16, or lower tele_tron.optimizer.lr; resume from "
+              "the last checkpoint with --resume auto");
 }
 
 void Trainer::run() {
@@ -249,10 +304,19 @@ void Trainer::run() {
   auto last_print = Clock::now() - std::chrono::hours(1);
   int64_t window_first = step_ + 1;
   reset_peak_memory(device_);
+  if (profile_window_.active()) {
+    if (profile_window_.first <= step_ || profile_window_.last() > max_steps)
+      spdlog::warn("--profile {}:{}: steps {}..{} are not all in this run (steps {}..{}): {}", profile_window_.first,
+                   profile_window_.count, profile_window_.first, profile_window_.last(), step_ + 1, max_steps,
+                   profile_window_.first <= step_ ? "nothing is traced" : "the trace ends with the run");
+    profiler_ = std::make_unique<StepProfiler>(profile_window_, device_, (run_dir_ / "profile").string());
+  }
 
   while (step_ < max_steps) {
+    if (profiler_) profiler_->before_step(step_ + 1);
     loss_sum_ += train_step();
     step_ += 1;
+    if (profiler_) profiler_->after_step(step_, step_ == max_steps);
     const bool last = step_ == max_steps;
     const bool log_now = step_ % config_.train.log_every == 0 || last;
     const bool checkpoint_now = step_ % config_.train.checkpoint_every == 0 || last;
@@ -289,7 +353,9 @@ void Trainer::run() {
                             {"data_wait_ms", 1000.0 * data_wait_s_ / window_steps},
                             {"data_wait_share", data_wait_share},
                             {"peak_mem_gb", peak_memory_gb(device_)},
-                            {"epoch", position_.epoch}};
+                            {"epoch", position_.epoch},
+                            {"skipped_steps", static_cast<int64_t>(nonfinite_.item<double>())}};
+      if (scaler_->enabled()) row["loss_scale"] = scaler_->scale().item<double>();
       // Video on a GPU: the pipeline's GPU time per sample (samples whose events have completed).
       const PipelineGpuTime gpu_time = dataset_->take_gpu_time();
       if (gpu_time.samples > 0) {

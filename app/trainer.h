@@ -21,6 +21,8 @@ struct TrainRequest {
   std::string resume;
   /// --allow-change keys (paths below tele_tron.): changes to the run a resume accepts, with a warning.
   std::vector<std::string> allow_change;
+  /// --profile FIRST:COUNT: a Kineto trace of those optimizer steps into <output_dir>/profile ("" = none).
+  std::string profile;
 };
 
 /// Runs training to config.train.max_steps. Throws tt::Error on failure.

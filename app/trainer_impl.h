@@ -18,7 +18,10 @@
 #include "app/trainer.h"
 #include "app/training_data.h"
 #include "core/adamw.h"
+#include "core/fault_injection.h"
+#include "core/loss_scaler.h"
 #include "core/metrics.h"
+#include "core/profiler.h"
 #include "model/flow_matching.h"
 #include "model/transformer.h"
 #include "model/weight_io.h"
@@ -58,20 +61,24 @@ class Trainer {
   bool restart_epoch_ = false;
   torch::Device device_{torch::kCPU};
   bool autocast_ = false;
+  at::ScalarType autocast_dtype_ = at::kBFloat16;  // mixed_precision.dtype
   HunyuanVideoConfig model_config_;
   std::string model_origin_;
   std::optional<WeightSource> initial_weights_;
   HunyuanVideoTransformer model_{nullptr};
   std::vector<torch::Tensor> params_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16: dynamic loss scaling; otherwise non-finite detection only
+  FaultPlan faults_;                    // TELETRON_FAULTS (tests)
   std::unique_ptr<TrainingData> dataset_;
   FlowMatchingOptions flow_options_;
-  at::Generator generator_;
   DataCursor cursor_;                   // consumed by training steps (checkpointed)
   DataPosition& position_ = cursor_.position;
   DataCursor producer_cursor_;          // the prefetch producer's, ahead of cursor_
   std::unique_ptr<BatchPrefetcher> prefetcher_;
   std::unique_ptr<MetricsLog> metrics_;
+  ProfileWindow profile_window_;           // --profile
+  std::unique_ptr<StepProfiler> profiler_;
   // TELETRON_TRACE_BATCHES=FILE (tests): one JSON line per batch taken, with its rows and a checksum.
   std::unique_ptr<std::ofstream> batch_trace_;
   void trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs, const LatentBatch& batch);
@@ -79,6 +86,8 @@ class Trainer {
   std::filesystem::path run_dir_;
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
   torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report
+  torch::Tensor skipped_run_;  // 0-d fp32: skipped steps in a row up to the last step
+  torch::Tensor limit_step_;   // 0-d fp32: the step where skipped_run_ reached max_skipped_steps, -1 before
   torch::Tensor last_grad_norm_;
   double data_wait_s_ = 0.0;
 };

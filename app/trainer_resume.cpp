@@ -31,7 +31,7 @@ void Trainer::save_checkpoint() {
                   "lower tele_tron.optimizer.lr; resume from the last checkpoint with --resume auto",
                   "weight ", name, " is not finite after step ", step_, " (the update overflowed); checkpoint not written");
   for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
-  ckpt.state["rng.generator"] = generator_.get_state();
+  for (auto& [key, value] : scaler_->state_dict()) ckpt.state[key] = value;
   // The bucket assignment the epochs are dealt from, reused on resume (int64 (rows), -1: no bucket).
   if (!cursor_.row_bucket.empty()) ckpt.state["data.row_buckets"] = torch::tensor(cursor_.row_bucket, torch::kInt64);
   ckpt.info["step"] = step_;
@@ -45,8 +45,8 @@ void Trainer::save_checkpoint() {
   ckpt.info["device"] = device_.str();
   ckpt.info["config"] = config_to_yaml(config_);
   // 2: data.index counts samples in bucket mode too (format 1 counted batches), manifest_hash and
-  // data.row_buckets added.
-  ckpt.info["format"] = 2;
+  // data.row_buckets added. 3: the noise is keyed by (seed, step, sample), no generator state.
+  ckpt.info["format"] = 3;
   const std::string folder = checkpoint::save((run_dir_ / "checkpoints").string(), ckpt);
   checkpoint::prune((run_dir_ / "checkpoints").string(), config_.train.keep_checkpoints);
   spdlog::info("checkpoint: {}", folder);
@@ -113,13 +113,17 @@ void Trainer::resume_from(const std::string& folder) {
   checkpoint::Checkpoint ckpt = checkpoint::load(folder);
   load_weights_into(model_->diffusers_parameters(), ckpt.model, folder + "/model.safetensors");
   optimizer_->load_state_dict(ckpt.state);
-  auto rng = ckpt.state.find("rng.generator");
-  TT_CHECK(rng != ckpt.state.end(), ErrorCode::kCheckpoint, folder, ": state.safetensors has no rng.generator");
-  TT_CHECK_HINT(ckpt.info.value("device", device_.str()) == device_.str(), ErrorCode::kCheckpoint,
-                "resume on the device type the run started on, or start a new run",
-                folder, ": written on ", ckpt.info.value("device", std::string("?")), ", resuming on ",
-                device_.str(), " (exact resume needs the same random generator)");
-  generator_.set_state(rng->second);
+  if (!scaler_->load_state_dict(ckpt.state))
+    spdlog::info("resume: {} holds no loss scale (a bf16 or fp32 run): fp16 scaling starts from {:g}", folder,
+                 config_.mixed_precision.init_scale);
+  if (ckpt.info.value("format", 1) < 3)
+    spdlog::warn("resume: {} was written by an older teletron that drew the noise from one generator: from step {} "
+                 "on each sample's noise is keyed by (seed, step, sample), so the run does not continue as it "
+                 "would have", folder, ckpt.step);
+  const std::string written_on = ckpt.info.value("device", device_.str());
+  if (written_on != device_.str())
+    spdlog::warn("resume: {} was written on {}, resuming on {}: the same samples and noise, but the kernels round "
+                 "differently, so the run is not continued bit for bit", folder, written_on, device_.str());
   step_ = ckpt.step;
   const auto& data = ckpt.info.at("data");
   position_.epoch = data.at("epoch").get<int64_t>();

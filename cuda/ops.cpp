@@ -10,8 +10,13 @@
 
 #include "cuda/colour.cuh"
 #include "cuda/flow_matching.cuh"
+#include "cuda/keyed_random.cuh"
 #include "cuda/spin.cuh"
 #endif
+
+#include <ATen/Parallel.h>
+
+#include "cuda/keyed_random.h"
 
 namespace tt {
 
@@ -60,6 +65,80 @@ std::pair<torch::Tensor, torch::Tensor> flow_matching_mix(const torch::Tensor& x
 #else
   TORCH_CHECK(false, "flow_matching_mix: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
 #endif
+}
+
+// ---- keyed random numbers ----
+
+namespace {
+
+enum class KeyedKind { kNormal, kUniform };
+
+torch::Tensor keyed_draw(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw,
+                         KeyedKind kind) {
+  const char* name = kind == KeyedKind::kNormal ? "keyed_normal" : "keyed_uniform";
+  TORCH_CHECK(keys.dim() == 1 && keys.scalar_type() == torch::kInt64, name, ": expected keys (B) int64, got ",
+              keys.sizes(), " ", keys.scalar_type());
+  std::vector<int64_t> shape = {keys.size(0)};
+  int64_t per_row = 1;
+  for (const int64_t size : row_shape) {
+    TORCH_CHECK(size >= 0, name, ": negative size in ", row_shape);
+    shape.push_back(size);
+    per_row *= size;
+  }
+  // The element's block index is a 32-bit Philox counter word.
+  TORCH_CHECK((per_row + 3) / 4 <= int64_t{1} << 32, name, ": ", per_row, " elements per row is more than 2^34");
+  const torch::Tensor k = keys.contiguous();
+  auto out = torch::empty(shape, k.options().dtype(torch::kFloat32));
+  const int64_t batch = k.size(0);
+  if (k.is_cuda()) {
+#ifdef TELETRON_WITH_CUDA
+    const c10::cuda::CUDAGuard guard(k.device());
+    auto stream = c10::cuda::getCurrentCUDAStream(k.device().index());
+    const cudaError_t status =
+        kind == KeyedKind::kNormal
+            ? kernels::keyed_normal(out.data_ptr<float>(), k.data_ptr<int64_t>(), batch, per_row, seed, draw,
+                                    stream.stream())
+            : kernels::keyed_uniform(out.data_ptr<float>(), k.data_ptr<int64_t>(), batch, per_row, seed, draw,
+                                     stream.stream());
+    TORCH_CHECK(status == cudaSuccess, name, " kernel launch failed: ", cudaGetErrorString(status));
+    return out;
+#else
+    TORCH_CHECK(false, name, ": teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+#endif
+  }
+  TORCH_CHECK(k.device().is_cpu(), name, ": keys on ", k.device(), " (CPU or CUDA expected)");
+  const int64_t* key = k.data_ptr<int64_t>();
+  float* values = out.data_ptr<float>();
+  const int64_t groups = (per_row + 3) / 4;
+  at::parallel_for(0, batch * groups, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t work = begin; work < end; ++work) {
+      const int64_t b = work / groups;
+      const int64_t group = work - b * groups;
+      const keyed::Block block = keyed::block_of(seed, static_cast<uint64_t>(key[b]), draw, static_cast<uint32_t>(group));
+      float drawn[4];
+      if (kind == KeyedKind::kNormal) {
+        keyed::normals_of(block, drawn);
+      } else {
+        for (int j = 0; j < 4; ++j) drawn[j] = keyed::open_unit(block.v[j]);
+      }
+      float* row = values + b * per_row;
+      for (int j = 0; j < 4; ++j) {
+        const int64_t i = group * 4 + j;
+        if (i < per_row) row[i] = drawn[j];
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor keyed_normal(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw) {
+  return keyed_draw(keys, row_shape, seed, draw, KeyedKind::kNormal);
+}
+
+torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw) {
+  return keyed_draw(keys, row_shape, seed, draw, KeyedKind::kUniform);
 }
 
 // ---- colour conversion ----

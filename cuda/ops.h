@@ -23,6 +23,18 @@ std::pair<torch::Tensor, torch::Tensor> flow_matching_mix_reference(const torch:
 /// True when this build has the CUDA kernels compiled in.
 bool kernels_built();
 
+// ---- keyed random numbers ----
+
+/// Standard normals keyed per row (cuda/keyed_random.h): keys (B) int64 -> (B, *row_shape) fp32 on
+/// keys' device, where element i of row b depends only on (seed, keys[b], draw, i), never on B or the
+/// row's place in the batch. CUDA keys run the kernel on the current stream (keys read on the device:
+/// no host sync, safe to capture in a CUDA Graph); CPU keys compute the same arithmetic on the host
+/// (the [gpu] test's reference; libm and CUDA's maths may differ in the last bits).
+torch::Tensor keyed_normal(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw);
+
+/// As keyed_normal, uniform in (0, 1] (24 random bits each).
+torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw);
+
 // ---- colour conversion ----
 
 /// YUV 4:2:0 -> RGB. y (T, H, W) and interleaved uv (T, ceil(H/2), ceil(W/2), 2): uint8 when

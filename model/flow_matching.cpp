@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "core/errors.h"
+#include "cuda/keyed_random.h"
 #include "cuda/ops.h"
 
 namespace tt {
@@ -11,23 +13,33 @@ torch::Tensor shift_sigmas(const torch::Tensor& sigmas, double shift) {
   return shift * sigmas / (1.0 + (shift - 1.0) * sigmas);
 }
 
-torch::Tensor sample_sigmas(int64_t batch, const FlowMatchingOptions& options, at::Generator& generator) {
-  auto tensor_options = torch::TensorOptions().dtype(torch::kFloat32).device(generator.device());
+torch::Tensor sample_keys(int64_t step, int64_t first, int64_t count, torch::Device device) {
+  TT_ASSERT(step >= 0 && step < (int64_t{1} << 31), "sample_keys: step ", step, " out of range");
+  TT_ASSERT(first >= 0 && count >= 0 && first + count <= (int64_t{1} << 32), "sample_keys: samples ", first, "+",
+            count, " out of range");
+  const int64_t base = (step << 32) + first;
+  return torch::arange(base, base + count, torch::TensorOptions().dtype(torch::kInt64).device(device));
+}
+
+torch::Tensor sample_sigmas(const torch::Tensor& keys, const FlowMatchingOptions& options, uint64_t seed) {
   torch::Tensor sigmas;
   if (options.sampling == TimestepSampling::kLogitNormal) {
-    auto normal = at::normal(options.logit_mean, options.logit_std, {batch}, generator, tensor_options);
-    sigmas = torch::sigmoid(normal);
+    const torch::Tensor normal = keyed_normal(keys, {}, seed, keyed::kSigmaNormal);
+    sigmas = torch::sigmoid(normal * options.logit_std + options.logit_mean);
   } else {
-    sigmas = at::rand({batch}, generator, tensor_options);
+    sigmas = keyed_uniform(keys, {}, seed, keyed::kSigmaUniform);
   }
   return shift_sigmas(sigmas, options.shift);
 }
 
 FlowMatchingSample make_flow_matching_sample(const torch::Tensor& x0, const FlowMatchingOptions& options,
-                                             at::Generator& generator) {
+                                             const torch::Tensor& keys, uint64_t seed) {
+  TT_ASSERT(keys.dim() == 1 && keys.size(0) == x0.size(0) && keys.device() == x0.device(),
+            "make_flow_matching_sample: keys ", keys.sizes(), " on ", keys.device().str(), " for x0 ", x0.sizes(),
+            " on ", x0.device().str());
   FlowMatchingSample sample;
-  sample.sigmas = sample_sigmas(x0.size(0), options, generator);
-  auto noise = at::randn(x0.sizes(), generator, x0.options().dtype(torch::kFloat32));
+  sample.sigmas = sample_sigmas(keys, options, seed);
+  const torch::Tensor noise = keyed_normal(keys, x0.sizes().slice(1), seed, keyed::kNoise);
   auto mixed = flow_matching_mix(x0.to(torch::kFloat32), noise, sample.sigmas);
   sample.noisy = mixed.first;
   sample.target = mixed.second;

@@ -1,10 +1,13 @@
 // Flow-matching training objective of HunyuanVideo: x_t = (1 - s) x0 + s eps, target eps - x0,
 // MSE. Sigma is drawn logit-normal (sigmoid(N(mean, std^2)); mean 0, std 1 is what peers call
 // "sigmoid") or uniform, then shifted: s' = k s / (1 + (k - 1) s). The model sees s' * 1000.
+// Every draw is keyed by the sample (cuda/keyed_random.h): a sample's sigma and noise are a
+// function of (seed, step, its index in the step's global batch), whatever micro-batch it is in.
 #pragma once
 
-#include <ATen/core/Generator.h>
 #include <torch/types.h>
+
+#include <cstdint>
 
 namespace tt {
 
@@ -25,17 +28,22 @@ struct FlowMatchingOptions {
 /// k s / (1 + (k - 1) s), elementwise.
 torch::Tensor shift_sigmas(const torch::Tensor& sigmas, double shift);
 
-/// (batch) fp32 shifted sigmas on the generator's device.
-torch::Tensor sample_sigmas(int64_t batch, const FlowMatchingOptions& options, at::Generator& generator);
+/// The keys of samples first .. first + count - 1 of optimizer step `step` (0-based): (count) int64
+/// on `device`, (step << 32) | index. Made on the device without a host sync.
+torch::Tensor sample_keys(int64_t step, int64_t first, int64_t count, torch::Device device);
+
+/// (B) fp32 shifted sigmas of the samples `keys` (B) int64 names, on the keys' device.
+torch::Tensor sample_sigmas(const torch::Tensor& keys, const FlowMatchingOptions& options, uint64_t seed);
 
 struct FlowMatchingSample {
-  torch::Tensor noisy;    // (B, C, T, H, W) like x0: (1 - s) x0 + s eps
+  torch::Tensor noisy;    // (B, C, T, H, W) fp32: (1 - s) x0 + s eps
   torch::Tensor target;   // (B, C, T, H, W) fp32: eps - x0
   torch::Tensor sigmas;   // (B) fp32
 };
 
-/// Draws sigmas and noise from `generator` (on x0's device) and builds the model input and target.
+/// The model input and target of x0 (B, C, T, H, W) for the samples `keys` (B) int64 (on x0's
+/// device) names: their sigmas and noise drawn from (seed, key).
 FlowMatchingSample make_flow_matching_sample(const torch::Tensor& x0, const FlowMatchingOptions& options,
-                                             at::Generator& generator);
+                                             const torch::Tensor& keys, uint64_t seed);
 
 }  // namespace tt

@@ -92,9 +92,9 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
        "tele_tron.vae.tiling: set (--set vae.tiling=on), but data.source is latents: the VAE is not used",
        "tele_tron.vae.tiling"},
       {"bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps 1 "
-       "--no-optimizer --set mixed_precision.dtype=fp16",
-       "tele_tron.mixed_precision.dtype: set to fp16 (--set mixed_precision.dtype=fp16), but fp16 has no effect yet",
-       "tele_tron.mixed_precision.dtype"},
+       "--no-optimizer --set batch_size=dynamic",
+       "tele_tron.batch_size: set (--set batch_size=dynamic), but bench takes the batch size from --batch",
+       "tele_tron.batch_size"},
       {"preprocess " + kQuickstart + " --output " + dir / "pre" +
            " --set data.source=video --set data_pipeline.workers=3 --set data.manifest=" + dir / "none.jsonl",
        "tele_tron.data_pipeline.workers: set (--set data_pipeline.workers=3), but preprocess encodes --jobs rows",

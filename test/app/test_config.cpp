@@ -245,13 +245,14 @@ TEST_CASE("the original design's example loads", "[config]") {
   // Every key the example sets that train (on cached latents, the default source) cannot honour
   // is named once: the features not built yet, and the video pipeline's keys.
   const char* not_yet[] = {"cuda_graph.warmup_steps", "cuda_graph.capture_frequency",
-                           "data_pipeline.optical_flow.algorithm", "data_pipeline.optical_flow.warp_mode",
-                           "mixed_precision.loss_scale_window"};
+                           "data_pipeline.optical_flow.algorithm", "data_pipeline.optical_flow.warp_mode"};
   for (const char* path : not_yet) {
     INFO(path);
     CHECK(has_warning(c, path, "has no effect yet (arrives with"));
   }
   CHECK(has_warning(c, "batch_size", "set to dynamic (config.yaml:2:15), but dynamic has no effect yet"));
+  // bf16 (the default dtype) scales no loss.
+  CHECK(has_warning(c, "mixed_precision.loss_scale_window", "but only mixed_precision.dtype: fp16 scales the loss"));
   CHECK(has_warning(c, "data_pipeline.video_decoding", "data.source is latents: the video pipeline is not used"));
   CHECK(has_warning(c, "data_pipeline.frame_sampler.mode", "data.source is latents"));
   CHECK(has_warning(c, "data_pipeline.frame_sampler.samples_per_clip", "data.source is latents"));
@@ -518,15 +519,15 @@ TEST_CASE("not-yet-implemented keys are listed only when written", "[config]") {
                       "batch_size: 4\n"))
             .empty());
   tt::Config c = load(
-      "tele_tron:\n  data: {source: video}\n  mixed_precision: {dtype: fp16}\n  cuda_graph: {enabled: "
+      "tele_tron:\n  data: {source: video}\n  batch_size: dynamic\n  cuda_graph: {enabled: "
       "true}\n  model: {weights: w.safetensors, activation_checkpointing: true}\n");
   CHECK(tt::unused_key_warnings(c, tt::Command::kTrain).size() == 2);
   // Built since: data.source video (the video pipeline), initial weights, activation
   // checkpointing are never flagged.
   CHECK(times_named(warnings(c), "data.source") == 0);
-  CHECK(has_warning(c, "mixed_precision.dtype",
-                    "set to fp16 (config.yaml:3:28), but fp16 has no effect yet (arrives with fp16 loss scaling "
-                    "in the engine issue); meanwhile the step runs in bf16"));
+  CHECK(has_warning(c, "batch_size",
+                    "set to dynamic (config.yaml:3:15), but dynamic has no effect yet (arrives with dynamic batch "
+                    "sizing); meanwhile the batch is 1 sample"));
   CHECK(has_warning(c, "cuda_graph.enabled", "set (config.yaml:4:25), but has no effect yet (arrives with the "
                                              "CUDA-graph engine)"));
   CHECK(times_named(warnings(c), "model.weights") == 0);
@@ -671,9 +672,11 @@ TEST_CASE("every command warns once about a set key it does not use, never about
        "has no effect yet (arrives with the CUDA-graph engine)", "data.source"},
       {tt::Command::kConfig, {"data_pipeline.prefetch=2", "train.seed=3"}, "data_pipeline.prefetch",
        "data.source is latents: the video pipeline is not used", "train.seed"},
-      {tt::Command::kBench, {"mixed_precision.dtype=fp16", "model.num_layers=2"}, "mixed_precision.dtype",
-       "fp16 has no effect yet (arrives with fp16 loss scaling in the engine issue); meanwhile the step runs in "
-       "bf16", "model.num_layers"},
+      {tt::Command::kTrain, {"mixed_precision.enabled=false", "mixed_precision.dtype=fp16"}, "mixed_precision.dtype",
+       "set (--set mixed_precision.dtype=fp16), but mixed_precision.enabled is false: the step runs in fp32",
+       "mixed_precision.enabled"},
+      {tt::Command::kTrain, {"mixed_precision.init_scale=1024", "mixed_precision.dtype=bf16"},
+       "mixed_precision.init_scale", "but only mixed_precision.dtype: fp16 scales the loss", "mixed_precision.dtype"},
       {tt::Command::kBench, {"batch_size=8", "optimizer.max_grad_norm=0.5"}, "batch_size",
        "bench takes the batch size from --batch", "optimizer.max_grad_norm"},
       {tt::Command::kBench, {"train.max_steps=5", "train.device=cpu"}, "train.max_steps",

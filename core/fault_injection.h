@@ -1,0 +1,33 @@
+// Faults on demand, for tests of the recovery paths: TELETRON_FAULTS="KIND@STEP[,STEP...][;KIND@...]"
+// names the optimizer steps (1-based, the step being computed) where each fault happens, e.g.
+// "nonfinite_grad@3,4". Read once by the object that acts on it (a Trainer), never a global: two
+// ranks in one process each hold their own plan.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+namespace tt {
+
+enum class Fault {
+  kNonfiniteGrad,  // after backward, one gradient is set to inf (loss scaling must absorb it)
+};
+
+class FaultPlan {
+ public:
+  /// Parses the TELETRON_FAULTS syntax; a malformed text is TT_ERR_CONFIG naming `origin`.
+  static FaultPlan parse(const std::string& text, const std::string& origin);
+  /// The plan TELETRON_FAULTS describes (empty when unset).
+  static FaultPlan from_environment();
+
+  bool empty() const { return nonfinite_grad_.empty(); }
+  bool at(Fault fault, int64_t step) const;
+  /// "nonfinite_grad@3,4", for the start-up log.
+  std::string describe() const;
+
+ private:
+  std::set<int64_t> nonfinite_grad_;
+};
+
+}  // namespace tt

@@ -1,0 +1,131 @@
+// StepProfiler and the trace's busy share (see profiler.h).
+#include "core/profiler.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include "core/errors.h"
+
+#ifdef TELETRON_WITH_CUDA
+#include <torch/cuda.h>
+#endif
+
+namespace tt {
+
+namespace fs = std::filesystem;
+namespace kineto = torch::autograd::profiler;
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+
+ProfileWindow parse_profile_window(const std::string& text, const std::string& origin) {
+  constexpr const char* kHint = "write it as FIRST:COUNT, e.g. --profile 20:20 (steps 20..39)";
+  const size_t colon = text.find(':');
+  TT_CHECK_HINT(colon != std::string::npos, ErrorCode::kConfig, kHint, origin, ": '", text, "' has no ':'");
+  auto number = [&](const std::string& part) {
+    char* end = nullptr;
+    const long long value = std::strtoll(part.c_str(), &end, 10);
+    TT_CHECK_HINT(!part.empty() && *end == '\0' && value >= 1, ErrorCode::kConfig, kHint, origin, ": '", part,
+                  "' in '", text, "' is not a whole number >= 1");
+    return static_cast<int64_t>(value);
+  };
+  return ProfileWindow{number(text.substr(0, colon)), number(text.substr(colon + 1))};
+}
+
+TraceBusy trace_busy(const nlohmann::json& trace) {
+  TraceBusy busy;
+  const auto events = trace.find("traceEvents");
+  if (events == trace.end() || !events->is_array()) return busy;
+  double start = 0, end = 0;
+  bool any = false;
+  std::vector<std::pair<double, double>> kernels;  // [begin, end) µs
+  for (const nlohmann::json& event : *events) {
+    if (!event.is_object() || event.value("ph", std::string()) != "X") continue;
+    const auto ts = event.find("ts");
+    const auto dur = event.find("dur");
+    if (ts == event.end() || dur == event.end() || !ts->is_number() || !dur->is_number()) continue;
+    const double begin = ts->get<double>();
+    const double finish = begin + std::max(0.0, dur->get<double>());
+    start = any ? std::min(start, begin) : begin;
+    end = any ? std::max(end, finish) : finish;
+    any = true;
+    if (event.value("cat", std::string()) == "kernel") kernels.emplace_back(begin, finish);
+  }
+  if (!any) return busy;
+  busy.wall_s = (end - start) * 1e-6;
+  busy.kernels = static_cast<int64_t>(kernels.size());
+  std::sort(kernels.begin(), kernels.end());
+  double covered = 0, open_begin = 0, open_end = -1;
+  for (const auto& [begin, finish] : kernels) {
+    if (begin > open_end) {
+      if (open_end > open_begin) covered += open_end - open_begin;
+      open_begin = begin;
+      open_end = finish;
+    } else {
+      open_end = std::max(open_end, finish);
+    }
+  }
+  if (open_end > open_begin) covered += open_end - open_begin;
+  busy.kernel_s = covered * 1e-6;
+  return busy;
+}
+
+TraceBusy trace_busy_of_file(const std::string& path) {
+  std::ifstream in(path);
+  TT_CHECK(in.good(), ErrorCode::kIo, path, ": cannot open the trace");
+  nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  TT_CHECK(!trace.is_discarded(), ErrorCode::kIo, path, ": not a JSON trace");
+  return trace_busy(trace);
+}
+
+StepProfiler::StepProfiler(ProfileWindow window, torch::Device device, std::string folder)
+    : window_(window), device_(device), folder_(std::move(folder)) {}
+
+StepProfiler::~StepProfiler() {
+  if (!running_) return;
+  try {
+    (void)kineto::disableProfiler();  // the run ended early (an error): nothing is saved
+  } catch (...) {
+  }
+}
+
+void StepProfiler::before_step(int64_t step) {
+  if (!window_.active() || step != window_.first || running_) return;
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (device_.is_cuda()) activities.insert(ActivityType::CUDA);
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/false, /*profile_memory=*/false);
+  kineto::prepareProfiler(config, activities);
+  kineto::enableProfiler(config, activities);
+  running_ = true;
+  spdlog::info("profile: tracing steps {}..{}", window_.first, window_.last());
+}
+
+void StepProfiler::after_step(int64_t step, bool run_ends) {
+  if (!running_ || (step != window_.last() && !run_ends)) return;
+#ifdef TELETRON_WITH_CUDA
+  if (device_.is_cuda()) torch::cuda::synchronize(device_.index() < 0 ? 0 : device_.index());
+#endif
+  std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
+  running_ = false;
+  fs::create_directories(folder_);
+  trace_path_ = (fs::path(folder_) / str_cat("trace_steps_", window_.first, "-", step, ".json")).string();
+  result->save(trace_path_);
+  const TraceBusy busy = trace_busy_of_file(trace_path_);
+  if (device_.is_cuda()) {
+    spdlog::info("profile: {} ({} kernels; GPU busy {:.1f} % of {:.3f} s: union of kernel intervals)", trace_path_,
+                 busy.kernels, 100.0 * busy.share(), busy.wall_s);
+  } else {
+    spdlog::info("profile: {} ({:.3f} s traced on the CPU)", trace_path_, busy.wall_s);
+  }
+}
+
+}  // namespace tt

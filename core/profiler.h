@@ -1,0 +1,65 @@
+// `teletron train --profile FIRST:COUNT`: a Chrome/Perfetto trace (LibTorch's Kineto profiler) of
+// optimizer steps FIRST .. FIRST+COUNT-1, and the GPU busy share read from it: the union of the
+// kernel intervals over the traced wall time (what the benchmarks report, rather than NVML's
+// "a kernel ran during this sample" utilisation).
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tt {
+
+struct ProfileWindow {
+  int64_t first = 0;  // 1-based step; 0 = no profiling
+  int64_t count = 0;
+  bool active() const { return first > 0 && count > 0; }
+  int64_t last() const { return first + count - 1; }
+};
+
+/// "FIRST:COUNT" (both >= 1); anything else is TT_ERR_CONFIG naming `origin`.
+ProfileWindow parse_profile_window(const std::string& text, const std::string& origin);
+
+struct TraceBusy {
+  double wall_s = 0;       // first event start .. last event end, every event of the trace
+  double kernel_s = 0;     // union of the GPU kernel intervals
+  int64_t kernels = 0;     // kernel events counted
+  double share() const { return wall_s > 0 ? kernel_s / wall_s : 0.0; }
+};
+
+/// Busy time of a Chrome trace (Kineto's JSON: traceEvents with ph "X", ts and dur in µs, GPU
+/// kernels under cat "kernel"): overlapping kernels (several streams) count once.
+TraceBusy trace_busy(const nlohmann::json& trace);
+/// trace_busy of the file `path` (TT_ERR_IO when it cannot be read or parsed).
+TraceBusy trace_busy_of_file(const std::string& path);
+
+/// Starts the profiler before step `window.first` and stops it after `window.last()`, then writes
+/// the trace into `folder` and logs where it is and the busy share. One per training run (the
+/// profiler itself is per process: a second rank in one process must not profile at once).
+class StepProfiler {
+ public:
+  StepProfiler(ProfileWindow window, torch::Device device, std::string folder);
+  ~StepProfiler();
+  StepProfiler(const StepProfiler&) = delete;
+  StepProfiler& operator=(const StepProfiler&) = delete;
+
+  /// Before optimizer step `step` (1-based) runs.
+  void before_step(int64_t step);
+  /// After step `step` ran (its work queued): after the window's last step, or the run's
+  /// (`run_ends`), waits for the device, stops and saves the trace.
+  void after_step(int64_t step, bool run_ends);
+  /// The trace written, "" before.
+  const std::string& trace_path() const { return trace_path_; }
+
+ private:
+  ProfileWindow window_;
+  torch::Device device_;
+  std::string folder_;
+  bool running_ = false;
+  std::string trace_path_;
+};
+
+}  // namespace tt
