@@ -88,6 +88,7 @@ struct DynamicBatchSection {
   int64_t initial = 32;
   double memory_fraction = 0.9;
   int64_t min = 1, max = 256;
+  std::optional<int64_t> global_batch;  // samples per optimizer step; null = initial × gradient_accumulation
 
   bool operator==(const DynamicBatchSection&) const = default;
 };

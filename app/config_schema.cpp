@@ -25,7 +25,6 @@ constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (an
 constexpr const char* kOpticalFlow = "optical flow";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
-constexpr const char* kDynamicBatch = "dynamic batch sizing";
 constexpr const char* kGraphs = "the CUDA-graph engine";
 constexpr const char* kDistributed = "multi-GPU training";
 
@@ -154,16 +153,18 @@ const ConfigField kFields[] = {
      .read_by = kTV, .doc = "Threads that decode and augment the clips of the next batches while the VAE encodes; 0 = the producer does it."},
 
     // batch_size fills Config::batch_size and Config::batch_size_dynamic.
-    {.path = "batch_size", .kind = K::kBatchSize, .at = [](Config& c) -> void* { return &c; }, .not_yet = kDynamicBatch, .not_yet_value = "dynamic", .instead = "the batch is 1 sample",
-     .read_by = kT, .doc = "Samples per micro-batch, all from one bucket; dynamic sizes it to free GPU memory."},
-    {.path = "dynamic_batch.initial", .kind = K::kInt, .at = TT_AT(dynamic_batch.initial), .range = kAtLeastOne, .not_yet = kDynamicBatch,
-     .doc = "batch_size: dynamic: the batch size to start from, within [min, max]."},
-    {.path = "dynamic_batch.memory_fraction", .kind = K::kFloat, .at = TT_AT(dynamic_batch.memory_fraction), .range = kFraction, .not_yet = kDynamicBatch,
-     .doc = "batch_size: dynamic: the share of GPU memory the batch may fill."},
-    {.path = "dynamic_batch.min", .kind = K::kInt, .at = TT_AT(dynamic_batch.min), .range = kAtLeastOne, .not_yet = kDynamicBatch,
-     .doc = "batch_size: dynamic: the smallest batch size."},
-    {.path = "dynamic_batch.max", .kind = K::kInt, .at = TT_AT(dynamic_batch.max), .range = kAtLeastOne, .not_yet = kDynamicBatch,
-     .doc = "batch_size: dynamic: the largest batch size (at least dynamic_batch.min)."},
+    {.path = "batch_size", .kind = K::kBatchSize, .at = [](Config& c) -> void* { return &c; },
+     .read_by = kT, .doc = "Samples per micro-batch, all from one bucket; dynamic sizes each bucket's micro-batch to GPU memory."},
+    {.path = "dynamic_batch.initial", .kind = K::kInt, .at = TT_AT(dynamic_batch.initial), .range = kAtLeastOne,
+     .read_by = kT, .doc = "batch_size: dynamic: each bucket's first micro-batch (also without a GPU to measure), within [min, max]."},
+    {.path = "dynamic_batch.memory_fraction", .kind = K::kFloat, .at = TT_AT(dynamic_batch.memory_fraction), .range = kFraction,
+     .read_by = kT, .doc = "batch_size: dynamic: the share of GPU memory a bucket's micro-batch may fill at its peak."},
+    {.path = "dynamic_batch.min", .kind = K::kInt, .at = TT_AT(dynamic_batch.min), .range = kAtLeastOne,
+     .read_by = kT, .doc = "batch_size: dynamic: the smallest micro-batch; an out-of-memory error below it stops the run."},
+    {.path = "dynamic_batch.max", .kind = K::kInt, .at = TT_AT(dynamic_batch.max), .range = kAtLeastOne,
+     .read_by = kT, .doc = "batch_size: dynamic: the largest micro-batch (at least dynamic_batch.min)."},
+    {.path = "dynamic_batch.global_batch", .kind = K::kOptInt, .at = TT_AT(dynamic_batch.global_batch), .range = kAtLeastOne,
+     .read_by = kT, .doc = "batch_size: dynamic: samples per optimizer step, whatever the micro-batches; null = initial x gradient_accumulation."},
     {.path = "gradient_accumulation", .kind = K::kInt, .at = TT_AT(gradient_accumulation), .range = kAtLeastOne,
      .read_by = kT, .doc = "Micro-batches whose gradients add up to one optimizer step (samples per step = batch_size x this)."},
 

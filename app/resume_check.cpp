@@ -38,7 +38,9 @@ const SafeKey kSafeKeys[] = {
 
 // The keys that split the global batch. When distributed training lands, its world-size key joins
 // this list and global_batch_of reads it into GlobalBatch::ranks.
-const char* const kSplitKeys[] = {"batch_size", "gradient_accumulation"};
+const char* const kSplitKeys[] = {"batch_size",          "gradient_accumulation",  "dynamic_batch.initial",
+                                  "dynamic_batch.memory_fraction", "dynamic_batch.min", "dynamic_batch.max",
+                                  "dynamic_batch.global_batch"};
 
 // With data.source: latents before and after, these keys are read by nothing that trains.
 const char* const kVideoOnlyPrefixes[] = {"vae", "data_pipeline", "data.buckets"};
@@ -164,18 +166,21 @@ std::map<std::string, std::string> config_values(const std::string& resolved_yam
 }
 
 std::string GlobalBatch::describe() const {
-  if (dynamic) return "dynamic";
+  if (dynamic && dynamic_global > 0) return str_cat(samples(), " samples (batch_size dynamic, dynamic_batch.global_batch)");
   std::string text =
-      str_cat(samples(), " samples (batch_size ", batch_size, " × gradient_accumulation ", accumulation);
+      dynamic ? str_cat(samples(), " samples (batch_size dynamic: dynamic_batch.initial ", batch_size,
+                        " × gradient_accumulation ", accumulation)
+              : str_cat(samples(), " samples (batch_size ", batch_size, " × gradient_accumulation ", accumulation);
   if (ranks != 1) text += str_cat(" × ", ranks, " ranks");
   return text + ")";
 }
 
 GlobalBatch global_batch_of(const Config& config) {
   GlobalBatch batch;
-  batch.batch_size = config.batch_size;
-  batch.accumulation = config.gradient_accumulation;
   batch.dynamic = config.batch_size_dynamic;
+  batch.batch_size = batch.dynamic ? config.dynamic_batch.initial : config.batch_size;
+  batch.accumulation = config.gradient_accumulation;
+  if (batch.dynamic) batch.dynamic_global = config.dynamic_batch.global_batch.value_or(0);
   return batch;
 }
 
@@ -183,8 +188,12 @@ GlobalBatch global_batch_of(const std::map<std::string, std::string>& values) {
   GlobalBatch batch;
   auto size = values.find("batch_size");
   batch.dynamic = size != values.end() && size->second == "dynamic";
-  batch.batch_size = int_value(values, "batch_size", 1);
+  batch.batch_size = batch.dynamic ? int_value(values, "dynamic_batch.initial", 32) : int_value(values, "batch_size", 1);
   batch.accumulation = int_value(values, "gradient_accumulation", 1);
+  if (batch.dynamic) {
+    auto global = values.find("dynamic_batch.global_batch");
+    if (global != values.end() && global->second != "null") batch.dynamic_global = int_value(values, "dynamic_batch.global_batch", 0);
+  }
   return batch;
 }
 
@@ -263,14 +272,13 @@ ResumeCheck check_resume_config(const std::string& checkpoint_yaml, const Config
 
     bool split_key = false;
     for (const char* split : kSplitKeys) split_key = split_key || key == split;
-    if (split_key && !batch_before.dynamic && !batch_after.dynamic &&
-        batch_before.samples() == batch_after.samples()) {
+    if (split_key && batch_before.samples() == batch_after.samples()) {
       if (!split_reported)
         check.notes.push_back(
             str_cat("the global batch stays ", batch_after.samples(), " samples per step, split as ",
                     batch_after.describe(), " instead of ", batch_before.describe(),
-                    "; the same samples in the same steps (the noise draws follow the split, so "
-                    "the numbers are not bit-identical to the old split)"));
+                    "; the same samples with the same noise in the same steps (the sums are taken in "
+                    "another order, so the numbers agree to fp32 rounding, not bit for bit)"));
       split_reported = true;
       continue;
     }

@@ -40,11 +40,12 @@ std::map<std::string, std::string> config_values(const std::string& resolved_yam
 /// How the global batch is made: micro-batch × accumulation steps × ranks. Ranks stay 1 until
 /// distributed training reads its world size from the config; global_batch_of then multiplies it in.
 struct GlobalBatch {
-  int64_t batch_size = 1;
+  int64_t batch_size = 1;  // batch_size: dynamic: dynamic_batch.initial
   int64_t accumulation = 1;
   int64_t ranks = 1;
-  bool dynamic = false;  // batch_size: dynamic (no fixed global batch)
-  int64_t samples() const { return batch_size * accumulation * ranks; }
+  bool dynamic = false;          // batch_size: dynamic: the micro-batches follow memory, the global batch is fixed
+  int64_t dynamic_global = 0;    // dynamic_batch.global_batch; 0 = batch_size × accumulation × ranks
+  int64_t samples() const { return dynamic_global > 0 ? dynamic_global : batch_size * accumulation * ranks; }
   std::string describe() const;
 };
 GlobalBatch global_batch_of(const Config& config);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
@@ -28,6 +29,8 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+std::string first_line_of(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::string format_duration(double seconds) {
   const int64_t total = static_cast<int64_t>(seconds + 0.5);
@@ -67,6 +70,8 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   if (resume_folder_) check_resumed_data(*resume_folder_, *stored);
   cursor_.row_bucket = dataset_->row_buckets();
   cursor_.step_samples = global_batch_of(config_).samples();
+  dynamic_ = config_.batch_size_dynamic;
+  global_samples_ = cursor_.step_samples;
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
@@ -109,10 +114,20 @@ void Trainer::announce() const {
   const auto& shape = dataset_->latent_shape();
   spdlog::info("data: {} ({} samples, latents [{}, {}, {}, {}], {} text tokens)", dataset_->describe(),
                dataset_->size(), shape[0], shape[1], shape[2], shape[3], dataset_->text_length());
-  spdlog::info("batch: {} x {} accumulation = {} samples per step; {} steps; lr {:g} ({} warmup, {})",
-               config_.batch_size, config_.gradient_accumulation,
-               config_.batch_size * config_.gradient_accumulation, config_.train.max_steps, config_.optimizer.lr,
-               config_.optimizer.warmup_steps, config_.optimizer.schedule);
+  if (dynamic_) {
+    const DynamicBatchSection& d = config_.dynamic_batch;
+    spdlog::info("batch: dynamic, {} samples per step; micro-batches from {} within [{}, {}]{}; {} steps; lr {:g} "
+                 "({} warmup, {})",
+                 global_samples_, d.initial, d.min, d.max,
+                 device_.is_cuda() ? str_cat(", sized per bucket to ", 100.0 * d.memory_fraction, " % of GPU memory")
+                                   : std::string(" (no GPU memory to size them to)"),
+                 config_.train.max_steps, config_.optimizer.lr, config_.optimizer.warmup_steps,
+                 config_.optimizer.schedule);
+  } else {
+    spdlog::info("batch: {} x {} accumulation = {} samples per step; {} steps; lr {:g} ({} warmup, {})",
+                 config_.batch_size, config_.gradient_accumulation, global_samples_, config_.train.max_steps,
+                 config_.optimizer.lr, config_.optimizer.warmup_steps, config_.optimizer.schedule);
+  }
   warn_unused_keys(config_, Command::kTrain);
 }
 
@@ -129,18 +144,20 @@ void Trainer::trace_batch(const std::vector<int64_t>& indices, const std::vector
                 << std::flush;
 }
 
-LatentBatch Trainer::next_batch() {
+LatentBatch Trainer::next_batch(std::vector<int64_t>* rows) {
   if (prefetcher_) {
     BatchPrefetcher::Item item = prefetcher_->next();
     position_ = {item.plan.epoch_after, item.plan.index_after};
     if (batch_trace_) trace_batch(item.plan.indices, item.plan.epochs, item.batch);
+    if (rows) *rows = item.plan.indices;
     return std::move(item.batch);
   }
   std::vector<int64_t> epochs;
   const std::vector<int64_t> indices =
-      cursor_.next(config_.batch_size, dataset_->size(), static_cast<uint64_t>(config_.train.seed), &epochs);
+      cursor_.next(fetch_size(), dataset_->size(), static_cast<uint64_t>(config_.train.seed), &epochs);
   LatentBatch batch = dataset_->get_batch(indices, epochs);
   if (batch_trace_) trace_batch(indices, epochs, batch);
+  if (rows) *rows = indices;
   return batch;
 }
 
@@ -153,43 +170,134 @@ torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::
   return torch::cat({noisy, first_frame.to(noisy.scalar_type()), mask.to(noisy.scalar_type())}, 1);
 }
 
+torch::Tensor Trainer::micro_step(const LatentBatch& batch, int64_t first, double weight) {
+  auto x0 = batch.latents.to(device_);
+  // Each sample's sigma and noise come from (seed, step, its index in the global batch).
+  const torch::Tensor keys = sample_keys(step_, first, x0.size(0), device_);
+  FlowMatchingSample sample =
+      make_flow_matching_sample(x0, flow_options_, keys, static_cast<uint64_t>(config_.train.seed));
+  TransformerInputs inputs;
+  inputs.hidden_states = image_condition(sample.noisy, x0);
+  inputs.timestep = sample.sigmas * 1000.0;
+  // Padding shared by the whole batch is dropped on the host (no device sync), and attention
+  // runs unmasked when nothing is left to mask.
+  TrimmedText text = trim_text_padding(batch.text_states, batch.text_mask);
+  inputs.encoder_hidden_states = text.states.to(device_);
+  inputs.encoder_attention_mask = text.mask.to(device_);
+  inputs.text_all_valid = text.all_valid;
+  inputs.pooled_projections = batch.pooled.to(device_);
+  if (model_config_.guidance_embeds) {
+    inputs.guidance = torch::full({x0.size(0)}, flow_options_.guidance * 1000.0, sample.sigmas.options());
+  }
+  torch::Tensor prediction;
+  {
+    AutocastScope autocast(autocast_, autocast_dtype_);
+    prediction = model_->forward(inputs);
+  }
+  // The loss in fp32, whatever the autocast type; `weight` is the micro-batch's share of the step.
+  auto loss = torch::mse_loss(prediction.to(torch::kFloat32), sample.target) * weight;
+  scaler_->scale_loss(loss).backward();
+  return loss.detach();
+}
+
 torch::Tensor Trainer::train_step() {
   optimizer_->zero_grad();
+  if (dynamic_) return finish_step(dynamic_micro_steps());
   const int64_t micro_steps = config_.gradient_accumulation;
   auto step_loss = torch::zeros({}, loss_sum_.options());
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     auto wait_start = Clock::now();
     LatentBatch batch = next_batch();
     data_wait_s_ += seconds_since(wait_start);
-
-    auto x0 = batch.latents.to(device_);
-    // Each sample's sigma and noise come from (seed, step, its index in the global batch).
-    const torch::Tensor keys = sample_keys(step_, micro * config_.batch_size, x0.size(0), device_);
-    FlowMatchingSample sample =
-        make_flow_matching_sample(x0, flow_options_, keys, static_cast<uint64_t>(config_.train.seed));
-    TransformerInputs inputs;
-    inputs.hidden_states = image_condition(sample.noisy, x0);
-    inputs.timestep = sample.sigmas * 1000.0;
-    // Padding shared by the whole batch is dropped on the host (no device sync), and attention
-    // runs unmasked when nothing is left to mask.
-    TrimmedText text = trim_text_padding(batch.text_states, batch.text_mask);
-    inputs.encoder_hidden_states = text.states.to(device_);
-    inputs.encoder_attention_mask = text.mask.to(device_);
-    inputs.text_all_valid = text.all_valid;
-    inputs.pooled_projections = batch.pooled.to(device_);
-    if (model_config_.guidance_embeds) {
-      inputs.guidance = torch::full({x0.size(0)}, flow_options_.guidance * 1000.0, sample.sigmas.options());
-    }
-    torch::Tensor prediction;
-    {
-      AutocastScope autocast(autocast_, autocast_dtype_);
-      prediction = model_->forward(inputs);
-    }
-    // The loss in fp32, whatever the autocast type.
-    auto loss = torch::mse_loss(prediction.to(torch::kFloat32), sample.target) / static_cast<double>(micro_steps);
-    scaler_->scale_loss(loss).backward();
-    step_loss += loss.detach();
+    step_loss += micro_step(batch, micro * config_.batch_size, 1.0 / static_cast<double>(micro_steps));
   }
+  last_micro_batch_ = config_.batch_size;
+  return finish_step(step_loss);
+}
+
+namespace {
+
+LatentBatch slice_batch(const LatentBatch& batch, int64_t first, int64_t count) {
+  return LatentBatch{batch.latents.slice(0, first, first + count), batch.text_states.slice(0, first, first + count),
+                     batch.text_mask.slice(0, first, first + count), batch.pooled.slice(0, first, first + count)};
+}
+
+}  // namespace
+
+torch::Tensor Trainer::dynamic_micro_steps() {
+  // The whole global batch is fetched at once (one bucket); its micro-batches follow the bucket's
+  // size, and each sample weighs 1 / global batch in the loss, however the batch is cut.
+  auto wait_start = Clock::now();
+  std::vector<int64_t> rows;
+  LatentBatch batch = next_batch(&rows);
+  data_wait_s_ += seconds_since(wait_start);
+  const int64_t total = batch.latents.size(0);
+  const int64_t bucket = cursor_.row_bucket.empty() || rows.empty() ? 0 : cursor_.row_bucket[rows.front()];
+  const DynamicBatchSection& limits = config_.dynamic_batch;
+  auto found = micro_batch_.find(bucket);
+  if (found == micro_batch_.end())
+    found = micro_batch_.emplace(bucket, std::clamp(limits.initial, limits.min, std::max(limits.min, limits.max))).first;
+  int64_t& micro = found->second;
+  // A bucket's first step on a GPU measures its peak memory per sample.
+  const bool measure = device_.is_cuda() && measured_.insert(bucket).second;
+  for (int64_t attempt = 0;; ++attempt) {
+    const int64_t size = std::min(micro, total);
+    GpuMemory before;
+    if (measure) {
+      reset_peak_memory(device_);
+      before = gpu_memory(device_);
+    }
+    try {
+      auto step_loss = torch::zeros({}, loss_sum_.options());
+      for (int64_t first = 0; first < total; first += size) {
+        const int64_t count = std::min(size, total - first);
+        // Injected at the attempt's last micro-batch: the ones before it have left gradients.
+        if (first + count == total && attempt == 0 && faults_.at(Fault::kOom, step_ + 1))
+          TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by TELETRON_FAULTS)");
+        step_loss += micro_step(slice_batch(batch, first, count), first,
+                                static_cast<double>(count) / static_cast<double>(total));
+      }
+      last_micro_batch_ = size;
+      if (measure) choose_micro_batch(bucket, size, before, gpu_memory(device_));
+      return step_loss;
+    } catch (const c10::OutOfMemoryError& error) {
+      optimizer_->zero_grad();  // nothing of the failed attempt is applied
+      release_cached_memory(device_);
+      TT_CHECK_HINT(size > limits.min, ErrorCode::kMemory,
+                    "lower dynamic_batch.min or dynamic_batch.memory_fraction, use a smaller bucket, or turn on "
+                    "model.activation_checkpointing",
+                    "step ", step_ + 1, ": out of memory at the smallest micro-batch (dynamic_batch.min = ", limits.min,
+                    ") for bucket ", bucket, ": ", first_line_of(error.what_without_backtrace()));
+      micro = std::max(limits.min, size / 2);
+      oom_retries_ += 1;
+      spdlog::warn("step {}: out of memory with micro-batches of {} (bucket {}): the step runs again from its start "
+                   "with {}", step_ + 1, size, bucket, micro);
+    }
+  }
+}
+
+void Trainer::choose_micro_batch(int64_t bucket, int64_t measured_size, const GpuMemory& before,
+                                 const GpuMemory& after) {
+  const DynamicBatchSection& limits = config_.dynamic_batch;
+  // The gradients (made during backward, whatever the micro-batch) are no sample's.
+  int64_t grad_bytes = 0;
+  for (const torch::Tensor& param : params_) grad_bytes += param.numel() * param.element_size();
+  const int64_t fixed = before.allocated + grad_bytes;
+  if (!after.known || after.peak <= fixed) return;
+  const double per_sample = static_cast<double>(after.peak - fixed) / static_cast<double>(measured_size);
+  const double room = limits.memory_fraction * static_cast<double>(after.total) - static_cast<double>(fixed);
+  const int64_t fits = room > 0 ? static_cast<int64_t>(room / per_sample) : 0;
+  const int64_t cap = std::max(limits.min, std::min(limits.max, global_samples_));
+  const int64_t chosen = std::clamp(fits, limits.min, cap);
+  micro_batch_[bucket] = chosen;
+  spdlog::info("dynamic batch: bucket {}: {:.2f} GiB per sample at its peak (micro-batch {}), {:.0f} % of {:.1f} GiB "
+               "allowed: micro-batches of {} ({} per step of {} samples)",
+               bucket, per_sample / (1u << 30), measured_size, 100.0 * limits.memory_fraction,
+               static_cast<double>(after.total) / (1u << 30), chosen, (global_samples_ + chosen - 1) / chosen,
+               global_samples_);
+}
+
+torch::Tensor Trainer::finish_step(const torch::Tensor& step_loss) {
   if (faults_.at(Fault::kNonfiniteGrad, step_ + 1)) {
     for (const torch::Tensor& param : params_) {
       if (!param.grad().defined()) continue;
@@ -275,7 +383,7 @@ void Trainer::run() {
         config_.data_pipeline.prefetch, device_,
         [this, seed] {
           PlannedBatch plan;
-          plan.indices = producer_cursor_.next(config_.batch_size, dataset_->size(), seed, &plan.epochs);
+          plan.indices = producer_cursor_.next(fetch_size(), dataset_->size(), seed, &plan.epochs);
           plan.epoch_after = producer_cursor_.position.epoch;
           plan.index_after = producer_cursor_.position.index;
           return plan;
@@ -283,7 +391,7 @@ void Trainer::run() {
         [this](const PlannedBatch& plan) { return dataset_->get_batch(plan.indices, plan.epochs); },
         [this](const PlannedBatch& plan) { dataset_->prepare(plan.indices, plan.epochs); },
         // Enough planned batches beyond the one in the VAE to keep every clip worker busy.
-        (config_.data_pipeline.workers + config_.batch_size - 1) / config_.batch_size);
+        (config_.data_pipeline.workers + fetch_size() - 1) / fetch_size());
     spdlog::info("data: the video pipeline runs up to {} batches ahead{}; {} clip worker(s) decode ahead of the VAE",
                  config_.data_pipeline.prefetch, device_.is_cuda() ? " on its own CUDA stream" : " on its own thread",
                  config_.data_pipeline.workers);
@@ -297,7 +405,7 @@ void Trainer::run() {
     spdlog::info("already at step {} of {}: nothing to train (raise --max-steps to continue)", step_, max_steps);
     return;
   }
-  const int64_t samples_per_step = config_.batch_size * config_.gradient_accumulation;
+  const int64_t samples_per_step = global_samples_;
   const int64_t start_step = step_;
   auto run_start = Clock::now();
   auto window_start = Clock::now();
@@ -354,8 +462,10 @@ void Trainer::run() {
                             {"data_wait_share", data_wait_share},
                             {"peak_mem_gb", peak_memory_gb(device_)},
                             {"epoch", position_.epoch},
-                            {"skipped_steps", static_cast<int64_t>(nonfinite_.item<double>())}};
+                            {"skipped_steps", static_cast<int64_t>(nonfinite_.item<double>())},
+                            {"micro_batch", last_micro_batch_}};
       if (scaler_->enabled()) row["loss_scale"] = scaler_->scale().item<double>();
+      if (dynamic_) row["oom_retries"] = oom_retries_;
       // Video on a GPU: the pipeline's GPU time per sample (samples whose events have completed).
       const PipelineGpuTime gpu_time = dataset_->take_gpu_time();
       if (gpu_time.samples > 0) {
@@ -365,6 +475,7 @@ void Trainer::run() {
       metrics_->write(row);
       loss_sum_.zero_();
       nonfinite_.zero_();
+      oom_retries_ = 0;
       data_wait_s_ = 0.0;
       window_first = step_ + 1;
       window_start = Clock::now();

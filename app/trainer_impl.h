@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "app/trainer.h"
 #include "app/training_data.h"
 #include "core/adamw.h"
+#include "core/device.h"
 #include "core/fault_injection.h"
 #include "core/loss_scaler.h"
 #include "core/metrics.h"
@@ -46,8 +49,20 @@ class Trainer {
   std::optional<StoredDataState> check_resume(const std::string& folder);
   void check_resumed_data(const std::string& folder, const StoredDataState& stored);
   void resume_from(const std::string& folder);
-  LatentBatch next_batch();
+  /// The next batch the data order holds (fetch_size() samples); `rows` gets their manifest rows.
+  LatentBatch next_batch(std::vector<int64_t>* rows = nullptr);
+  /// Samples per fetch: batch_size, or with batch_size: dynamic the whole global batch.
+  int64_t fetch_size() const { return dynamic_ ? global_samples_ : config_.batch_size; }
   torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
+  /// Forward and backward of one micro-batch holding samples first.. of the step, its loss scaled
+  /// by `weight` (its share of the step); returns that loss, detached.
+  torch::Tensor micro_step(const LatentBatch& batch, int64_t first, double weight);
+  /// batch_size: dynamic: the step's micro-batches at the bucket's size, again from the start with
+  /// half of it after an out-of-memory error; returns the step's loss.
+  torch::Tensor dynamic_micro_steps();
+  void choose_micro_batch(int64_t bucket, int64_t measured_size, const GpuMemory& before, const GpuMemory& after);
+  /// Clip, the (skipped when non-finite) update and the loss scale's update.
+  torch::Tensor finish_step(const torch::Tensor& step_loss);
   void save_checkpoint();
   void check_finite(int64_t first_step, int64_t last_step);
 
@@ -70,6 +85,12 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LossScaler> scaler_;  // fp16: dynamic loss scaling; otherwise non-finite detection only
   FaultPlan faults_;                    // TELETRON_FAULTS (tests)
+  bool dynamic_ = false;                // batch_size: dynamic
+  int64_t global_samples_ = 1;          // samples per optimizer step
+  std::map<int64_t, int64_t> micro_batch_;  // dynamic: bucket (0 without buckets) -> micro-batch (checkpointed)
+  std::set<int64_t> measured_;              // dynamic: buckets whose memory per sample was measured
+  int64_t last_micro_batch_ = 0;            // the last step's micro-batch (metrics)
+  int64_t oom_retries_ = 0;                 // dynamic: steps run again after out-of-memory, since the last report
   std::unique_ptr<TrainingData> dataset_;
   FlowMatchingOptions flow_options_;
   DataCursor cursor_;                   // consumed by training steps (checkpointed)

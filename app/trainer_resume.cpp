@@ -32,6 +32,13 @@ void Trainer::save_checkpoint() {
                   "weight ", name, " is not finite after step ", step_, " (the update overflowed); checkpoint not written");
   for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
   for (auto& [key, value] : scaler_->state_dict()) ckpt.state[key] = value;
+  // batch_size: dynamic: each bucket's micro-batch (int64 (buckets, 2): bucket, micro-batch).
+  if (!micro_batch_.empty()) {
+    std::vector<int64_t> pairs;
+    for (const auto& [bucket, micro] : micro_batch_) pairs.insert(pairs.end(), {bucket, micro});
+    ckpt.state["dynamic.micro_batches"] =
+        torch::tensor(pairs, torch::kInt64).view({static_cast<int64_t>(micro_batch_.size()), 2});
+  }
   // The bucket assignment the epochs are dealt from, reused on resume (int64 (rows), -1: no bucket).
   if (!cursor_.row_bucket.empty()) ckpt.state["data.row_buckets"] = torch::tensor(cursor_.row_bucket, torch::kInt64);
   ckpt.info["step"] = step_;
@@ -113,6 +120,19 @@ void Trainer::resume_from(const std::string& folder) {
   checkpoint::Checkpoint ckpt = checkpoint::load(folder);
   load_weights_into(model_->diffusers_parameters(), ckpt.model, folder + "/model.safetensors");
   optimizer_->load_state_dict(ckpt.state);
+  if (auto micro = ckpt.state.find("dynamic.micro_batches"); dynamic_ && micro != ckpt.state.end()) {
+    const torch::Tensor pairs = micro->second.to(torch::kInt64).contiguous();
+    TT_CHECK(pairs.dim() == 2 && pairs.size(1) == 2, ErrorCode::kCheckpoint, folder,
+             ": dynamic.micro_batches must be (buckets, 2), got ", pairs.sizes());
+    const DynamicBatchSection& limits = config_.dynamic_batch;
+    for (int64_t i = 0; i < pairs.size(0); ++i) {
+      const int64_t bucket = pairs[i][0].item<int64_t>();
+      // Within this run's limits, which a resume may have changed; measured already: not again.
+      micro_batch_[bucket] = std::clamp(pairs[i][1].item<int64_t>(), limits.min, std::max(limits.min, limits.max));
+      measured_.insert(bucket);
+    }
+    spdlog::info("resume: the micro-batches of {} bucket(s) come from the checkpoint", pairs.size(0));
+  }
   if (!scaler_->load_state_dict(ckpt.state))
     spdlog::info("resume: {} holds no loss scale (a bf16 or fp32 run): fp16 scaling starts from {:g}", folder,
                  config_.mixed_precision.init_scale);

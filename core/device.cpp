@@ -14,6 +14,7 @@
 
 #ifdef TELETRON_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -74,6 +75,30 @@ double peak_memory_gb(const torch::Device& device) {
 void reset_peak_memory(const torch::Device& device) {
 #ifdef TELETRON_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+}
+
+GpuMemory gpu_memory(const torch::Device& device) {
+  GpuMemory memory;
+#ifdef TELETRON_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    memory.allocated = stats.allocated_bytes[0].current;
+    memory.peak = stats.allocated_bytes[0].peak;
+    size_t free_bytes = 0, total_bytes = 0;
+    const c10::cuda::CUDAGuard guard(device);
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      memory.total = static_cast<int64_t>(total_bytes);
+      memory.known = true;
+    }
+  }
+#endif
+  return memory;
+}
+
+void release_cached_memory(const torch::Device& device) {
+#ifdef TELETRON_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
 

@@ -24,6 +24,16 @@ std::string configure_attention_backend();
 double peak_memory_gb(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);
 
+/// The CUDA caching allocator's bytes on `device` (known = false on the CPU): allocated now, the
+/// peak since reset_peak_memory, and the device's total memory.
+struct GpuMemory {
+  bool known = false;
+  int64_t allocated = 0, peak = 0, total = 0;
+};
+GpuMemory gpu_memory(const torch::Device& device);
+/// Returns the allocator's cached, unused blocks to the driver (after an out-of-memory error).
+void release_cached_memory(const torch::Device& device);
+
 /// CPU cores this process may run on (its affinity mask, so `taskset` counts).
 int allowed_cpu_count();
 

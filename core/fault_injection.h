@@ -1,6 +1,6 @@
 // Faults on demand, for tests of the recovery paths: TELETRON_FAULTS="KIND@STEP[,STEP...][;KIND@...]"
 // names the optimizer steps (1-based, the step being computed) where each fault happens, e.g.
-// "nonfinite_grad@3,4". Read once by the object that acts on it (a Trainer), never a global: two
+// "nonfinite_grad@3,4;oom@2". Read once by the object that acts on it (a Trainer), never a global: two
 // ranks in one process each hold their own plan.
 #pragma once
 
@@ -12,6 +12,7 @@ namespace tt {
 
 enum class Fault {
   kNonfiniteGrad,  // after backward, one gradient is set to inf (loss scaling must absorb it)
+  kOom,            // the step's last micro-batch raises CUDA's out-of-memory error (once per listed step)
 };
 
 class FaultPlan {
@@ -21,13 +22,13 @@ class FaultPlan {
   /// The plan TELETRON_FAULTS describes (empty when unset).
   static FaultPlan from_environment();
 
-  bool empty() const { return nonfinite_grad_.empty(); }
+  bool empty() const { return nonfinite_grad_.empty() && oom_.empty(); }
   bool at(Fault fault, int64_t step) const;
-  /// "nonfinite_grad@3,4", for the start-up log.
+  /// "nonfinite_grad@3,4;oom@2", for the start-up log.
   std::string describe() const;
 
  private:
-  std::set<int64_t> nonfinite_grad_;
+  std::set<int64_t> nonfinite_grad_, oom_;
 };
 
 }  // namespace tt

@@ -250,7 +250,7 @@ TEST_CASE("the original design's example loads", "[config]") {
     INFO(path);
     CHECK(has_warning(c, path, "has no effect yet (arrives with"));
   }
-  CHECK(has_warning(c, "batch_size", "set to dynamic (config.yaml:2:15), but dynamic has no effect yet"));
+  CHECK(times_named(warnings(c), "batch_size") == 0);  // dynamic batching is built
   // bf16 (the default dtype) scales no loss.
   CHECK(has_warning(c, "mixed_precision.loss_scale_window", "but only mixed_precision.dtype: fp16 scales the loss"));
   CHECK(has_warning(c, "data_pipeline.video_decoding", "data.source is latents: the video pipeline is not used"));
@@ -258,7 +258,7 @@ TEST_CASE("the original design's example loads", "[config]") {
   CHECK(has_warning(c, "data_pipeline.frame_sampler.samples_per_clip", "data.source is latents"));
   CHECK(times_named(warnings(c), "gradient_accumulation") == 0);
   CHECK(times_named(warnings(c), "mixed_precision.enabled") == 0);
-  CHECK(tt::unused_key_warnings(c, tt::Command::kTrain).size() == 9);  // one per key, no duplicates
+  CHECK(tt::unused_key_warnings(c, tt::Command::kTrain).size() == 8);  // one per key, no duplicates
   // validate-data uses the sampler keys and video_decoding: it names only what it cannot use.
   const std::string validate = warnings(c, tt::Command::kValidateData);
   CHECK(times_named(validate, "data_pipeline.frame_sampler.mode") == 0);
@@ -271,7 +271,7 @@ TEST_CASE("the original design's example loads", "[config]") {
   check_same(from_disk, c);
   REQUIRE(from_disk.set_keys.size() == c.set_keys.size());
   for (size_t i = 0; i < c.set_keys.size(); ++i) CHECK(from_disk.set_keys[i].path == c.set_keys[i].path);
-  CHECK(tt::unused_key_warnings(from_disk, tt::Command::kTrain).size() == 9);
+  CHECK(tt::unused_key_warnings(from_disk, tt::Command::kTrain).size() == 8);
 #endif
 }
 
@@ -519,15 +519,15 @@ TEST_CASE("not-yet-implemented keys are listed only when written", "[config]") {
                       "batch_size: 4\n"))
             .empty());
   tt::Config c = load(
-      "tele_tron:\n  data: {source: video}\n  batch_size: dynamic\n  cuda_graph: {enabled: "
+      "tele_tron:\n  data: {source: video}\n  data_pipeline: {frame_sampler: {mode: motion}}\n  cuda_graph: {enabled: "
       "true}\n  model: {weights: w.safetensors, activation_checkpointing: true}\n");
   CHECK(tt::unused_key_warnings(c, tt::Command::kTrain).size() == 2);
   // Built since: data.source video (the video pipeline), initial weights, activation
   // checkpointing are never flagged.
   CHECK(times_named(warnings(c), "data.source") == 0);
-  CHECK(has_warning(c, "batch_size",
-                    "set to dynamic (config.yaml:3:15), but dynamic has no effect yet (arrives with dynamic batch "
-                    "sizing); meanwhile the batch is 1 sample"));
+  CHECK(has_warning(c, "data_pipeline.frame_sampler.mode",
+                    "set to motion (config.yaml:3:41), but motion has no effect yet (arrives with motion filtering "
+                    "with optical flow); meanwhile frames are sampled stratified"));
   CHECK(has_warning(c, "cuda_graph.enabled", "set (config.yaml:4:25), but has no effect yet (arrives with the "
                                              "CUDA-graph engine)"));
   CHECK(times_named(warnings(c), "model.weights") == 0);
@@ -546,7 +546,7 @@ TEST_CASE("set overrides beat the file and are validated like it", "[config]") {
                       {"optimizer.lr=2e-5", "optimizer.betas=[0.9,0.95]", "model.weights=null",
                        "batch_size=dynamic", "tele_tron.train.seed=7",
                        "data.buckets=[{frames: 17, height: 256, width: 256}]",
-                       "model.activation_checkpointing={every_n: 3}"});
+                       "model.activation_checkpointing={every_n: 3}", "cuda_graph.warmup_steps=3"});
   CHECK(c.optimizer.lr == 2e-5);
   CHECK(c.optimizer.beta1 == 0.9);
   CHECK(c.optimizer.beta2 == 0.95);
@@ -555,7 +555,8 @@ TEST_CASE("set overrides beat the file and are validated like it", "[config]") {
   CHECK(c.train.seed == 7);
   CHECK(c.data.buckets == std::vector<tt::Bucket>{{17, 256, 256}});
   CHECK(c.model.activation_checkpointing_every_n == 3);
-  CHECK(has_warning(c, "batch_size", "set to dynamic (--set batch_size=dynamic), but dynamic has no effect yet"));
+  CHECK(times_named(warnings(c), "batch_size") == 0);
+  CHECK(has_warning(c, "cuda_graph.warmup_steps", "set (--set cuda_graph.warmup_steps=3), but has no effect yet"));
 
   // Onto an empty root, and creating sections the file does not have.
   CHECK(load("tele_tron:\n", {"cuda_graph.retry=5"}).cuda_graph.retry == 5);

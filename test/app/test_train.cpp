@@ -393,6 +393,51 @@ TEST_CASE("resume keeps the loss scale: fp16 N steps == N/2 + resume + N/2, bit 
   for (size_t i = 0; i < 8; ++i) CHECK(a[i]["loss_scale"] == b[i]["loss_scale"]);
 }
 
+TEST_CASE("dynamic batch: an injected out-of-memory halves the micro-batch and runs the step again; the weights "
+          "are a fixed run's of the same global batch", "[train][dynamic]") {
+  Workspace ws(8);
+  // Global batch 4: fixed as 4 x 1; dynamic from micro-batches of 4, halved at steps 2 and 3.
+  const std::string fixed = ws.dir / "fixed";
+  auto a = run_teletron("train " + ws.config + " --output " + fixed + " --set batch_size=4");
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  const std::string dynamic = ws.dir / "dynamic";
+  const std::string sets = " --set batch_size=dynamic --set dynamic_batch.initial=4 --set dynamic_batch.min=1";
+  auto b = train_with_faults("oom@2,3", "train " + ws.config + " --output " + dynamic + sets);
+  INFO(b.output);
+  REQUIRE(b.exit_code == 0);
+  CHECK_THAT(b.output, ContainsSubstring("batch: dynamic, 4 samples per step"));
+  CHECK_THAT(b.output, ContainsSubstring("step 2: out of memory with micro-batches of 4 (bucket 0): the step runs "
+                                         "again from its start with 2"));
+  CHECK_THAT(b.output, ContainsSubstring("step 3: out of memory with micro-batches of 2 (bucket 0)"));
+  const std::vector<nlohmann::json> rows = read_metrics(dynamic + "/metrics.jsonl");
+  REQUIRE(rows.size() == 8);
+  const std::vector<int64_t> micro = {4, 2, 1, 1, 1, 1, 1, 1};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    INFO(rows[i].dump());
+    CHECK(rows[i]["micro_batch"].get<int64_t>() == micro[i]);
+    CHECK(rows[i]["oom_retries"].get<int64_t>() == (i == 1 || i == 2 ? 1 : 0));
+  }
+  // Same samples, same noise, nothing of a failed attempt applied: the fixed run's weights up to
+  // fp32 summation order.
+  const auto left = tt::checkpoint::load(fixed + "/checkpoints/step_0000008");
+  const auto right = tt::checkpoint::load(dynamic + "/checkpoints/step_0000008");
+  double worst = 0.0;
+  for (const auto& [name, tensor] : left.model) {
+    const torch::Tensor other = right.model.at(name);
+    worst = std::max(worst, (tensor - other).abs().max().item<double>() / (tensor.abs().max().item<double>() + 1e-12));
+  }
+  INFO("largest relative weight difference " << worst);
+  CHECK(worst < 1e-4);
+  CHECK(right.state.at("dynamic.micro_batches").sizes() == torch::IntArrayRef({1, 2}));
+  CHECK(right.state.at("dynamic.micro_batches")[0][1].item<int64_t>() == 1);
+  // Out of memory at dynamic_batch.min stops with TT_ERR_MEMORY.
+  auto c = train_with_faults("oom@1", "train " + ws.config + " --output " + (ws.dir / "floor") +
+                                          " --set batch_size=dynamic --set dynamic_batch.initial=1 --set dynamic_batch.min=1");
+  CHECK(c.exit_code == tt::error_exit_code(tt::ErrorCode::kMemory));
+  CHECK_THAT(c.output, ContainsSubstring("out of memory at the smallest micro-batch (dynamic_batch.min = 1)"));
+}
+
 TEST_CASE("train --profile writes a Chrome trace of the steps it names", "[train][profile]") {
   Workspace ws(4);
   const std::string run = ws.dir / "run";

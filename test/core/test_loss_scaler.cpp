@@ -93,6 +93,10 @@ TEST_CASE("TELETRON_FAULTS names fault kinds and steps; anything else is TT_ERR_
   CHECK(plan.at(tt::Fault::kNonfiniteGrad, 9));
   CHECK_FALSE(plan.at(tt::Fault::kNonfiniteGrad, 4));
   CHECK(plan.describe() == "nonfinite_grad@3,5,9");
+  const tt::FaultPlan both = tt::FaultPlan::parse("oom@2;nonfinite_grad@4", "TELETRON_FAULTS");
+  CHECK(both.at(tt::Fault::kOom, 2));
+  CHECK_FALSE(both.at(tt::Fault::kOom, 4));
+  CHECK(both.describe() == "nonfinite_grad@4;oom@2");
   CHECK(tt::FaultPlan::parse("", "x").empty());
   for (const char* bad : {"nonfinite_grad", "oops@3", "nonfinite_grad@0", "nonfinite_grad@3x", "nonfinite_grad@", "nonfinite_grad@3,", "nonfinite_grad@3,,4"}) {
     INFO(bad);
