@@ -45,6 +45,7 @@ struct DataSection {
   double caption_dropout = 0.0;
   double max_failed_share = 0.01;
   std::optional<double> min_motion;
+  int64_t prefetch = 2;  // data.source: latents: batches read ahead on a thread (0 = inside the step)
 
   bool operator==(const DataSection&) const = default;
 };

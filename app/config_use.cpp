@@ -60,6 +60,7 @@ const IdleReason kIdleReasons[] = {
     {kReadTrainLatents, "data_pipeline.", "data.source is latents: the video pipeline is not used"},
     {kReadTrainLatents, "data.buckets",
      "data.source is latents: the cached latents keep the shapes they were written with"},
+    {kReadTrainVideo, "data.prefetch", "data.source is video: data_pipeline.prefetch sets how far its pipeline runs ahead"},
     {kReadTrainLatents, "data.max_failed_share",
      "data.source is latents: every row is checked before step 0 and a bad one stops the run"},
     {kReadBench, "model.weights", "bench times randomly initialised weights"},

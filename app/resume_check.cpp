@@ -29,6 +29,7 @@ const SafeKey kSafeKeys[] = {
     {"data.max_failed_share",
      "how many failed samples stop the run; which rows replace a failure is unchanged"},
     {"data_pipeline.prefetch", "how far the pipeline runs ahead; the same batches"},
+    {"data.prefetch", "how far the cached latents are read ahead; the same batches"},
     {"data_pipeline.workers", "how many threads decode; the same batches"},
     {"data_pipeline.video_decoding",
      "where clips are decoded; the same frames, pixels within the colour tolerance of the two paths"},

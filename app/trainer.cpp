@@ -155,9 +155,22 @@ LatentBatch Trainer::next_batch(std::vector<int64_t>* rows) {
   std::vector<int64_t> epochs;
   const std::vector<int64_t> indices =
       cursor_.next(fetch_size(), dataset_->size(), static_cast<uint64_t>(config_.train.seed), &epochs);
-  LatentBatch batch = dataset_->get_batch(indices, epochs);
+  LatentBatch batch = stage(dataset_->get_batch(indices, epochs));
   if (batch_trace_) trace_batch(indices, epochs, batch);
   if (rows) *rows = indices;
+  return batch;
+}
+
+LatentBatch Trainer::stage(LatentBatch batch) const {
+  if (!device_.is_cuda()) return batch;
+  // Host tensors go through pinned memory without a host wait, on the current stream (the
+  // producer's, when prefetching); the (small) mask stays on the host, where the padding trim reads it.
+  auto on_device = [this](const torch::Tensor& tensor) {
+    return tensor.is_cuda() ? tensor : tensor.pin_memory().to(device_, /*non_blocking=*/true);
+  };
+  batch.latents = on_device(batch.latents);
+  batch.text_states = on_device(batch.text_states);
+  batch.pooled = on_device(batch.pooled);
   return batch;
 }
 
@@ -183,7 +196,7 @@ torch::Tensor Trainer::micro_step(const LatentBatch& batch, int64_t first, doubl
   // runs unmasked when nothing is left to mask.
   TrimmedText text = trim_text_padding(batch.text_states, batch.text_mask);
   inputs.encoder_hidden_states = text.states.to(device_);
-  inputs.encoder_attention_mask = text.mask.to(device_);
+  inputs.encoder_attention_mask = text.mask.to(device_, /*non_blocking=*/true);
   inputs.text_all_valid = text.all_valid;
   inputs.pooled_projections = batch.pooled.to(device_);
   if (model_config_.guidance_embeds) {
@@ -375,12 +388,14 @@ void Trainer::run() {
     load_weights(*initial_weights_, model_->diffusers_parameters());
     spdlog::info("initial weights: {}", initial_weights_->description);
   }
-  if (config_.data.source == "video" && config_.data_pipeline.prefetch > 0) {
+  const bool video = config_.data.source == "video";
+  const int64_t ahead = video ? config_.data_pipeline.prefetch : config_.data.prefetch;
+  if (ahead > 0) {
     // The producer starts where the consumed position stands (after a resume too) and runs ahead.
     producer_cursor_ = cursor_;
     const uint64_t seed = static_cast<uint64_t>(config_.train.seed);
     prefetcher_ = std::make_unique<BatchPrefetcher>(
-        config_.data_pipeline.prefetch, device_,
+        ahead, device_,
         [this, seed] {
           PlannedBatch plan;
           plan.indices = producer_cursor_.next(fetch_size(), dataset_->size(), seed, &plan.epochs);
@@ -388,17 +403,23 @@ void Trainer::run() {
           plan.index_after = producer_cursor_.position.index;
           return plan;
         },
-        [this](const PlannedBatch& plan) { return dataset_->get_batch(plan.indices, plan.epochs); },
+        [this](const PlannedBatch& plan) { return stage(dataset_->get_batch(plan.indices, plan.epochs)); },
         [this](const PlannedBatch& plan) { dataset_->prepare(plan.indices, plan.epochs); },
-        // Enough planned batches beyond the one in the VAE to keep every clip worker busy.
-        (config_.data_pipeline.workers + fetch_size() - 1) / fetch_size());
-    spdlog::info("data: the video pipeline runs up to {} batches ahead{}; {} clip worker(s) decode ahead of the VAE",
-                 config_.data_pipeline.prefetch, device_.is_cuda() ? " on its own CUDA stream" : " on its own thread",
-                 config_.data_pipeline.workers);
+        // Video: enough planned batches beyond the one in the VAE to keep every clip worker busy.
+        video ? (config_.data_pipeline.workers + fetch_size() - 1) / fetch_size() : 0);
+    const char* where = device_.is_cuda() ? " on its own CUDA stream" : " on its own thread";
+    if (video) {
+      spdlog::info("data: the video pipeline runs up to {} batches ahead{}; {} clip worker(s) decode ahead of the VAE",
+                   ahead, where, config_.data_pipeline.workers);
+    } else {
+      spdlog::info("data: cached latents read up to {} batches ahead{}{}", ahead, where,
+                   device_.is_cuda() ? ", through pinned memory" : "");
+    }
   }
   write_file_atomically((run_dir_ / "config.resolved.yaml").string(), config_to_yaml(config_));
   // Rows past the restored step (the steps this run redoes) go; a fresh run (step 0) starts empty.
   metrics_ = std::make_unique<MetricsLog>((run_dir_ / "metrics.jsonl").string(), step_);
+  writer_ = std::make_unique<CheckpointWriter>(checkpoints.string(), config_.train.keep_checkpoints);
 
   const int64_t max_steps = config_.train.max_steps;
   if (step_ >= max_steps) {
@@ -482,6 +503,7 @@ void Trainer::run() {
     }
     if (checkpoint_now) save_checkpoint();
   }
+  writer_->finish();  // the last checkpoint is on disk before the run says it is done
   spdlog::info("done: {} steps in {}, run folder {}", step_ - start_step, format_duration(seconds_since(run_start)),
                run_dir_.string());
 }

@@ -20,6 +20,7 @@
 #include "app/trainer.h"
 #include "app/training_data.h"
 #include "core/adamw.h"
+#include "core/checkpoint_writer.h"
 #include "core/device.h"
 #include "core/fault_injection.h"
 #include "core/loss_scaler.h"
@@ -51,6 +52,9 @@ class Trainer {
   void resume_from(const std::string& folder);
   /// The next batch the data order holds (fetch_size() samples); `rows` gets their manifest rows.
   LatentBatch next_batch(std::vector<int64_t>* rows = nullptr);
+  /// On a GPU: the batch's host tensors but the text mask (the padding trim reads it on the host)
+  /// copied to the device through pinned memory, without a host wait.
+  LatentBatch stage(LatentBatch batch) const;
   /// Samples per fetch: batch_size, or with batch_size: dynamic the whole global batch.
   int64_t fetch_size() const { return dynamic_ ? global_samples_ : config_.batch_size; }
   torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
@@ -98,6 +102,7 @@ class Trainer {
   DataCursor producer_cursor_;          // the prefetch producer's, ahead of cursor_
   std::unique_ptr<BatchPrefetcher> prefetcher_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<CheckpointWriter> writer_;  // checkpoints written on a thread of their own
   ProfileWindow profile_window_;           // --profile
   std::unique_ptr<StepProfiler> profiler_;
   // TELETRON_TRACE_BATCHES=FILE (tests): one JSON line per batch taken, with its rows and a checksum.

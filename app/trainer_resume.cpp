@@ -54,9 +54,9 @@ void Trainer::save_checkpoint() {
   // 2: data.index counts samples in bucket mode too (format 1 counted batches), manifest_hash and
   // data.row_buckets added. 3: the noise is keyed by (seed, step, sample), no generator state.
   ckpt.info["format"] = 3;
-  const std::string folder = checkpoint::save((run_dir_ / "checkpoints").string(), ckpt);
-  checkpoint::prune((run_dir_ / "checkpoints").string(), config_.train.keep_checkpoints);
-  spdlog::info("checkpoint: {}", folder);
+  // The snapshot above is host memory nothing else touches: the write happens behind the next
+  // steps (a failed write stops the run at the next checkpoint or at its end).
+  writer_->submit(std::move(ckpt));
 }
 
 std::optional<std::string> Trainer::find_resume_folder() const {

@@ -438,6 +438,46 @@ TEST_CASE("dynamic batch: an injected out-of-memory halves the micro-batch and r
   CHECK_THAT(c.output, ContainsSubstring("out of memory at the smallest micro-batch (dynamic_batch.min = 1)"));
 }
 
+// Cached latents read ahead (data.prefetch, the default 2) against inside the step (0): the same
+// batches, in order, and on the CPU the same weights bit for bit, also across a resume.
+void check_latent_prefetch(const std::string& device) {
+  Workspace ws(6);
+  const std::string sets = " --device " + device + " --set batch_size=2 --set gradient_accumulation=2";
+  auto inline_run = train_traced(ws.config, ws.dir / "inline", ws.dir / "inline.trace", sets + " --set data.prefetch=0");
+  INFO(inline_run.output);
+  REQUIRE(inline_run.exit_code == 0);
+  CHECK_THAT(inline_run.output, !ContainsSubstring("batches ahead"));
+  auto ahead = train_traced(ws.config, ws.dir / "ahead", ws.dir / "ahead.trace", sets + " --max-steps 4");
+  INFO(ahead.output);
+  REQUIRE(ahead.exit_code == 0);
+  CHECK_THAT(ahead.output, ContainsSubstring("data: cached latents read up to 2 batches ahead"));
+  auto resumed = train_traced(ws.config, ws.dir / "ahead", ws.dir / "ahead.trace", sets + " --resume auto");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const std::vector<nlohmann::json> want = read_metrics(ws.dir / "inline.trace");
+  const std::vector<nlohmann::json> got = read_metrics(ws.dir / "ahead.trace");
+  REQUIRE(want.size() == 16);  // 8 steps of 2 micro-batches
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("batch " << i);
+    CHECK(got[i]["indices"] == want[i]["indices"]);
+    CHECK(got[i]["latents_sum"] == want[i]["latents_sum"]);
+  }
+  if (device == "cpu")
+    check_same_checkpoints(ws.dir / "inline/checkpoints/step_0000008", ws.dir / "ahead/checkpoints/step_0000008");
+}
+
+TEST_CASE("cached latents read ahead give the synchronous run's batches and weights; resume is exact",
+          "[train][prefetch]") {
+  check_latent_prefetch("cpu");
+}
+
+TEST_CASE("cached latents read ahead through pinned memory on CUDA give the synchronous run's batches",
+          "[gpu][train][prefetch]") {
+  TT_REQUIRE_GPU();
+  check_latent_prefetch("cuda");
+}
+
 TEST_CASE("train --profile writes a Chrome trace of the steps it names", "[train][profile]") {
   Workspace ws(4);
   const std::string run = ws.dir / "run";
