@@ -1,0 +1,102 @@
+// GraphPolicy (see graph_policy.h): the per-shape state machine.
+#include "core/graph_policy.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+
+namespace tt {
+
+GraphPolicy::GraphPolicy(const GraphPolicyOptions& options) : options_(options) {
+  TT_ASSERT(options.warmup_steps >= 0 && options.capture_frequency >= 1 && options.retry >= 0 &&
+                options.threshold > 0,
+            "GraphPolicy: bad options");
+}
+
+GraphPolicy::Shape& GraphPolicy::at(const std::string& shape) { return shapes_[shape]; }
+
+GraphAction GraphPolicy::next(const std::string& shape) {
+  Shape& s = at(shape);
+  switch (s.phase) {
+    case Phase::kWarmup:
+      return GraphAction::kEager;
+    case Phase::kCaptureDue:
+      return GraphAction::kCapture;
+    case Phase::kReplaying:
+      return GraphAction::kReplay;
+    case Phase::kEagerForGood:
+      return GraphAction::kEager;
+  }
+  return GraphAction::kEager;
+}
+
+void GraphPolicy::eager_step(const std::string& shape, double ms) {
+  Shape& s = at(shape);
+  s.eager_steps += 1;
+  if (s.eager_steps > 1) {  // the first pays for allocation and kernel choice
+    s.eager_ms_sum += ms;
+    s.timed += 1;
+  }
+  if (s.phase != Phase::kWarmup) return;
+  if (s.failures == 0) {
+    if (s.eager_steps >= std::max<int64_t>(options_.warmup_steps, 2)) s.phase = Phase::kCaptureDue;
+  } else if (--s.wait <= 0) {
+    s.phase = Phase::kCaptureDue;
+  }
+}
+
+void GraphPolicy::capture_succeeded(const std::string& shape) {
+  Shape& s = at(shape);
+  s.phase = Phase::kReplaying;
+  s.window_replays = 0;
+  s.window_ms_sum = 0;
+}
+
+void GraphPolicy::capture_failed(const std::string& shape) {
+  Shape& s = at(shape);
+  s.failures += 1;
+  if (s.failures > options_.retry) {
+    s.phase = Phase::kEagerForGood;
+    return;
+  }
+  s.phase = Phase::kWarmup;
+  s.wait = options_.capture_frequency;
+}
+
+void GraphPolicy::replay_step(const std::string& shape, double ms) {
+  Shape& s = at(shape);
+  if (s.phase != Phase::kReplaying) return;
+  s.window_replays += 1;
+  s.window_ms_sum += ms;
+  if (s.window_replays < options_.capture_frequency) return;
+  const double replay = s.window_ms_sum / static_cast<double>(s.window_replays);
+  const double eager = s.timed > 0 ? s.eager_ms_sum / static_cast<double>(s.timed) : 0.0;
+  s.last_speedup = replay > 0 ? eager / replay : 0.0;
+  s.window_replays = 0;
+  s.window_ms_sum = 0;
+  if (s.last_speedup < std::max(options_.threshold, 1.0)) {
+    s.phase = Phase::kEagerForGood;
+    s.dropped = true;
+  }
+}
+
+bool GraphPolicy::dropped(const std::string& shape) const {
+  const auto found = shapes_.find(shape);
+  return found != shapes_.end() && found->second.dropped;
+}
+
+std::string GraphPolicy::describe(const std::string& shape) const {
+  const auto found = shapes_.find(shape);
+  if (found == shapes_.end()) return "no steps yet";
+  const Shape& s = found->second;
+  const double eager = s.timed > 0 ? s.eager_ms_sum / static_cast<double>(s.timed) : 0.0;
+  std::string text = str_cat("eager ", eager, " ms (", s.timed, " timed)");
+  if (s.failures > 0) text += str_cat(", ", s.failures, " failed capture(s)");
+  if (s.last_speedup > 0)
+    text += str_cat(", replay ", eager / s.last_speedup, " ms: ", s.last_speedup, "x, ",
+                    s.dropped ? "dropped (not faster than the threshold allows)" : "kept");
+  if (s.phase == Phase::kEagerForGood && !s.dropped) text += ", eager for good (out of retries)";
+  return text;
+}
+
+}  // namespace tt
