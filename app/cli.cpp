@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "app/bench.h"
+#include "app/bench_train.h"
 #include "app/bench_vae.h"
 #include "app/bench_video.h"
 #include "app/config.h"
@@ -131,6 +132,12 @@ struct BenchArgs {
   std::string preset;
   std::string device;
   bool no_optimizer = false;
+  std::string suite = "model";
+  bool ablation = false;
+  int64_t accumulation = 1;
+  int64_t samples = 16;
+  int64_t profile_steps = 10;
+  std::string work_dir;
   BenchOptions options;
 };
 
@@ -140,6 +147,27 @@ int run_bench_command(BenchArgs& args) {
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", overrides)
                                             : load_config(args.config, overrides);
+  if (args.suite == "train") {
+    // The training loop's own rows; its start-up banner warns about the config's idle keys.
+    BenchTrainOptions train;
+    train.config = args.options.config;
+    train.batch = args.options.batch;
+    train.accumulation = args.accumulation;
+    train.frames = args.options.frames;
+    train.height = args.options.height;
+    train.width = args.options.width;
+    train.text_tokens = args.options.text_tokens;
+    train.samples = args.samples;
+    train.warmup = args.options.warmup;
+    train.steps = args.options.steps;
+    train.profile_steps = args.profile_steps;
+    train.ablation = args.ablation;
+    train.work_dir = args.work_dir;
+    train.json_path = args.options.json_path;
+    run_bench_train(train);
+    return 0;
+  }
+  TT_CHECK_HINT(!args.ablation, ErrorCode::kConfig, "use --suite train --ablation", "--ablation needs --suite train");
   warn_unused_keys(args.options.config, Command::kBench);
   args.options.optimizer = !args.no_optimizer;
   run_bench(args.options);
@@ -244,6 +272,20 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_option("--steps", bench.options.steps, "Timed steps")->check(CLI::PositiveNumber);
   bench_cmd->add_flag("--no-optimizer", bench.no_optimizer, "Skip timing the full step with AdamW");
   bench_cmd->add_option("--json", bench.options.json_path, "Also write the results as JSON here");
+  bench_cmd->add_option("--suite", bench.suite,
+                        "model: the Transformer step on synthetic tensors; train: the training loop on synthetic "
+                        "cached latents (--warmup and --steps count optimizer steps)")
+      ->check(CLI::IsMember({"model", "train"}));
+  bench_cmd->add_flag("--ablation", bench.ablation, "--suite train: the engine's ablation rows, one after another");
+  bench_cmd->add_option("--accumulation", bench.accumulation, "--suite train: micro-batches per step of the fixed rows")
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--samples", bench.samples, "--suite train: synthetic samples written")
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--profile-steps", bench.profile_steps,
+                        "--suite train: steps traced after the timed ones (GPU busy share; 0 = none)")
+      ->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--work-dir", bench.work_dir, "--suite train: keep the data and the rows' runs here")
+      ->default_str("a temporary folder, removed");
 
   ModelCheckArgs check;
   auto* check_cmd = app.add_subcommand(

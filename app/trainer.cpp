@@ -196,7 +196,9 @@ torch::Tensor Trainer::micro_step(const LatentBatch& batch, int64_t first, doubl
   // runs unmasked when nothing is left to mask.
   TrimmedText text = trim_text_padding(batch.text_states, batch.text_mask);
   inputs.encoder_hidden_states = text.states.to(device_);
-  inputs.encoder_attention_mask = text.mask.to(device_, /*non_blocking=*/true);
+  // A copy from pageable memory would wait for the stream: the (small) mask goes through pinned memory.
+  inputs.encoder_attention_mask =
+      device_.is_cuda() ? text.mask.contiguous().pin_memory().to(device_, /*non_blocking=*/true) : text.mask;
   inputs.text_all_valid = text.all_valid;
   inputs.pooled_projections = batch.pooled.to(device_);
   if (model_config_.guidance_embeds) {

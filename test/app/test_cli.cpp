@@ -4,6 +4,9 @@
 // wired into every command; most of these runs then fail for want of data, after the warning).
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
 
 #include <string>
 
@@ -122,4 +125,32 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
   CHECK(result.exit_code == 0);
   CHECK(count(result.output, "num_layers: set") == 0);
   CHECK(count(result.output, "warning") == 0);
+}
+
+TEST_CASE("bench --suite train --ablation times the training loop's rows and names the ones not built", "[cli][bench]") {
+  tt::test::TempDir dir("tt_bench_train");
+  const std::string json = dir / "rows.json";
+  auto result = run_teletron(
+      "bench --suite train --ablation --device cpu --preset tiny --set model.num_layers=1 "
+      "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --batch 2 "
+      "--accumulation 2 --warmup 2 --steps 4 --profile-steps 2 --samples 8 --json " + json);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  for (const char* row : {"| naive baseline |", "| main today |", "| + dynamic batch |", "| + host fixes |",
+                          "| full stack |"})
+    CHECK_THAT(result.output, ContainsSubstring(row));
+  CHECK_THAT(result.output, ContainsSubstring("| + CUDA Graphs | not built yet | — |"));
+  CHECK_THAT(result.output, ContainsSubstring("4 timed steps after 2 warm-up steps, then 2 traced; global batch 4"));
+  std::ifstream in(json);
+  const nlohmann::json rows = nlohmann::json::parse(in);
+  REQUIRE(rows.size() == 6);
+  for (const auto& row : rows) {
+    INFO(row.dump());
+    if (!row["built"].get<bool>()) continue;
+    CHECK(row["samples_per_s"].get<double>() > 0);
+    CHECK(row["step_ms"].get<double>() > 0);
+  }
+  auto wrong = run_teletron("bench --ablation --device cpu --preset tiny");
+  CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(wrong.output, ContainsSubstring("--ablation needs --suite train"));
 }

@@ -1,0 +1,216 @@
+// `teletron bench --suite train` (see bench_train.h): rows of the real training loop on synthetic
+// cached latents.
+#include "app/bench_train.h"
+
+#include <ATen/Context.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <optional>
+
+#include "app/options.h"
+#include "app/synth_data.h"
+#include "app/trainer.h"
+#include "core/device.h"
+#include "core/errors.h"
+#include "core/profiler.h"
+
+namespace tt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RowPlan {
+  std::string name, setup;
+  bool built = true;
+  bool tf32 = true;        // cuDNN's TF32 (LibTorch's default); the naive row turns it off
+  bool mixed = true;       // mixed_precision.enabled
+  bool dynamic = false;    // batch_size: dynamic
+  int64_t prefetch = 0;    // data.prefetch
+};
+
+std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
+  if (!o.ablation)
+    return {{"this config", "the config's precision and data.prefetch, fixed batch", true, true,
+             o.config.mixed_precision.enabled, false, o.config.data.prefetch}};
+  return {
+      {"naive baseline", "fp32, TF32 off, eager, fixed batch, latents read inside the step", true, false, false, false, 0},
+      {"main today", "bf16 autocast, eager, fixed batch, latents read inside the step", true, true, true, false, 0},
+      {"+ CUDA Graphs", "not built yet", false},
+      {"+ dynamic batch", "as main today, micro-batches sized to memory", true, true, true, true, 0},
+      {"+ host fixes", "as + dynamic batch, latents read ahead (data.prefetch 2); fused kernels not built yet", true,
+       true, true, true, 2},
+      {"full stack", "everything built so far (graphs and fused kernels not yet)", true, true, true, true, 2},
+  };
+}
+
+// The base config with the row's settings, set on the struct (the user's set keys stay the ones
+// the warnings speak of).
+Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptions& o, const std::string& manifest,
+                  const std::string& run, int64_t total, int64_t every) {
+  Config c = base;
+  c.mixed_precision.enabled = plan.mixed;
+  c.batch_size_dynamic = plan.dynamic;
+  c.batch_size = o.batch;
+  c.gradient_accumulation = o.accumulation;
+  c.dynamic_batch.initial = std::clamp(o.batch, c.dynamic_batch.min, c.dynamic_batch.max);
+  c.dynamic_batch.global_batch = o.batch * o.accumulation;
+  c.data.source = "latents";
+  c.data.manifest = manifest;
+  c.data.prefetch = plan.prefetch;
+  c.train.max_steps = total;
+  c.train.log_every = every;
+  c.train.checkpoint_every = total;
+  c.train.keep_checkpoints = 1;
+  c.train.output_dir = run;
+  return c;
+}
+
+std::vector<nlohmann::json> read_rows(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+class TempFolder {
+ public:
+  explicit TempFolder(const std::string& given) {
+    if (!given.empty()) {
+      path_ = given;
+      fs::create_directories(path_);
+      return;
+    }
+    std::string pattern = (fs::temp_directory_path() / "teletron_bench_XXXXXX").string();
+    TT_CHECK(mkdtemp(pattern.data()) != nullptr, ErrorCode::kIo, "cannot make a temporary folder under ",
+             fs::temp_directory_path().string());
+    path_ = pattern;
+    owned_ = true;
+  }
+  ~TempFolder() {
+    std::error_code ignored;
+    if (owned_) fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool owned_ = false;
+};
+
+}  // namespace
+
+std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
+  TT_CHECK_HINT(o.warmup >= 1 && o.steps >= 1 && o.profile_steps >= 0, ErrorCode::kConfig,
+                "give --warmup >= 1 and --steps >= 1", "bench --suite train: warm-up ", o.warmup, ", steps ", o.steps);
+  TempFolder work(o.work_dir);
+  const HunyuanVideoConfig model = model_config_from(o.config.model);
+  SynthDataOptions data;
+  data.output = (fs::path(work.path()) / "data").string();
+  data.samples = o.samples;
+  data.channels = model.in_channels;
+  data.frames = (o.frames - 1) / 4 + 1;
+  data.height = o.height / 8;
+  data.width = o.width / 8;
+  data.text_length = o.text_tokens;
+  data.text_dim = model.text_embed_dim;
+  data.pooled_dim = model.pooled_projection_dim;
+  const std::string manifest = write_synthetic_latents(data);
+
+  // Throughput over steps warmup+1 .. warmup+steps (metrics rows on exact boundaries), then the trace.
+  const int64_t every = std::gcd(std::gcd(o.warmup, o.steps), o.profile_steps > 0 ? o.profile_steps : o.steps);
+  const int64_t total = o.warmup + o.steps + o.profile_steps;
+  std::vector<BenchTrainRow> rows;
+  const bool tf32_before = at::globalContext().allowTF32CuDNN();
+  for (const RowPlan& plan : plan_rows(o)) {
+    BenchTrainRow row{plan.name, plan.setup, plan.built};
+    if (!plan.built) {
+      rows.push_back(row);
+      continue;
+    }
+    const std::string run = (fs::path(work.path()) / str_cat("row_", rows.size())).string();
+    TrainRequest request{row_config(o.config, plan, o, manifest, run, total, every), "", {}, ""};
+    if (o.profile_steps > 0) request.profile = str_cat(o.warmup + o.steps + 1, ":", o.profile_steps);
+    spdlog::info("bench --suite train: {} ({})", plan.name, plan.setup);
+    at::globalContext().setAllowTF32CuDNN(plan.tf32);
+    try {
+      run_training(request);
+    } catch (...) {
+      at::globalContext().setAllowTF32CuDNN(tf32_before);
+      throw;
+    }
+    at::globalContext().setAllowTF32CuDNN(tf32_before);
+
+    double samples = 0, seconds = 0;
+    int64_t measured_steps = 0;
+    int64_t previous = 0;
+    for (const nlohmann::json& metrics : read_rows(run + "/metrics.jsonl")) {
+      const int64_t step = metrics.at("step").get<int64_t>();
+      const int64_t covered = step - previous;
+      if (step > o.warmup && step <= o.warmup + o.steps) {
+        const double step_s = metrics.at("step_ms").get<double>() / 1000.0;
+        seconds += step_s * static_cast<double>(covered);
+        samples += metrics.at("samples_per_s").get<double>() * step_s * static_cast<double>(covered);
+        measured_steps += covered;
+        row.peak_gb = std::max(row.peak_gb, metrics.value("peak_mem_gb", 0.0));
+      }
+      previous = step;
+    }
+    TT_ASSERT(measured_steps == o.steps, "bench --suite train: ", measured_steps, " of ", o.steps, " steps measured");
+    row.samples_per_s = seconds > 0 ? samples / seconds : 0.0;
+    row.step_ms = 1000.0 * seconds / static_cast<double>(measured_steps);
+    if (o.profile_steps > 0) {
+      const std::string trace = str_cat(run, "/profile/trace_steps_", o.warmup + o.steps + 1, "-", total, ".json");
+      const TraceBusy busy = trace_busy_of_file(trace);
+      row.busy_share = busy.share();
+      row.kernels = busy.kernels;
+    }
+    rows.push_back(row);
+  }
+
+  const bool cuda = resolve_device(o.config.train.device, "tele_tron.train.device").is_cuda();
+  std::cout << "\n| row | setup | samples/s | ms/step | GPU busy (trace) | peak GiB | vs first |\n"
+            << "|---|---|---|---|---|---|---|\n";
+  const double first = rows.empty() ? 0.0 : rows.front().samples_per_s;
+  for (const BenchTrainRow& row : rows) {
+    if (!row.built) {
+      std::cout << "| " << row.name << " | " << row.setup << " | — | — | — | — | — |\n";
+      continue;
+    }
+    char line[256];
+    std::snprintf(line, sizeof(line), "| %.3f | %.1f | %s | %.2f | %.2fx |", row.samples_per_s, row.step_ms,
+                  cuda ? str_cat(static_cast<int>(100.0 * row.busy_share + 0.5), " %").c_str() : "n/a (CPU)",
+                  row.peak_gb, first > 0 ? row.samples_per_s / first : 0.0);
+    std::cout << "| " << row.name << " | " << row.setup << " " << line << "\n";
+  }
+  std::cout << "\n" << o.steps << " timed steps after " << o.warmup << " warm-up steps, then " << o.profile_steps
+            << " traced; global batch " << o.batch * o.accumulation << "; latents (" << data.channels << ", "
+            << data.frames << ", " << data.height << ", " << data.width << "), " << o.text_tokens
+            << " text tokens\n";
+  if (!o.json_path.empty()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const BenchTrainRow& row : rows)
+      out.push_back({{"row", row.name},
+                     {"setup", row.setup},
+                     {"built", row.built},
+                     {"samples_per_s", row.samples_per_s},
+                     {"step_ms", row.step_ms},
+                     {"gpu_busy_share", row.busy_share},
+                     {"kernels", row.kernels},
+                     {"peak_gb", row.peak_gb}});
+    std::ofstream file(o.json_path);
+    file << out.dump(2) << "\n";
+    TT_CHECK(file.good(), ErrorCode::kIo, "cannot write ", o.json_path);
+  }
+  return rows;
+}
+
+}  // namespace tt

@@ -1,0 +1,49 @@
+// `teletron bench --suite train`: the real training loop (app/trainer) on a synthetic cached-latent
+// dataset of one shape, timed over `steps` steps after `warmup`, then traced over `profile_steps`
+// more (GPU busy share = union of kernel intervals, core/profiler). With --ablation it runs the
+// rows of the engine's ablation one after another, each a configuration of the same run, and says
+// which rows are not built yet instead of timing something else under their name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "app/config.h"
+
+namespace tt {
+
+struct BenchTrainOptions {
+  /// Model, precision, optimizer and device come from here; data.*, batch and train.* are set per row.
+  Config config;
+  /// Micro-batch and accumulation of the fixed-batch rows; their product is every row's global batch.
+  int64_t batch = 1;
+  int64_t accumulation = 1;
+  /// Pixel-space clip shape; latents are (16, (frames-1)/4+1, height/8, width/8).
+  int64_t frames = 33, height = 480, width = 832;
+  int64_t text_tokens = 256;
+  /// Synthetic samples written (cycled through by the steps).
+  int64_t samples = 16;
+  int64_t warmup = 10;
+  int64_t steps = 30;
+  int64_t profile_steps = 10;
+  bool ablation = false;
+  /// Where the data and the rows' run folders go; "" = a temporary folder, removed afterwards.
+  std::string work_dir;
+  /// Also write the rows as JSON here.
+  std::string json_path;
+};
+
+struct BenchTrainRow {
+  std::string name;      // "naive baseline", "main today", ...
+  std::string setup;     // what the row runs, in words
+  bool built = true;     // false: a feature not built yet; nothing was timed
+  double samples_per_s = 0, step_ms = 0, peak_gb = 0;
+  double busy_share = 0;  // of the traced steps
+  int64_t kernels = 0;
+};
+
+/// Runs the rows, prints their table and returns them.
+std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& options);
+
+}  // namespace tt
