@@ -96,6 +96,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   nonfinite_ = zero.clone();
   skipped_run_ = zero.clone();
   limit_step_ = zero.clone().fill_(-1.0);
+  step_counter_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
   last_grad_norm_ = zero.clone();
 }
 
@@ -186,7 +187,7 @@ torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::
 torch::Tensor Trainer::micro_step(const LatentBatch& batch, int64_t first, double weight) {
   auto x0 = batch.latents.to(device_);
   // Each sample's sigma and noise come from (seed, step, its index in the global batch).
-  const torch::Tensor keys = sample_keys(step_, first, x0.size(0), device_);
+  const torch::Tensor keys = sample_keys(step_counter_, first, x0.size(0));
   FlowMatchingSample sample =
       make_flow_matching_sample(x0, flow_options_, keys, static_cast<uint64_t>(config_.train.seed));
   TransformerInputs inputs;
@@ -334,6 +335,7 @@ torch::Tensor Trainer::finish_step(const torch::Tensor& step_loss) {
   limit_step_ = torch::where(limit_step_.lt(0).logical_and(skipped_run_.ge(limit)),
                              torch::full({}, static_cast<double>(step_ + 1), limit_step_.options()), limit_step_);
   last_grad_norm_ = grad_norm;
+  step_counter_.add_(1);
   return step_loss;
 }
 

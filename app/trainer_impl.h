@@ -109,6 +109,7 @@ class Trainer {
   std::unique_ptr<std::ofstream> batch_trace_;
   void trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs, const LatentBatch& batch);
   int64_t step_ = 0;
+  torch::Tensor step_counter_;  // 0-d int64 on the device: step_, advanced on the device (sample keys read it)
   std::filesystem::path run_dir_;
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
   torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report

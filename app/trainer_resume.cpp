@@ -145,6 +145,7 @@ void Trainer::resume_from(const std::string& folder) {
     spdlog::warn("resume: {} was written on {}, resuming on {}: the same samples and noise, but the kernels round "
                  "differently, so the run is not continued bit for bit", folder, written_on, device_.str());
   step_ = ckpt.step;
+  step_counter_.fill_(step_);
   const auto& data = ckpt.info.at("data");
   position_.epoch = data.at("epoch").get<int64_t>();
   position_.index = data.at("index").get<int64_t>();

@@ -47,8 +47,14 @@ void AdamW::step(const torch::Tensor& found_inf) {
   }
 }
 
-void AdamW::zero_grad() {
-  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+void AdamW::zero_grad(bool set_to_none) {
+  for (auto& p : params_) {
+    if (set_to_none) {
+      p.mutable_grad() = torch::Tensor();
+    } else if (p.grad().defined()) {
+      p.mutable_grad().detach_().zero_();
+    }
+  }
 }
 
 std::map<std::string, torch::Tensor> AdamW::state_dict() const {

@@ -32,7 +32,9 @@ class AdamW {
   /// `found_inf` (0-d fp32, 1 = skip) is given, a step with non-finite gradients changes nothing,
   /// decided on the device.
   void step(const torch::Tensor& found_inf = torch::Tensor());
-  void zero_grad();
+  /// Drops the gradients (`set_to_none`, the default: the next backward allocates them), or zeroes
+  /// them in place, keeping their memory and addresses (what a captured CUDA Graph needs).
+  void zero_grad(bool set_to_none = true);
 
   /// "optim.<name>.exp_avg", "optim.<name>.exp_avg_sq", "optim.<name>.step" -> tensors (CPU copies).
   std::map<std::string, torch::Tensor> state_dict() const;

@@ -21,6 +21,15 @@ torch::Tensor sample_keys(int64_t step, int64_t first, int64_t count, torch::Dev
   return torch::arange(base, base + count, torch::TensorOptions().dtype(torch::kInt64).device(device));
 }
 
+torch::Tensor sample_keys(const torch::Tensor& step, int64_t first, int64_t count) {
+  TT_ASSERT(step.dim() == 0 && step.scalar_type() == torch::kInt64, "sample_keys: expected a 0-d int64 step, got ",
+            step.sizes(), " ", step.scalar_type());
+  TT_ASSERT(first >= 0 && count >= 0 && first + count <= (int64_t{1} << 32), "sample_keys: samples ", first, "+",
+            count, " out of range");
+  const auto options = torch::TensorOptions().dtype(torch::kInt64).device(step.device());
+  return torch::arange(first, first + count, options) + step * (int64_t{1} << 32);
+}
+
 torch::Tensor sample_sigmas(const torch::Tensor& keys, const FlowMatchingOptions& options, uint64_t seed) {
   torch::Tensor sigmas;
   if (options.sampling == TimestepSampling::kLogitNormal) {

@@ -32,6 +32,10 @@ torch::Tensor shift_sigmas(const torch::Tensor& sigmas, double shift);
 /// on `device`, (step << 32) | index. Made on the device without a host sync.
 torch::Tensor sample_keys(int64_t step, int64_t first, int64_t count, torch::Device device);
 
+/// The same keys from a 0-d int64 step counter on the device: no host value in the arithmetic, so a
+/// captured CUDA Graph that reads the counter draws each replay's own step.
+torch::Tensor sample_keys(const torch::Tensor& step, int64_t first, int64_t count);
+
 /// (B) fp32 shifted sigmas of the samples `keys` (B) int64 names, on the keys' device.
 torch::Tensor sample_sigmas(const torch::Tensor& keys, const FlowMatchingOptions& options, uint64_t seed);
 

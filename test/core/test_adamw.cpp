@@ -37,6 +37,23 @@ TEST_CASE("a step with found_inf set changes nothing", "[optim]") {
   CHECK(optimizer.state_dict().at("optim.p.step").item<float>() == 1.0f);
 }
 
+TEST_CASE("zero_grad drops the gradients, or zeroes them in place at their addresses", "[optim]") {
+  auto p = torch::ones({4}).requires_grad_(true);
+  tt::AdamW optimizer({p}, {"p"}, tt::AdamWOptions{});
+  p.mutable_grad() = torch::full({4}, 0.5);
+  const void* address = p.grad().data_ptr();
+  optimizer.zero_grad(/*set_to_none=*/false);
+  REQUIRE(p.grad().defined());
+  CHECK(p.grad().data_ptr() == address);
+  CHECK(torch::equal(p.grad(), torch::zeros({4})));
+  // A backward then accumulates into that same memory.
+  (p * 3.0).sum().backward();
+  CHECK(p.grad().data_ptr() == address);
+  CHECK(torch::equal(p.grad(), torch::full({4}, 3.0)));
+  optimizer.zero_grad();
+  CHECK_FALSE(p.grad().defined());
+}
+
 TEST_CASE("AdamW state round trip continues identically", "[optim]") {
   auto a = torch::arange(6, torch::kFloat32).requires_grad_(true);
   auto b = a.detach().clone().requires_grad_(true);

@@ -23,6 +23,9 @@ TEST_CASE("sample keys are (step << 32) | index, made on the device asked for", 
   CHECK(keys[0].item<int64_t>() == (int64_t{3} << 32) + 5);
   CHECK(keys[1].item<int64_t>() == (int64_t{3} << 32) + 6);
   CHECK(tt::sample_keys(0, 0, 0, torch::kCPU).numel() == 0);
+  // From a step counter tensor: the same keys.
+  CHECK(torch::equal(tt::sample_keys(torch::tensor(int64_t{3}), 5, 2), keys));
+  CHECK(torch::equal(tt::sample_keys(torch::tensor(int64_t{123456}), 0, 7), tt::sample_keys(123456, 0, 7, torch::kCPU)));
 }
 
 TEST_CASE("sampled sigmas lie in (0, 1), follow their keys and the seed, not the batch", "[flow]") {
