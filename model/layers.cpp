@@ -1,6 +1,8 @@
 // Building blocks of the HunyuanVideo Transformer (see layers.h).
 #include "model/layers.h"
 
+#include <torch/autograd.h>
+
 #include <cmath>
 
 namespace tt {
@@ -82,8 +84,48 @@ torch::Tensor layer_norm_plain(const torch::Tensor& x) {
   return std::get<0>(at::native_layer_norm(x, {x.size(-1)}, {}, {}, 1e-6));
 }
 
+namespace {
+
+// LayerNorm + modulation with a backward of its own: autograd would keep the normalised x̂ (B, N, C)
+// for the scale's gradient; this keeps x, the per-token statistics and the scale, and recomputes x̂.
+class NormModulate : public torch::autograd::Function<NormModulate> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& shift, const torch::Tensor& scale) {
+    auto [normed, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
+    ctx->save_for_backward({x, mean, rstd, scale});
+    ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
+    return torch::addcmul(shift.unsqueeze(1), normed, 1 + scale.unsqueeze(1));
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];     // (B, N, C)
+    const torch::Tensor& mean = saved[1];  // (B, N, 1) fp32 statistics
+    const torch::Tensor& rstd = saved[2];
+    const torch::Tensor& scale = saved[3];  // (B, C)
+    const torch::Tensor& grad = grads[0];   // (B, N, C)
+    const torch::Tensor normed = ((x.to(mean.scalar_type()) - mean) * rstd).to(x.scalar_type());
+    const auto shift_dtype = static_cast<c10::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
+    torch::Tensor grad_shift = grad.sum(1).to(shift_dtype);
+    torch::Tensor grad_scale = (grad * normed).sum(1).to(scale.scalar_type());
+    const torch::Tensor grad_normed = (grad * (1 + scale.unsqueeze(1))).to(x.scalar_type());
+    torch::Tensor grad_x = std::get<0>(
+        at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
+    return {grad_x, grad_shift, grad_scale};
+  }
+};
+
+}  // namespace
+
 torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
                             const torch::Tensor& scale) {
+  return NormModulate::apply(x, shift, scale);
+}
+
+torch::Tensor norm_modulate_reference(const torch::Tensor& x, const torch::Tensor& shift,
+                                      const torch::Tensor& scale) {
   return torch::addcmul(shift.unsqueeze(1), layer_norm_plain(x), 1 + scale.unsqueeze(1));
 }
 

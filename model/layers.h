@@ -64,9 +64,14 @@ class ModulationImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Modulation);
 
-/// Affine-free LayerNorm (eps 1e-6) then `x * (1 + scale) + shift` with per-sample (B, C) vectors.
+/// Affine-free LayerNorm (eps 1e-6) then `x * (1 + scale) + shift` with per-sample (B, C) vectors;
+/// x (B, N, C). Its backward keeps x and the per-token statistics instead of the normalised
+/// activation (one (B, N, C) tensor fewer per call) and recomputes the latter.
 torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
                             const torch::Tensor& scale);
+/// The same through autograd's own composition: the reference the tests compare against.
+torch::Tensor norm_modulate_reference(const torch::Tensor& x, const torch::Tensor& shift,
+                                      const torch::Tensor& scale);
 /// Affine-free LayerNorm, eps 1e-6, over the last dim.
 torch::Tensor layer_norm_plain(const torch::Tensor& x);
 
