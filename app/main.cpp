@@ -16,9 +16,6 @@ int report(const tt::Error& error) {
   return tt::error_exit_code(error.code());
 }
 
-// The first line of a LibTorch message (the rest is a C++ backtrace).
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -28,9 +25,9 @@ int main(int argc, char** argv) {
   } catch (const tt::Error& error) {
     return report(error);
   } catch (const c10::OutOfMemoryError& error) {
-    return report(tt::Error(tt::ErrorCode::kMemory, "out of memory: " + first_line(error.what_without_backtrace())));
+    return report(tt::Error(tt::ErrorCode::kMemory, "out of memory: " + tt::first_line(error.what_without_backtrace())));
   } catch (const c10::Error& error) {
-    return report(tt::Error(tt::ErrorCode::kInternal, "LibTorch: " + first_line(error.what_without_backtrace())));
+    return report(tt::Error(tt::ErrorCode::kInternal, "LibTorch: " + tt::first_line(error.what_without_backtrace())));
   } catch (const std::filesystem::filesystem_error& error) {
     return report(tt::Error(tt::ErrorCode::kIo, error.what()));
   } catch (const std::bad_alloc&) {

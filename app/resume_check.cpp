@@ -24,7 +24,7 @@ const SafeKey kSafeKeys[] = {
     {"train.checkpoint_every", "checkpoint cadence only"},
     {"train.keep_checkpoints", "how many checkpoints stay"},
     {"train.output_dir", "the run folder's path only"},
-    {"train.device", "the resolved device type is checked against the checkpoint's"},
+    {"train.device", "another device type resumes with a warning: the same samples and noise, other rounding"},
     {"data.manifest", "the path only; the contents are checked by the manifest hash"},
     {"data.max_failed_share",
      "how many failed samples stop the run; which rows replace a failure is unchanged"},

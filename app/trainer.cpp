@@ -30,8 +30,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::string first_line_of(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 std::string format_duration(double seconds) {
   const int64_t total = static_cast<int64_t>(seconds + 0.5);
   if (total >= 3600) return str_cat(total / 3600, "h", (total % 3600) / 60, "m");
@@ -71,7 +69,6 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   cursor_.row_bucket = dataset_->row_buckets();
   cursor_.step_samples = global_batch_of(config_).samples();
   dynamic_ = config_.batch_size_dynamic;
-  global_samples_ = cursor_.step_samples;
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
@@ -95,8 +92,8 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   loss_sum_ = zero.clone();
   nonfinite_ = zero.clone();
   skipped_run_ = zero.clone();
-  limit_step_ = zero.clone().fill_(-1.0);
   step_counter_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
+  limit_step_ = torch::full_like(step_counter_, -1);
   last_grad_norm_ = zero.clone();
 }
 
@@ -119,14 +116,14 @@ void Trainer::announce() const {
     const DynamicBatchSection& d = config_.dynamic_batch;
     spdlog::info("batch: dynamic, {} samples per step; micro-batches from {} within [{}, {}]{}; {} steps; lr {:g} "
                  "({} warmup, {})",
-                 global_samples_, d.initial, d.min, d.max,
+                 cursor_.step_samples, d.initial, d.min, d.max,
                  device_.is_cuda() ? str_cat(", sized per bucket to ", 100.0 * d.memory_fraction, " % of GPU memory")
                                    : std::string(" (no GPU memory to size them to)"),
                  config_.train.max_steps, config_.optimizer.lr, config_.optimizer.warmup_steps,
                  config_.optimizer.schedule);
   } else {
     spdlog::info("batch: {} x {} accumulation = {} samples per step; {} steps; lr {:g} ({} warmup, {})",
-                 config_.batch_size, config_.gradient_accumulation, global_samples_, config_.train.max_steps,
+                 config_.batch_size, config_.gradient_accumulation, cursor_.step_samples, config_.train.max_steps,
                  config_.optimizer.lr, config_.optimizer.warmup_steps, config_.optimizer.schedule);
   }
   warn_unused_keys(config_, Command::kTrain);
@@ -252,7 +249,7 @@ torch::Tensor Trainer::dynamic_micro_steps() {
   const DynamicBatchSection& limits = config_.dynamic_batch;
   auto found = micro_batch_.find(bucket);
   if (found == micro_batch_.end())
-    found = micro_batch_.emplace(bucket, std::clamp(limits.initial, limits.min, std::max(limits.min, limits.max))).first;
+    found = micro_batch_.emplace(bucket, limits.initial).first;  // within [min, max]: checked at load
   int64_t& micro = found->second;
   // A bucket's first step on a GPU measures its peak memory per sample.
   const bool measure = device_.is_cuda() && measured_.insert(bucket).second;
@@ -283,7 +280,7 @@ torch::Tensor Trainer::dynamic_micro_steps() {
                     "lower dynamic_batch.min or dynamic_batch.memory_fraction, use a smaller bucket, or turn on "
                     "model.activation_checkpointing",
                     "step ", step_ + 1, ": out of memory at the smallest micro-batch (dynamic_batch.min = ", limits.min,
-                    ") for bucket ", bucket, ": ", first_line_of(error.what_without_backtrace()));
+                    ") for bucket ", bucket, ": ", first_line(error.what_without_backtrace()));
       micro = std::max(limits.min, size / 2);
       oom_retries_ += 1;
       spdlog::warn("step {}: out of memory with micro-batches of {} (bucket {}): the step runs again from its start "
@@ -303,14 +300,13 @@ void Trainer::choose_micro_batch(int64_t bucket, int64_t measured_size, const Gp
   const double per_sample = static_cast<double>(after.peak - fixed) / static_cast<double>(measured_size);
   const double room = limits.memory_fraction * static_cast<double>(after.total) - static_cast<double>(fixed);
   const int64_t fits = room > 0 ? static_cast<int64_t>(room / per_sample) : 0;
-  const int64_t cap = std::max(limits.min, std::min(limits.max, global_samples_));
-  const int64_t chosen = std::clamp(fits, limits.min, cap);
+  const int64_t chosen = std::clamp(fits, limits.min, std::max(limits.min, std::min(limits.max, cursor_.step_samples)));
   micro_batch_[bucket] = chosen;
   spdlog::info("dynamic batch: bucket {}: {:.2f} GiB per sample at its peak (micro-batch {}), {:.0f} % of {:.1f} GiB "
                "allowed: micro-batches of {} ({} per step of {} samples)",
                bucket, per_sample / (1u << 30), measured_size, 100.0 * limits.memory_fraction,
-               static_cast<double>(after.total) / (1u << 30), chosen, (global_samples_ + chosen - 1) / chosen,
-               global_samples_);
+               static_cast<double>(after.total) / (1u << 30), chosen, (cursor_.step_samples + chosen - 1) / chosen,
+               cursor_.step_samples);
 }
 
 torch::Tensor Trainer::finish_step(const torch::Tensor& step_loss) {
@@ -332,15 +328,14 @@ torch::Tensor Trainer::finish_step(const torch::Tensor& step_loss) {
   nonfinite_ += found_inf;
   skipped_run_ = (skipped_run_ + 1.0) * found_inf;
   const double limit = static_cast<double>(scaler_->enabled() ? config_.mixed_precision.max_skipped_steps : 1);
-  limit_step_ = torch::where(limit_step_.lt(0).logical_and(skipped_run_.ge(limit)),
-                             torch::full({}, static_cast<double>(step_ + 1), limit_step_.options()), limit_step_);
+  step_counter_.add_(1);  // now the 1-based number of this step
+  limit_step_ = torch::where(limit_step_.lt(0).logical_and(skipped_run_.ge(limit)), step_counter_, limit_step_);
   last_grad_norm_ = grad_norm;
-  step_counter_.add_(1);
   return step_loss;
 }
 
 void Trainer::check_finite(int64_t first_step, int64_t last_step) {
-  const double limit_step = limit_step_.item<double>();
+  const int64_t limit_step = limit_step_.item<int64_t>();
   if (limit_step < 0) {
     const double skipped = nonfinite_.item<double>();
     if (skipped > 0) spdlog::warn("steps {}..{}: {} update(s) skipped for non-finite gradients, loss scale now {:g}",
@@ -358,7 +353,7 @@ void Trainer::check_finite(int64_t first_step, int64_t last_step) {
       break;
     }
   }
-  const auto step = static_cast<int64_t>(limit_step);
+  const int64_t step = limit_step;
   if (!scaler_->enabled()) {
     throw Error(ErrorCode::kNan,
                 str_cat("non-finite loss or gradients at step ", step, " (of steps ", first_step, "..", last_step,
@@ -430,7 +425,7 @@ void Trainer::run() {
     spdlog::info("already at step {} of {}: nothing to train (raise --max-steps to continue)", step_, max_steps);
     return;
   }
-  const int64_t samples_per_step = global_samples_;
+  const int64_t samples_per_step = cursor_.step_samples;
   const int64_t start_step = step_;
   auto run_start = Clock::now();
   auto window_start = Clock::now();

@@ -56,7 +56,7 @@ class Trainer {
   /// copied to the device through pinned memory, without a host wait.
   LatentBatch stage(LatentBatch batch) const;
   /// Samples per fetch: batch_size, or with batch_size: dynamic the whole global batch.
-  int64_t fetch_size() const { return dynamic_ ? global_samples_ : config_.batch_size; }
+  int64_t fetch_size() const { return dynamic_ ? cursor_.step_samples : config_.batch_size; }
   torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
   /// Forward and backward of one micro-batch holding samples first.. of the step, its loss scaled
   /// by `weight` (its share of the step); returns that loss, detached.
@@ -90,7 +90,6 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;  // fp16: dynamic loss scaling; otherwise non-finite detection only
   FaultPlan faults_;                    // TELETRON_FAULTS (tests)
   bool dynamic_ = false;                // batch_size: dynamic
-  int64_t global_samples_ = 1;          // samples per optimizer step
   std::map<int64_t, int64_t> micro_batch_;  // dynamic: bucket (0 without buckets) -> micro-batch (checkpointed)
   std::set<int64_t> measured_;              // dynamic: buckets whose memory per sample was measured
   int64_t last_micro_batch_ = 0;            // the last step's micro-batch (metrics)
@@ -114,7 +113,7 @@ class Trainer {
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
   torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report
   torch::Tensor skipped_run_;  // 0-d fp32: skipped steps in a row up to the last step
-  torch::Tensor limit_step_;   // 0-d fp32: the step where skipped_run_ reached max_skipped_steps, -1 before
+  torch::Tensor limit_step_;   // 0-d int64: the step where skipped_run_ reached max_skipped_steps, -1 before
   torch::Tensor last_grad_norm_;
   double data_wait_s_ = 0.0;
 };

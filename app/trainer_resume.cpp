@@ -128,7 +128,7 @@ void Trainer::resume_from(const std::string& folder) {
     for (int64_t i = 0; i < pairs.size(0); ++i) {
       const int64_t bucket = pairs[i][0].item<int64_t>();
       // Within this run's limits, which a resume may have changed; measured already: not again.
-      micro_batch_[bucket] = std::clamp(pairs[i][1].item<int64_t>(), limits.min, std::max(limits.min, limits.max));
+      micro_batch_[bucket] = std::clamp(pairs[i][1].item<int64_t>(), limits.min, limits.max);
       measured_.insert(bucket);
     }
     spdlog::info("resume: the micro-batches of {} bucket(s) come from the checkpoint", pairs.size(0));

@@ -14,7 +14,7 @@
 
 #ifdef TELETRON_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -85,12 +85,8 @@ GpuMemory gpu_memory(const torch::Device& device) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
     memory.allocated = stats.allocated_bytes[0].current;
     memory.peak = stats.allocated_bytes[0].peak;
-    size_t free_bytes = 0, total_bytes = 0;
-    const c10::cuda::CUDAGuard guard(device);
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-      memory.total = static_cast<int64_t>(total_bytes);
-      memory.known = true;
-    }
+    memory.total = static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+    memory.known = true;
   }
 #endif
   return memory;

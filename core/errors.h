@@ -46,6 +46,9 @@ class Error : public std::runtime_error {
 /// "TT_ERR_X: message\n  hint: ..." — the text main() writes to stderr.
 std::string format_error(const Error& error);
 
+/// The first line of a message (LibTorch's carry a C++ backtrace after it).
+inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 /// Concatenates anything streamable into one string.
 template <typename... Args>
 std::string str_cat(const Args&... args) {

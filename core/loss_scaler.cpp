@@ -27,8 +27,8 @@ torch::Tensor LossScaler::unscale_and_check(const std::vector<torch::Tensor>& pa
     if (param.grad().defined()) grads.push_back(param.grad());
   }
   if (grads.empty()) return found_inf;
-  // Disabled: the same pass with 1 / scale = 1 detects non-finite values and changes nothing.
-  const torch::Tensor inv_scale = options_.enabled ? scale_.reciprocal() : torch::ones({}, scale_.options());
+  // Disabled: the scale stays 1, so the same pass detects non-finite values and changes nothing.
+  const torch::Tensor inv_scale = options_.enabled ? scale_.reciprocal() : scale_;
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
   return found_inf;
 }
