@@ -128,18 +128,35 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
   // Throughput over steps warmup+1 .. warmup+steps (metrics rows on exact boundaries), then the trace.
   const int64_t every = std::gcd(std::gcd(o.warmup, o.steps), o.profile_steps > 0 ? o.profile_steps : o.steps);
   const int64_t total = o.warmup + o.steps + o.profile_steps;
+  const std::vector<RowPlan> plans = plan_rows(o);
+  // --rows: those rows (1-based) in the order given, a row named twice run twice (drift between
+  // rows shows); the table lists them in that order, then the rows left out.
+  std::vector<size_t> order;
+  for (const int64_t number : o.rows) {
+    TT_CHECK_HINT(number >= 1 && number <= static_cast<int64_t>(plans.size()), ErrorCode::kConfig,
+                  str_cat("give row numbers from 1 to ", plans.size()), "bench --suite train --rows: no row ", number);
+    order.push_back(static_cast<size_t>(number - 1));
+  }
+  if (order.empty())
+    for (size_t i = 0; i < plans.size(); ++i) order.push_back(i);
   std::vector<BenchTrainRow> rows;
+  std::vector<bool> listed(plans.size(), false);
+  const torch::Device device = resolve_device(o.config.train.device, "tele_tron.train.device");
   const bool tf32_before = at::globalContext().allowTF32CuDNN();
-  for (const RowPlan& plan : plan_rows(o)) {
-    BenchTrainRow row{plan.name, plan.setup, plan.built};
-    if (!plan.built) {
-      rows.push_back(row);
-      continue;
-    }
-    const std::string run = (fs::path(work.path()) / str_cat("row_", rows.size())).string();
+  for (const size_t index : order) {
+    const RowPlan& plan = plans[index];
+    listed[index] = true;
+    rows.push_back(BenchTrainRow{plan.name, plan.setup, plan.built});
+    BenchTrainRow& row = rows.back();
+    if (!plan.built) continue;
+    const std::string run = (fs::path(work.path()) / str_cat("row_", index + 1, "_run_", rows.size())).string();
     TrainRequest request{row_config(o.config, plan, o, manifest, run, total, every), "", {}, ""};
+    request.checkpoints = false;
     if (o.profile_steps > 0) request.profile = str_cat(o.warmup + o.steps + 1, ":", o.profile_steps);
-    spdlog::info("bench --suite train: {} ({})", plan.name, plan.setup);
+    spdlog::info("bench --suite train: row {}, {} ({})", index + 1, plan.name, plan.setup);
+    // Each row starts from an empty allocator cache: what an earlier row cached (the fp32 row's
+    // blocks) would otherwise shape this one's allocations.
+    release_cached_memory(device);
     at::globalContext().setAllowTF32CuDNN(plan.tf32);
     try {
       run_training(request);
@@ -173,16 +190,28 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
       row.busy_share = busy.share();
       row.kernels = busy.kernels;
     }
-    rows.push_back(row);
+    if (o.work_dir.empty()) {  // the run folder (its trace is tens of MB) goes once read
+      std::error_code ignored;
+      fs::remove_all(run, ignored);
+    }
+  }
+  for (size_t index = 0; index < plans.size(); ++index) {
+    if (listed[index]) continue;
+    rows.push_back(BenchTrainRow{plans[index].name, plans[index].setup, plans[index].built});
+    rows.back().run = false;
   }
 
-  const bool cuda = resolve_device(o.config.train.device, "tele_tron.train.device").is_cuda();
+  const bool cuda = device.is_cuda();
   std::cout << "\n| row | setup | samples/s | ms/step | GPU busy (trace) | peak GiB | vs first |\n"
             << "|---|---|---|---|---|---|---|\n";
-  const double first = rows.empty() ? 0.0 : rows.front().samples_per_s;
+  // Ratios against the first row that ran.
+  double first = 0.0;
+  for (const BenchTrainRow& row : rows)
+    if (row.built && row.run && first == 0.0) first = row.samples_per_s;
   for (const BenchTrainRow& row : rows) {
-    if (!row.built) {
-      std::cout << "| " << row.name << " | " << row.setup << " | — | — | — | — | — |\n";
+    if (!row.built || !row.run) {
+      std::cout << "| " << row.name << " | " << row.setup << (row.built ? " (not run in this call)" : "")
+                << " | — | — | — | — | — |\n";
       continue;
     }
     char line[256];
@@ -201,6 +230,7 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
       out.push_back({{"row", row.name},
                      {"setup", row.setup},
                      {"built", row.built},
+                     {"run", row.run},
                      {"samples_per_s", row.samples_per_s},
                      {"step_ms", row.step_ms},
                      {"gpu_busy_share", row.busy_share},

@@ -28,6 +28,9 @@ struct BenchTrainOptions {
   int64_t steps = 30;
   int64_t profile_steps = 10;
   bool ablation = false;
+  /// With ablation: the rows to run, by number (1 = naive baseline); empty = all. Rows left out are
+  /// listed as not run (to split the ablation over several calls, or reorder it).
+  std::vector<int64_t> rows;
   /// Where the data and the rows' run folders go; "" = a temporary folder, removed afterwards.
   std::string work_dir;
   /// Also write the rows as JSON here.
@@ -38,6 +41,7 @@ struct BenchTrainRow {
   std::string name;      // "naive baseline", "main today", ...
   std::string setup;     // what the row runs, in words
   bool built = true;     // false: a feature not built yet; nothing was timed
+  bool run = true;       // false: left out by BenchTrainOptions::rows
   double samples_per_s = 0, step_ms = 0, peak_gb = 0;
   double busy_share = 0;  // of the traced steps
   int64_t kernels = 0;

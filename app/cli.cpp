@@ -134,6 +134,7 @@ struct BenchArgs {
   bool no_optimizer = false;
   std::string suite = "model";
   bool ablation = false;
+  std::vector<int64_t> rows;
   int64_t accumulation = 1;
   int64_t samples = 16;
   int64_t profile_steps = 10;
@@ -162,6 +163,8 @@ int run_bench_command(BenchArgs& args) {
     train.steps = args.options.steps;
     train.profile_steps = args.profile_steps;
     train.ablation = args.ablation;
+    train.rows = args.rows;
+    TT_CHECK_HINT(args.rows.empty() || args.ablation, ErrorCode::kConfig, "add --ablation", "--rows needs --ablation");
     train.work_dir = args.work_dir;
     train.json_path = args.options.json_path;
     run_bench_train(train);
@@ -277,6 +280,10 @@ int run_cli(int argc, char** argv) {
                         "cached latents (--warmup and --steps count optimizer steps)")
       ->check(CLI::IsMember({"model", "train"}));
   bench_cmd->add_flag("--ablation", bench.ablation, "--suite train: the engine's ablation rows, one after another");
+  bench_cmd->add_option("--rows", bench.rows,
+                        "--ablation: only these rows (1 = naive baseline), in this order, e.g. --rows 2,4,2")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--accumulation", bench.accumulation, "--suite train: micro-batches per step of the fixed rows")
       ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--samples", bench.samples, "--suite train: synthetic samples written")

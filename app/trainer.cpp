@@ -39,7 +39,7 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume) {
+Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume), checkpoints_(request.checkpoints) {
   allow_change_ = normalize_allowed_changes(request.allow_change);
   TT_CHECK_HINT(allow_change_.empty() || !resume_.empty(), ErrorCode::kConfig,
                 "--allow-change only applies with --resume", "--allow-change given without --resume");
@@ -447,7 +447,7 @@ void Trainer::run() {
     if (profiler_) profiler_->after_step(step_, step_ == max_steps);
     const bool last = step_ == max_steps;
     const bool log_now = step_ % config_.train.log_every == 0 || last;
-    const bool checkpoint_now = step_ % config_.train.checkpoint_every == 0 || last;
+    const bool checkpoint_now = checkpoints_ && (step_ % config_.train.checkpoint_every == 0 || last);
     const bool print_now = seconds_since(last_print) >= 5.0 || step_ == start_step + 1;
     if (!(log_now || checkpoint_now || print_now)) continue;
 

@@ -23,6 +23,8 @@ struct TrainRequest {
   std::vector<std::string> allow_change;
   /// --profile FIRST:COUNT: a Kineto trace of those optimizer steps into <output_dir>/profile ("" = none).
   std::string profile;
+  /// false: no checkpoint is written, not even the last (benchmark rows: a 1b checkpoint is 13 GB).
+  bool checkpoints = true;
 };
 
 /// Runs training to config.train.max_steps. Throws tt::Error on failure.

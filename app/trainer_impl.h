@@ -72,6 +72,7 @@ class Trainer {
 
   Config config_;
   std::string resume_;
+  bool checkpoints_ = true;  // TrainRequest::checkpoints
   std::vector<std::string> allow_change_;  // normalized --allow-change keys
   std::optional<std::string> resume_folder_;  // the checkpoint a resume continues
   ResumeCheck resume_check_;                  // what differs from the checkpoint's config

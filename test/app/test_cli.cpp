@@ -154,3 +154,38 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows and nam
   CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
   CHECK_THAT(wrong.output, ContainsSubstring("--ablation needs --suite train"));
 }
+
+TEST_CASE("bench --suite train --rows runs the rows named, in that order, and writes no checkpoint", "[cli][bench]") {
+  tt::test::TempDir dir("tt_bench_rows");
+  const std::string work = dir / "work";
+  auto result = run_teletron(
+      "bench --suite train --ablation --rows 2,1,2 --device cpu --preset tiny --set model.num_layers=1 "
+      "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps 2 "
+      "--profile-steps 0 --samples 4 --work-dir " + work);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  // Run order: main today, naive baseline, main today again; then the rows left out.
+  const size_t first = result.output.find("| main today |");
+  const size_t naive = result.output.find("| naive baseline |");
+  REQUIRE(first != std::string::npos);
+  REQUIRE(naive != std::string::npos);
+  CHECK(first < naive);
+  CHECK(result.output.find("| main today |", naive) != std::string::npos);
+  CHECK_THAT(result.output, ContainsSubstring("| + host fixes | as + dynamic batch"));
+  CHECK_THAT(result.output, ContainsSubstring("(not run in this call) | — |"));
+  int runs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(work)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("row_", 0) != 0) continue;
+    runs += 1;
+    INFO(name);
+    CHECK(std::filesystem::exists(entry.path() / "metrics.jsonl"));
+    // No checkpoint: a 1b row's would be 13 GB (a device run filled its disk with them).
+    const auto checkpoints = entry.path() / "checkpoints";
+    CHECK((!std::filesystem::exists(checkpoints) || std::filesystem::is_empty(checkpoints)));
+  }
+  CHECK(runs == 3);
+  auto wrong = run_teletron("bench --suite train --ablation --rows 9 --device cpu --preset tiny");
+  CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(wrong.output, ContainsSubstring("--rows: no row 9"));
+}
