@@ -46,6 +46,7 @@ struct DataSection {
   double max_failed_share = 0.01;
   std::optional<double> min_motion;
   int64_t prefetch = 2;  // data.source: latents: batches read ahead on a thread (0 = inside the step)
+  std::string text_padding = "auto";  // auto | full | trim: text padding kept (masked) or trimmed per batch
 
   bool operator==(const DataSection&) const = default;
 };
@@ -105,7 +106,8 @@ struct MixedPrecisionSection {
 };
 
 struct CudaGraphSection {
-  bool enabled = false;
+  /// "auto" (on when training on CUDA), "true" or "false".
+  std::string enabled = "auto";
   int64_t warmup_steps = 100;
   int64_t capture_frequency = 5;
   int64_t retry = 3;        // env TELETRON_GRAPH_RETRY overrides

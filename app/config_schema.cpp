@@ -25,7 +25,6 @@ constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (an
 constexpr const char* kOpticalFlow = "optical flow";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kMotion = "motion filtering with optical flow";
-constexpr const char* kGraphs = "the CUDA-graph engine";
 constexpr const char* kDistributed = "multi-GPU training";
 
 // Who reads what (kRead* bits, config_schema.h). Checked against the code that reads each key:
@@ -118,6 +117,8 @@ const ConfigField kFields[] = {
      .read_by = kVideoSide, .doc = "Share of the rows that may fail to load (each replaced by another row of its bucket) before TT_ERR_DATA stops the run."},
     {.path = "data.prefetch", .kind = K::kInt, .at = TT_AT(data.prefetch), .range = kNonNegative,
      .read_by = kReadTrainLatents, .doc = "data.source: latents: batches read, pinned and copied to the GPU ahead of the step on a thread and CUDA stream of their own; 0 = inside the step."},
+    {.path = "data.text_padding", .kind = K::kString, .at = TT_AT(data.text_padding), .choices = "auto|full|trim",
+     .read_by = kT, .doc = "Text padding in a batch: trim drops the columns that are padding in every sample (attention unmasked when none is left), full keeps the dataset's text length with the mask, so that the step has one shape per bucket; auto: full when CUDA graphs are on (one graph per bucket instead of one per text length), trim otherwise. The same loss either way, up to rounding."},
     {.path = "data.min_motion", .kind = K::kOptFloat, .at = TT_AT(data.min_motion), .not_yet = kMotion,
      .doc = "Clips whose optical-flow motion score is below this are left out; null = keep all."},
 
@@ -181,16 +182,16 @@ const ConfigField kFields[] = {
     {.path = "mixed_precision.max_skipped_steps", .kind = K::kInt, .at = TT_AT(mixed_precision.max_skipped_steps), .range = kAtLeastOne,
      .read_by = kT, .doc = "fp16: skipped steps in a row that stop the run with TT_ERR_NAN (without loss scaling the first one does)."},
 
-    {.path = "cuda_graph.enabled", .kind = K::kBool, .at = TT_AT(cuda_graph.enabled), .not_yet = kGraphs,
-     .doc = "Capture the training step as a CUDA graph and replay it."},
-    {.path = "cuda_graph.warmup_steps", .kind = K::kInt, .at = TT_AT(cuda_graph.warmup_steps), .range = kNonNegative, .not_yet = kGraphs,
-     .doc = "Eager steps of a step shape before its capture (at least 2; the first is not timed)."},
-    {.path = "cuda_graph.capture_frequency", .kind = K::kInt, .at = TT_AT(cuda_graph.capture_frequency), .range = kAtLeastOne, .not_yet = kGraphs,
-     .doc = "Replays between two comparisons of replay and eager time; eager steps between a failed capture and its retry."},
-    {.path = "cuda_graph.retry", .kind = K::kInt, .at = TT_AT(cuda_graph.retry), .range = kNonNegative, .not_yet = kGraphs,
-     .doc = "Failed captures tolerated before running eagerly; the environment variable TELETRON_GRAPH_RETRY overrides it."},
-    {.path = "cuda_graph.threshold", .kind = K::kFloat, .at = TT_AT(cuda_graph.threshold), .range = kThreshold, .not_yet = kGraphs,
-     .doc = "The speed-up over eager (eager / replay time) a graph must keep to stay, never below 1 (a graph slower than eager is dropped); TELETRON_GRAPH_THRESHOLD overrides it."},
+    {.path = "cuda_graph.enabled", .kind = K::kString, .at = TT_AT(cuda_graph.enabled), .choices = "auto|true|false",
+     .read_by = kT, .doc = "Capture the whole training step as a CUDA graph per step shape and replay it (auto: on when training on CUDA; the CPU always runs eagerly)."},
+    {.path = "cuda_graph.warmup_steps", .kind = K::kInt, .at = TT_AT(cuda_graph.warmup_steps), .range = kNonNegative,
+     .read_by = kT, .doc = "Eager steps of a step shape before its capture (at least 2; the first is not timed)."},
+    {.path = "cuda_graph.capture_frequency", .kind = K::kInt, .at = TT_AT(cuda_graph.capture_frequency), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Replays between two comparisons of replay and eager time (no eager step is re-run for them); eager steps between a failed capture and its retry."},
+    {.path = "cuda_graph.retry", .kind = K::kInt, .at = TT_AT(cuda_graph.retry), .range = kNonNegative,
+     .read_by = kT, .doc = "Failed captures of a step shape tolerated (each logged as a TT_ERR_GRAPH warning, the step run eagerly); one more and the shape runs eagerly for good. TELETRON_GRAPH_RETRY overrides it."},
+    {.path = "cuda_graph.threshold", .kind = K::kFloat, .at = TT_AT(cuda_graph.threshold), .range = kThreshold,
+     .read_by = kT, .doc = "The speed-up over eager (eager / replay GPU time) a graph must keep to stay, counted as max(threshold, 1): a graph slower than eager is always dropped, and a value above 1 asks for that much (1.1 = 10 % faster). TELETRON_GRAPH_THRESHOLD overrides it."},
 
     {.path = "optimizer.name", .kind = K::kString, .at = TT_AT(optimizer.name), .choices = "adamw",
      .read_by = kT | kB, .doc = "The optimizer: AdamW with decoupled weight decay and fp32 moments."},

@@ -91,6 +91,7 @@ struct IdleByValue {
 };
 
 bool scales_loss(const Config& c) { return c.mixed_precision.enabled && c.mixed_precision.dtype == "fp16"; }
+bool graphs_off(const Config& c) { return c.cuda_graph.enabled == "false"; }
 
 const IdleByValue kIdleByValue[] = {
     {"mixed_precision.dtype", [](const Config& c) { return !c.mixed_precision.enabled; },
@@ -101,6 +102,10 @@ const IdleByValue kIdleByValue[] = {
      "only mixed_precision.dtype: fp16 scales the loss"},
     {"mixed_precision.max_skipped_steps", [](const Config& c) { return !scales_loss(c); },
      "without fp16 loss scaling the first skipped step stops the run"},
+    {"cuda_graph.warmup_steps", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
+    {"cuda_graph.capture_frequency", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
+    {"cuda_graph.retry", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
+    {"cuda_graph.threshold", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
 };
 
 const char* idle_by_value(const Config& config, const std::string& path) {
@@ -293,10 +298,10 @@ constexpr const char* kPrecedence =
 std::string example_warnings() {
   Config config;
   config.vae.tiling = "on";
-  config.cuda_graph.warmup_steps = 100;
+  config.distributed.zero_stage = 2;
   config.batch_size_dynamic = true;
   config.set_keys = {{"vae.tiling", "config.yaml:3:13"},
-                     {"cuda_graph.warmup_steps", "config.yaml:5:19"},
+                     {"distributed.zero_stage", "config.yaml:5:17"},
                      {"batch_size", "--set batch_size=dynamic"}};
   std::string out;
   for (Command command : {Command::kTrain, Command::kBench}) {
@@ -413,7 +418,7 @@ std::string config_reference_markdown() {
       "naming the key path, `file:line:col` and the expected form.\n\n" +
       std::string(kPrecedence) + "\n\n" + kSetRule +
       " For example, `teletron train` and `teletron bench` on a config with cached latents that sets "
-      "`vae.tiling: on`, `cuda_graph.warmup_steps: 100` and `--set batch_size=dynamic` say:\n\n"
+      "`vae.tiling: on`, `distributed.zero_stage: 2` and `--set batch_size=dynamic` say:\n\n"
       "```\n" + example_warnings() + "```\n\n"
       "`teletron config --explain` prints this reference as text.\n";
   std::string section;

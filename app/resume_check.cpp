@@ -34,6 +34,12 @@ const SafeKey kSafeKeys[] = {
     {"data_pipeline.video_decoding",
      "where clips are decoded; the same frames, pixels within the colour tolerance of the two paths"},
     {"model.activation_checkpointing", "recomputes activations in backward; the same math"},
+    {"cuda_graph.enabled", "how the step is launched (captured graphs or eagerly); the same math"},
+    {"cuda_graph.warmup_steps", "when a step shape is captured; the same math"},
+    {"cuda_graph.capture_frequency", "how often replays are compared with eager; the same math"},
+    {"cuda_graph.retry", "how often a failed capture is tried again; the same math"},
+    {"cuda_graph.threshold", "which graphs are kept; the same math"},
+    {"data.text_padding", "text padding kept (masked) or trimmed; the same loss up to rounding"},
     {"vae.tile_batch", "how many VAE tiles go through the encoder at once; the same latents"},
 };
 
@@ -61,7 +67,6 @@ const Part kParts[] = {
     {"gradient_accumulation", "the global batch"},
     {"dynamic_batch", "the global batch"},
     {"mixed_precision", "the precision"},
-    {"cuda_graph", "the step (not built yet: not known to keep the run)"},
     {"optimizer", "the optimizer"},
     {"flow_matching", "the flow-matching objective"},
     {"distributed", "the distributed setup (not built yet: not known to keep the run)"},

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -90,9 +91,27 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
 
   auto zero = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
   loss_sum_ = zero.clone();
+  step_loss_ = zero.clone();
   nonfinite_ = zero.clone();
   skipped_run_ = zero.clone();
   step_counter_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
+
+  // CUDA graphs: on with CUDA unless cuda_graph.enabled is false; TELETRON_GRAPH_EMULATE (tests)
+  // emulates them anywhere.
+  StepGraphOptions graph_options;
+  graph_options.policy = GraphPolicyOptions{config_.cuda_graph.warmup_steps, config_.cuda_graph.capture_frequency,
+                                            config_.cuda_graph.retry, config_.cuda_graph.threshold};
+  if (const char* emulate = std::getenv("TELETRON_GRAPH_EMULATE"); emulate && *emulate) {
+    char* end = nullptr;
+    const double speedup = std::strtod(emulate, &end);
+    TT_CHECK_HINT(*end == '\0' && speedup > 0 && std::isfinite(speedup), ErrorCode::kConfig,
+                  "unset it, or give the replay speed-up to report, e.g. TELETRON_GRAPH_EMULATE=2 (tests only)",
+                  "TELETRON_GRAPH_EMULATE: expected a number > 0, got '", emulate, "'");
+    graph_options.emulate_speedup = speedup;
+  }
+  if (config_.cuda_graph.enabled != "false" && (device_.is_cuda() || graph_options.emulate_speedup > 0))
+    graphs_ = std::make_unique<StepGraphs>(graph_options, device_);
+  full_text_ = config_.data.text_padding == "full" || (config_.data.text_padding == "auto" && graphs_);
   limit_step_ = torch::full_like(step_counter_, -1);
   last_grad_norm_ = zero.clone();
 }
@@ -107,6 +126,17 @@ void Trainer::announce() const {
                          "non-finite gradient, ", config_.mixed_precision.max_skipped_steps, " skipped in a row stop");
   spdlog::info("teletron train: device {}, precision {}", describe_device(device_), precision);
   if (!faults_.empty()) spdlog::warn("TELETRON_FAULTS: injecting {}", faults_.describe());
+  const CudaGraphSection& g = config_.cuda_graph;
+  if (graphs_) {
+    spdlog::info("CUDA graphs: the whole step captured per step shape after {} eager steps, its replay compared with "
+                 "eager every {} replays and kept while {:g}x as fast or more, {} failed capture(s) retried{}",
+                 std::max<int64_t>(g.warmup_steps, 2), g.capture_frequency, std::max(g.threshold, 1.0), g.retry,
+                 std::getenv("TELETRON_GRAPH_EMULATE") ? " (EMULATED by TELETRON_GRAPH_EMULATE: no CUDA graph is made)"
+                                                       : "");
+  } else if (g.enabled == "true") {
+    spdlog::warn("cuda_graph.enabled is true, but the device is {}: every step runs eagerly (CUDA graphs need CUDA)",
+                 describe_device(device_));
+  }
   spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
                model_->parameter_count(), model_->parameter_count() / 1e9, describe_hunyuan_config(model_config_));
   const auto& shape = dataset_->latent_shape();
@@ -181,24 +211,48 @@ torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::
   return torch::cat({noisy, first_frame.to(noisy.scalar_type()), mask.to(noisy.scalar_type())}, 1);
 }
 
-torch::Tensor Trainer::micro_step(const LatentBatch& batch, int64_t first, double weight) {
-  auto x0 = batch.latents.to(device_);
+Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t first, double weight) const {
+  MicroBatch micro;
+  micro.latents = batch.latents.to(device_);
+  // Padding shared by the whole micro-batch is dropped on the host (no device sync), and attention
+  // runs unmasked when nothing is left to mask.
+  TrimmedText text;
+  if (full_text_) {
+    // The dataset's text length, always masked: one step shape per bucket.
+    text.states = batch.text_states;
+    text.mask = batch.text_mask != 0;
+    text.all_valid = false;
+  } else {
+    text = trim_text_padding(batch.text_states, batch.text_mask);
+  }
+  micro.text_states = text.states.to(device_);
+  // A copy from pageable memory would wait for the stream: the (small) mask goes through pinned memory.
+  micro.text_mask =
+      device_.is_cuda() ? text.mask.contiguous().pin_memory().to(device_, /*non_blocking=*/true) : text.mask;
+  micro.pooled = batch.pooled.to(device_);
+  micro.meta = MicroMeta{first, weight, text.all_valid};
+  return micro;
+}
+
+void Trainer::begin_step() {
+  // Graphs keep the gradients' memory (a captured step writes where the capture saw them).
+  optimizer_->zero_grad(/*set_to_none=*/!graphs_);
+  step_loss_.zero_();
+}
+
+void Trainer::micro_step(const MicroBatch& micro) {
+  const torch::Tensor& x0 = micro.latents;
   // Each sample's sigma and noise come from (seed, step, its index in the global batch).
-  const torch::Tensor keys = sample_keys(step_counter_, first, x0.size(0));
+  const torch::Tensor keys = sample_keys(step_counter_, micro.meta.first, x0.size(0));
   FlowMatchingSample sample =
       make_flow_matching_sample(x0, flow_options_, keys, static_cast<uint64_t>(config_.train.seed));
   TransformerInputs inputs;
   inputs.hidden_states = image_condition(sample.noisy, x0);
   inputs.timestep = sample.sigmas * 1000.0;
-  // Padding shared by the whole batch is dropped on the host (no device sync), and attention
-  // runs unmasked when nothing is left to mask.
-  TrimmedText text = trim_text_padding(batch.text_states, batch.text_mask);
-  inputs.encoder_hidden_states = text.states.to(device_);
-  // A copy from pageable memory would wait for the stream: the (small) mask goes through pinned memory.
-  inputs.encoder_attention_mask =
-      device_.is_cuda() ? text.mask.contiguous().pin_memory().to(device_, /*non_blocking=*/true) : text.mask;
-  inputs.text_all_valid = text.all_valid;
-  inputs.pooled_projections = batch.pooled.to(device_);
+  inputs.encoder_hidden_states = micro.text_states;
+  inputs.encoder_attention_mask = micro.text_mask;
+  inputs.text_all_valid = micro.meta.text_all_valid;
+  inputs.pooled_projections = micro.pooled;
   if (model_config_.guidance_embeds) {
     inputs.guidance = torch::full({x0.size(0)}, flow_options_.guidance * 1000.0, sample.sigmas.options());
   }
@@ -208,24 +262,84 @@ torch::Tensor Trainer::micro_step(const LatentBatch& batch, int64_t first, doubl
     prediction = model_->forward(inputs);
   }
   // The loss in fp32, whatever the autocast type; `weight` is the micro-batch's share of the step.
-  auto loss = torch::mse_loss(prediction.to(torch::kFloat32), sample.target) * weight;
+  auto loss = torch::mse_loss(prediction.to(torch::kFloat32), sample.target) * micro.meta.weight;
   scaler_->scale_loss(loss).backward();
-  return loss.detach();
+  step_loss_.add_(loss.detach());
 }
 
-torch::Tensor Trainer::train_step() {
-  optimizer_->zero_grad();
-  if (dynamic_) return finish_step(dynamic_micro_steps());
+void Trainer::end_step() {
+  finish_step();
+  loss_sum_.add_(step_loss_);
+}
+
+void Trainer::train_step() {
+  // The learning rate goes into its device tensor before the step (a captured step reads it there).
+  optimizer_->set_lr(learning_rate_at(config_.optimizer, step_, config_.train.max_steps));
+  if (dynamic_) {
+    dynamic_step();
+    return;
+  }
   const int64_t micro_steps = config_.gradient_accumulation;
-  auto step_loss = torch::zeros({}, loss_sum_.options());
+  const double weight = 1.0 / static_cast<double>(micro_steps);
+  last_micro_batch_ = config_.batch_size;
+  if (!graphs_) {
+    // Eager: each micro-batch is read while the one before it runs.
+    begin_step();
+    for (int64_t micro = 0; micro < micro_steps; ++micro) {
+      auto wait_start = Clock::now();
+      LatentBatch batch = next_batch();
+      data_wait_s_ += seconds_since(wait_start);
+      micro_step(prepare_micro(batch, micro * config_.batch_size, weight));
+    }
+    end_step();
+    return;
+  }
+  std::vector<MicroBatch> parts;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     auto wait_start = Clock::now();
     LatentBatch batch = next_batch();
     data_wait_s_ += seconds_since(wait_start);
-    step_loss += micro_step(batch, micro * config_.batch_size, 1.0 / static_cast<double>(micro_steps));
+    parts.push_back(prepare_micro(batch, micro * config_.batch_size, weight));
   }
-  last_micro_batch_ = config_.batch_size;
-  return finish_step(step_loss);
+  run_step(parts, step_fault_at(step_ + 1), /*inject_oom=*/false);
+}
+
+std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {
+  std::string key;
+  for (const MicroBatch& part : parts) {
+    if (!key.empty()) key += "; ";
+    key += str_cat("latents ", part.latents.sizes(), " text ", part.text_states.size(1),
+                   part.meta.text_all_valid ? "" : " masked", " from ", part.meta.first);
+  }
+  return key;
+}
+
+void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom) {
+  // The step body: graph-safe (core/step_graph.h), on the micro-batches' tensors, four per part.
+  std::vector<MicroMeta> meta;
+  for (const MicroBatch& part : parts) meta.push_back(part.meta);
+  auto body = [this, meta, inject_oom](const std::vector<torch::Tensor>& tensors) {
+    begin_step();
+    for (size_t i = 0; i < meta.size(); ++i) {
+      // Injected at the last micro-batch: the ones before it have left gradients.
+      if (inject_oom && i + 1 == meta.size())
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by TELETRON_FAULTS)");
+      micro_step(MicroBatch{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3], meta[i]});
+    }
+    end_step();
+  };
+  std::vector<torch::Tensor> tensors;
+  for (const MicroBatch& part : parts) {
+    tensors.push_back(part.latents);
+    tensors.push_back(part.text_states);
+    tensors.push_back(part.text_mask);
+    tensors.push_back(part.pooled);
+  }
+  if (!graphs_) {
+    body(tensors);
+    return;
+  }
+  graphs_->run(step_key(parts), tensors, body, eager_only, faults_.at(Fault::kGraphCapture, step_ + 1));
 }
 
 namespace {
@@ -237,7 +351,7 @@ LatentBatch slice_batch(const LatentBatch& batch, int64_t first, int64_t count) 
 
 }  // namespace
 
-torch::Tensor Trainer::dynamic_micro_steps() {
+void Trainer::dynamic_step() {
   // The whole global batch is fetched at once (one bucket); its micro-batches follow the bucket's
   // size, and each sample weighs 1 / global batch in the loss, however the batch is cut.
   auto wait_start = Clock::now();
@@ -251,7 +365,7 @@ torch::Tensor Trainer::dynamic_micro_steps() {
   if (found == micro_batch_.end())
     found = micro_batch_.emplace(bucket, limits.initial).first;  // within [min, max]: checked at load
   int64_t& micro = found->second;
-  // A bucket's first step on a GPU measures its peak memory per sample.
+  // A bucket's first step on a GPU measures its peak memory per sample (eagerly).
   const bool measure = device_.is_cuda() && measured_.insert(bucket).second;
   for (int64_t attempt = 0;; ++attempt) {
     const int64_t size = std::min(micro, total);
@@ -261,20 +375,19 @@ torch::Tensor Trainer::dynamic_micro_steps() {
       before = gpu_memory(device_);
     }
     try {
-      auto step_loss = torch::zeros({}, loss_sum_.options());
+      std::vector<MicroBatch> parts;
       for (int64_t first = 0; first < total; first += size) {
         const int64_t count = std::min(size, total - first);
-        // Injected at the attempt's last micro-batch: the ones before it have left gradients.
-        if (first + count == total && attempt == 0 && faults_.at(Fault::kOom, step_ + 1))
-          TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by TELETRON_FAULTS)");
-        step_loss += micro_step(slice_batch(batch, first, count), first,
-                                static_cast<double>(count) / static_cast<double>(total));
+        parts.push_back(prepare_micro(slice_batch(batch, first, count), first,
+                                      static_cast<double>(count) / static_cast<double>(total)));
       }
+      const bool inject_oom = attempt == 0 && faults_.at(Fault::kOom, step_ + 1);
+      run_step(parts, measure || step_fault_at(step_ + 1), inject_oom);
       last_micro_batch_ = size;
       if (measure) choose_micro_batch(bucket, size, before, gpu_memory(device_));
-      return step_loss;
+      return;
     } catch (const c10::OutOfMemoryError& error) {
-      optimizer_->zero_grad();  // nothing of the failed attempt is applied
+      optimizer_->zero_grad(/*set_to_none=*/!graphs_);  // nothing of the failed attempt is applied
       release_cached_memory(device_);
       TT_CHECK_HINT(size > limits.min, ErrorCode::kMemory,
                     "lower dynamic_batch.min or dynamic_batch.memory_fraction, use a smaller bucket, or turn on "
@@ -309,7 +422,7 @@ void Trainer::choose_micro_batch(int64_t bucket, int64_t measured_size, const Gp
                cursor_.step_samples);
 }
 
-torch::Tensor Trainer::finish_step(const torch::Tensor& step_loss) {
+void Trainer::finish_step() {
   if (faults_.at(Fault::kNonfiniteGrad, step_ + 1)) {
     for (const torch::Tensor& param : params_) {
       if (!param.grad().defined()) continue;
@@ -318,20 +431,19 @@ torch::Tensor Trainer::finish_step(const torch::Tensor& step_loss) {
     }
   }
   // Unscale and check, clip, then skip the update on the device if anything is non-finite (no
-  // host sync here); the scale then halves (a skipped step) or counts a clean one.
+  // host sync here); the scale then halves (a skipped step) or counts a clean one. Every state
+  // changes in place (a captured step writes where the capture saw it).
   auto found_inf = scaler_->unscale_and_check(params_);
   auto grad_norm = clip_grad_norm(params_, config_.optimizer.max_grad_norm);
-  found_inf = torch::maximum(found_inf, torch::logical_not(torch::isfinite(grad_norm + step_loss)).to(torch::kFloat32));
-  optimizer_->set_lr(learning_rate_at(config_.optimizer, step_, config_.train.max_steps));
+  found_inf = torch::maximum(found_inf, torch::logical_not(torch::isfinite(grad_norm + step_loss_)).to(torch::kFloat32));
   optimizer_->step(found_inf);
   scaler_->update(found_inf);
-  nonfinite_ += found_inf;
-  skipped_run_ = (skipped_run_ + 1.0) * found_inf;
+  nonfinite_.add_(found_inf);
+  skipped_run_.add_(1.0).mul_(found_inf);
   const double limit = static_cast<double>(scaler_->enabled() ? config_.mixed_precision.max_skipped_steps : 1);
   step_counter_.add_(1);  // now the 1-based number of this step
-  limit_step_ = torch::where(limit_step_.lt(0).logical_and(skipped_run_.ge(limit)), step_counter_, limit_step_);
-  last_grad_norm_ = grad_norm;
-  return step_loss;
+  limit_step_.copy_(torch::where(limit_step_.lt(0).logical_and(skipped_run_.ge(limit)), step_counter_, limit_step_));
+  last_grad_norm_.copy_(grad_norm);
 }
 
 void Trainer::check_finite(int64_t first_step, int64_t last_step) {
@@ -442,7 +554,7 @@ void Trainer::run() {
 
   while (step_ < max_steps) {
     if (profiler_) profiler_->before_step(step_ + 1);
-    loss_sum_ += train_step();
+    train_step();
     step_ += 1;
     if (profiler_) profiler_->after_step(step_, step_ == max_steps);
     const bool last = step_ == max_steps;
@@ -486,6 +598,13 @@ void Trainer::run() {
                             {"micro_batch", last_micro_batch_}};
       if (scaler_->enabled()) row["loss_scale"] = scaler_->scale().item<double>();
       if (dynamic_) row["oom_retries"] = oom_retries_;
+      if (graphs_) {
+        const StepGraphCounts counts = graphs_->counts();
+        row["graph_replays"] = counts.replays;
+        row["graph_captures"] = counts.captures;
+        row["graph_failed_captures"] = counts.failed_captures;
+        row["graph_dropped"] = counts.dropped;
+      }
       // Video on a GPU: the pipeline's GPU time per sample (samples whose events have completed).
       const PipelineGpuTime gpu_time = dataset_->take_gpu_time();
       if (gpu_time.samples > 0) {
@@ -503,6 +622,13 @@ void Trainer::run() {
     if (checkpoint_now) save_checkpoint();
   }
   writer_->finish();  // the last checkpoint is on disk before the run says it is done
+  if (graphs_) {
+    graphs_->flush();
+    const StepGraphCounts counts = graphs_->counts();
+    spdlog::info("CUDA graphs: {} capture(s), {} failed, {} replays, {} eager steps, {} dropped; per shape:\n{}",
+                 counts.captures, counts.failed_captures, counts.replays, counts.eager, counts.dropped,
+                 graphs_->describe());
+  }
   spdlog::info("done: {} steps in {}, run folder {}", step_ - start_step, format_duration(seconds_since(run_start)),
                run_dir_.string());
 }

@@ -26,6 +26,7 @@
 #include "core/loss_scaler.h"
 #include "core/metrics.h"
 #include "core/profiler.h"
+#include "core/step_graph.h"
 #include "model/flow_matching.h"
 #include "model/transformer.h"
 #include "model/weight_io.h"
@@ -57,16 +58,46 @@ class Trainer {
   LatentBatch stage(LatentBatch batch) const;
   /// Samples per fetch: batch_size, or with batch_size: dynamic the whole global batch.
   int64_t fetch_size() const { return dynamic_ ? cursor_.step_samples : config_.batch_size; }
-  torch::Tensor train_step();  // returns the step's loss (0-d device tensor)
-  /// Forward and backward of one micro-batch holding samples first.. of the step, its loss scaled
-  /// by `weight` (its share of the step); returns that loss, detached.
-  torch::Tensor micro_step(const LatentBatch& batch, int64_t first, double weight);
+  /// What a micro-batch's step needs besides its tensors (part of its graph's shape key).
+  struct MicroMeta {
+    int64_t first = 0;       // its first sample's index in the global batch (the noise keys)
+    double weight = 1.0;     // its share of the step's loss
+    bool text_all_valid = false;  // no text padding left: attention runs unmasked
+  };
+  /// One micro-batch ready for the step, on the device.
+  struct MicroBatch {
+    torch::Tensor latents;      // (B, C, F, H, W) fp32
+    torch::Tensor text_states;  // (B, L', D), padding shared by the batch trimmed
+    torch::Tensor text_mask;    // (B, L') bool
+    torch::Tensor pooled;       // (B, P)
+    MicroMeta meta;
+  };
+  /// One optimizer step: the learning rate set, the data read, the step run (eagerly or as a graph).
+  void train_step();
+  /// The micro-batch holding samples first.. of the step, weighing `weight` of its loss.
+  MicroBatch prepare_micro(const LatentBatch& batch, int64_t first, double weight) const;
+  /// The parts of the step body (graph-safe, core/step_graph.h): gradients and the step loss
+  /// zeroed in place; one micro-batch's forward and backward, its loss added to step_loss_; clip,
+  /// the update and the counters (finish_step), the step loss added to loss_sum_.
+  void begin_step();
+  void micro_step(const MicroBatch& micro);
+  void end_step();
+  /// The whole step on prepared micro-batches: through graphs_ when graphs are on. `eager_only`:
+  /// this step must not be captured or replayed (an injected fault, a memory measurement).
+  /// `inject_oom`: the last micro-batch raises out-of-memory (TELETRON_FAULTS oom@N).
+  void run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom);
+  /// The graph shape of a step: every micro-batch's latent shape, text length, mask and offset.
+  static std::string step_key(const std::vector<MicroBatch>& parts);
   /// batch_size: dynamic: the step's micro-batches at the bucket's size, again from the start with
-  /// half of it after an out-of-memory error; returns the step's loss.
-  torch::Tensor dynamic_micro_steps();
+  /// half of it after an out-of-memory error.
+  void dynamic_step();
+  /// A fault the step body itself injects at that step (a capture must not bake it in).
+  bool step_fault_at(int64_t step) const {
+    return faults_.at(Fault::kNonfiniteGrad, step) || faults_.at(Fault::kOom, step);
+  }
   void choose_micro_batch(int64_t bucket, int64_t measured_size, const GpuMemory& before, const GpuMemory& after);
-  /// Clip, the (skipped when non-finite) update and the loss scale's update.
-  torch::Tensor finish_step(const torch::Tensor& step_loss);
+  /// Clip, the (skipped when non-finite) update and the loss scale's update, all in place.
+  void finish_step();
   void save_checkpoint();
   void check_finite(int64_t first_step, int64_t last_step);
 
@@ -111,6 +142,9 @@ class Trainer {
   int64_t step_ = 0;
   torch::Tensor step_counter_;  // 0-d int64 on the device: step_, advanced on the device (sample keys read it)
   std::filesystem::path run_dir_;
+  std::unique_ptr<StepGraphs> graphs_;  // cuda_graph on: the step captured per shape and replayed
+  bool full_text_ = false;              // data.text_padding resolved: keep the padding (masked), no trim
+  torch::Tensor step_loss_;    // 0-d fp32: the current step's loss
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
   torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report
   torch::Tensor skipped_run_;  // 0-d fp32: skipped steps in a row up to the last step

@@ -9,7 +9,15 @@
 namespace tt {
 namespace {
 
-constexpr const char* kHint = "write TELETRON_FAULTS as KIND@STEP[,STEP...][;KIND@...], KIND one of: nonfinite_grad, oom";
+constexpr const char* kHint =
+    "write TELETRON_FAULTS as KIND@STEP[,STEP...][;KIND@...], KIND one of: nonfinite_grad, oom, graph_capture";
+
+struct FaultName {
+  Fault fault;
+  const char* name;
+};
+constexpr FaultName kNames[] = {
+    {Fault::kNonfiniteGrad, "nonfinite_grad"}, {Fault::kOom, "oom"}, {Fault::kGraphCapture, "graph_capture"}};
 
 std::string join_steps(const std::set<int64_t>& steps) {
   std::string out;
@@ -28,9 +36,11 @@ FaultPlan FaultPlan::parse(const std::string& text, const std::string& origin) {
     const size_t at = entry.find('@');
     TT_CHECK_HINT(at != std::string::npos, ErrorCode::kConfig, kHint, origin, ": '", entry, "' has no @STEP");
     const std::string kind = entry.substr(0, at);
-    TT_CHECK_HINT(kind == "nonfinite_grad" || kind == "oom", ErrorCode::kConfig, kHint, origin, ": unknown fault '",
-                  kind, "'");
-    std::set<int64_t>& into = kind == "oom" ? plan.oom_ : plan.nonfinite_grad_;
+    const FaultName* named = nullptr;
+    for (const FaultName& candidate : kNames)
+      if (kind == candidate.name) named = &candidate;
+    TT_CHECK_HINT(named != nullptr, ErrorCode::kConfig, kHint, origin, ": unknown fault '", kind, "'");
+    std::set<int64_t>& into = plan.steps_[named->fault];
     const std::string list = entry.substr(at + 1);
     TT_CHECK_HINT(!list.empty() && list.back() != ',', ErrorCode::kConfig, kHint, origin, ": '", entry,
                   "' lists no step after @ (or ends in a comma)");
@@ -53,19 +63,17 @@ FaultPlan FaultPlan::from_environment() {
 }
 
 bool FaultPlan::at(Fault fault, int64_t step) const {
-  switch (fault) {
-    case Fault::kNonfiniteGrad:
-      return nonfinite_grad_.count(step) != 0;
-    case Fault::kOom:
-      return oom_.count(step) != 0;
-  }
-  return false;
+  const auto found = steps_.find(fault);
+  return found != steps_.end() && found->second.count(step) != 0;
 }
 
 std::string FaultPlan::describe() const {
   std::string out;
-  if (!nonfinite_grad_.empty()) out = "nonfinite_grad@" + join_steps(nonfinite_grad_);
-  if (!oom_.empty()) out += (out.empty() ? "oom@" : ";oom@") + join_steps(oom_);
+  for (const FaultName& named : kNames) {
+    const auto found = steps_.find(named.fault);
+    if (found == steps_.end()) continue;
+    out += str_cat(out.empty() ? "" : ";", named.name, "@", join_steps(found->second));
+  }
   return out;
 }
 

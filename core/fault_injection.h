@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 
@@ -13,6 +14,7 @@ namespace tt {
 enum class Fault {
   kNonfiniteGrad,  // after backward, one gradient is set to inf (loss scaling must absorb it)
   kOom,            // the step's last micro-batch raises CUDA's out-of-memory error (once per listed step)
+  kGraphCapture,   // a CUDA-graph capture attempted at that step fails inside the capture
 };
 
 class FaultPlan {
@@ -22,13 +24,13 @@ class FaultPlan {
   /// The plan TELETRON_FAULTS describes (empty when unset).
   static FaultPlan from_environment();
 
-  bool empty() const { return nonfinite_grad_.empty() && oom_.empty(); }
+  bool empty() const { return steps_.empty(); }
   bool at(Fault fault, int64_t step) const;
   /// "nonfinite_grad@3,4;oom@2", for the start-up log.
   std::string describe() const;
 
  private:
-  std::set<int64_t> nonfinite_grad_, oom_;
+  std::map<Fault, std::set<int64_t>> steps_;
 };
 
 }  // namespace tt

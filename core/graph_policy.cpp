@@ -72,6 +72,8 @@ void GraphPolicy::replay_step(const std::string& shape, double ms) {
   const double replay = s.window_ms_sum / static_cast<double>(s.window_replays);
   const double eager = s.timed > 0 ? s.eager_ms_sum / static_cast<double>(s.timed) : 0.0;
   s.last_speedup = replay > 0 ? eager / replay : 0.0;
+  s.last_eager_ms = eager;
+  s.last_replay_ms = replay;
   s.window_replays = 0;
   s.window_ms_sum = 0;
   if (s.last_speedup < std::max(options_.threshold, 1.0)) {
@@ -85,6 +87,23 @@ bool GraphPolicy::dropped(const std::string& shape) const {
   return found != shapes_.end() && found->second.dropped;
 }
 
+double GraphPolicy::eager_ms(const std::string& shape) const {
+  const auto found = shapes_.find(shape);
+  if (found == shapes_.end() || found->second.timed == 0) return 0.0;
+  return found->second.eager_ms_sum / static_cast<double>(found->second.timed);
+}
+
+bool GraphPolicy::eager_for_good(const std::string& shape) const {
+  const auto found = shapes_.find(shape);
+  return found != shapes_.end() && found->second.phase == Phase::kEagerForGood;
+}
+
+std::string GraphPolicy::describe_all() const {
+  std::string text;
+  for (const auto& [shape, state] : shapes_) text += str_cat("[", shape, "]: ", describe(shape), "\n");
+  return text;
+}
+
 std::string GraphPolicy::describe(const std::string& shape) const {
   const auto found = shapes_.find(shape);
   if (found == shapes_.end()) return "no steps yet";
@@ -93,7 +112,8 @@ std::string GraphPolicy::describe(const std::string& shape) const {
   std::string text = str_cat("eager ", eager, " ms (", s.timed, " timed)");
   if (s.failures > 0) text += str_cat(", ", s.failures, " failed capture(s)");
   if (s.last_speedup > 0)
-    text += str_cat(", replay ", eager / s.last_speedup, " ms: ", s.last_speedup, "x, ",
+    text += str_cat("; at the last comparison eager ", s.last_eager_ms, " ms, replay ", s.last_replay_ms, " ms: ",
+                    s.last_speedup, "x, ",
                     s.dropped ? "dropped (not faster than the threshold allows)" : "kept");
   if (s.phase == Phase::kEagerForGood && !s.dropped) text += ", eager for good (out of retries)";
   return text;

@@ -48,8 +48,15 @@ class GraphPolicy {
   void replay_step(const std::string& shape, double ms);
 
   bool dropped(const std::string& shape) const;
-  /// "eager 10.2 ms (98 timed), replay 8.1 ms: 1.26x, kept" and the like, for the log.
+  /// The mean time of the shape's timed eager steps (0 before any).
+  double eager_ms(const std::string& shape) const;
+  /// Out of retries or dropped: the shape runs eagerly from now on.
+  bool eager_for_good(const std::string& shape) const;
+  /// "eager 10.2 ms (98 timed); at the last comparison eager 10.2 ms, replay 8.1 ms: 1.26x, kept"
+  /// and the like, for the log.
   std::string describe(const std::string& shape) const;
+  /// describe() of every shape seen, one "[shape]: ..." line each.
+  std::string describe_all() const;
 
  private:
   enum class Phase { kWarmup, kCaptureDue, kReplaying, kEagerForGood };
@@ -63,6 +70,8 @@ class GraphPolicy {
     int64_t window_replays = 0;   // replays since the last comparison
     double window_ms_sum = 0;
     double last_speedup = 0;      // eager / replay at the last comparison
+    double last_eager_ms = 0;     // the two means compared then
+    double last_replay_ms = 0;
     bool dropped = false;
   };
   Shape& at(const std::string& shape);

@@ -79,7 +79,7 @@ const char* kConfigMdYaml = R"(tele_tron:
     loss_scale_window: 2000       # clean steps before the scale grows
     init_scale: 65536
   cuda_graph:
-    enabled: false                # on once the engine issue lands
+    enabled: auto                 # on with CUDA; false runs every step eagerly
     warmup_steps: 100             # eager steps before capture
     capture_frequency: 5
     retry: 3                      # env TELETRON_GRAPH_RETRY overrides
@@ -244,13 +244,13 @@ TEST_CASE("the original design's example loads", "[config]") {
 
   // Every key the example sets that train (on cached latents, the default source) cannot honour
   // is named once: the features not built yet, and the video pipeline's keys.
-  const char* not_yet[] = {"cuda_graph.warmup_steps", "cuda_graph.capture_frequency",
-                           "data_pipeline.optical_flow.algorithm", "data_pipeline.optical_flow.warp_mode"};
+  const char* not_yet[] = {"data_pipeline.optical_flow.algorithm", "data_pipeline.optical_flow.warp_mode"};
   for (const char* path : not_yet) {
     INFO(path);
     CHECK(has_warning(c, path, "has no effect yet (arrives with"));
   }
   CHECK(times_named(warnings(c), "batch_size") == 0);  // dynamic batching is built
+  CHECK(times_named(warnings(c), "cuda_graph") == 0);  // so are CUDA graphs
   // bf16 (the default dtype) scales no loss.
   CHECK(has_warning(c, "mixed_precision.loss_scale_window", "but only mixed_precision.dtype: fp16 scales the loss"));
   CHECK(has_warning(c, "data_pipeline.video_decoding", "data.source is latents: the video pipeline is not used"));
@@ -258,7 +258,7 @@ TEST_CASE("the original design's example loads", "[config]") {
   CHECK(has_warning(c, "data_pipeline.frame_sampler.samples_per_clip", "data.source is latents"));
   CHECK(times_named(warnings(c), "gradient_accumulation") == 0);
   CHECK(times_named(warnings(c), "mixed_precision.enabled") == 0);
-  CHECK(tt::unused_key_warnings(c, tt::Command::kTrain).size() == 8);  // one per key, no duplicates
+  CHECK(tt::unused_key_warnings(c, tt::Command::kTrain).size() == 6);  // one per key, no duplicates
   // validate-data uses the sampler keys and video_decoding: it names only what it cannot use.
   const std::string validate = warnings(c, tt::Command::kValidateData);
   CHECK(times_named(validate, "data_pipeline.frame_sampler.mode") == 0);
@@ -271,7 +271,7 @@ TEST_CASE("the original design's example loads", "[config]") {
   check_same(from_disk, c);
   REQUIRE(from_disk.set_keys.size() == c.set_keys.size());
   for (size_t i = 0; i < c.set_keys.size(); ++i) CHECK(from_disk.set_keys[i].path == c.set_keys[i].path);
-  CHECK(tt::unused_key_warnings(from_disk, tt::Command::kTrain).size() == 8);
+  CHECK(tt::unused_key_warnings(from_disk, tt::Command::kTrain).size() == 6);
 #endif
 }
 
@@ -519,8 +519,8 @@ TEST_CASE("not-yet-implemented keys are listed only when written", "[config]") {
                       "batch_size: 4\n"))
             .empty());
   tt::Config c = load(
-      "tele_tron:\n  data: {source: video}\n  data_pipeline: {frame_sampler: {mode: motion}}\n  cuda_graph: {enabled: "
-      "true}\n  model: {weights: w.safetensors, activation_checkpointing: true}\n");
+      "tele_tron:\n  data: {source: video}\n  data_pipeline: {frame_sampler: {mode: motion}}\n  distributed: {zero_stage: "
+      "2}\n  model: {weights: w.safetensors, activation_checkpointing: true}\n");
   CHECK(tt::unused_key_warnings(c, tt::Command::kTrain).size() == 2);
   // Built since: data.source video (the video pipeline), initial weights, activation
   // checkpointing are never flagged.
@@ -528,8 +528,8 @@ TEST_CASE("not-yet-implemented keys are listed only when written", "[config]") {
   CHECK(has_warning(c, "data_pipeline.frame_sampler.mode",
                     "set to motion (config.yaml:3:41), but motion has no effect yet (arrives with motion filtering "
                     "with optical flow); meanwhile frames are sampled stratified"));
-  CHECK(has_warning(c, "cuda_graph.enabled", "set (config.yaml:4:25), but has no effect yet (arrives with the "
-                                             "CUDA-graph engine)"));
+  CHECK(has_warning(c, "distributed.zero_stage", "set (config.yaml:4:29), but has no effect yet (arrives with "
+                                                 "multi-GPU training)"));
   CHECK(times_named(warnings(c), "model.weights") == 0);
   CHECK(times_named(warnings(c), "model.activation_checkpointing") == 0);
   // Buckets are built: read when training on video and by validate-data; cached latents keep
@@ -546,7 +546,7 @@ TEST_CASE("set overrides beat the file and are validated like it", "[config]") {
                       {"optimizer.lr=2e-5", "optimizer.betas=[0.9,0.95]", "model.weights=null",
                        "batch_size=dynamic", "tele_tron.train.seed=7",
                        "data.buckets=[{frames: 17, height: 256, width: 256}]",
-                       "model.activation_checkpointing={every_n: 3}", "cuda_graph.warmup_steps=3"});
+                       "model.activation_checkpointing={every_n: 3}", "distributed.zero_stage=1"});
   CHECK(c.optimizer.lr == 2e-5);
   CHECK(c.optimizer.beta1 == 0.9);
   CHECK(c.optimizer.beta2 == 0.95);
@@ -556,7 +556,7 @@ TEST_CASE("set overrides beat the file and are validated like it", "[config]") {
   CHECK(c.data.buckets == std::vector<tt::Bucket>{{17, 256, 256}});
   CHECK(c.model.activation_checkpointing_every_n == 3);
   CHECK(times_named(warnings(c), "batch_size") == 0);
-  CHECK(has_warning(c, "cuda_graph.warmup_steps", "set (--set cuda_graph.warmup_steps=3), but has no effect yet"));
+  CHECK(has_warning(c, "distributed.zero_stage", "set (--set distributed.zero_stage=1), but has no effect yet"));
 
   // Onto an empty root, and creating sections the file does not have.
   CHECK(load("tele_tron:\n", {"cuda_graph.retry=5"}).cuda_graph.retry == 5);
@@ -669,8 +669,10 @@ TEST_CASE("every command warns once about a set key it does not use, never about
   const Case cases[] = {
       {tt::Command::kTrain, {"vae.tiling=on", "optimizer.lr=2e-5"}, "vae.tiling",
        "set (--set vae.tiling=on), but data.source is latents: the VAE is not used", "optimizer.lr"},
-      {tt::Command::kTrain, {"data.source=video", "train.seed=3", "cuda_graph.retry=1"}, "cuda_graph.retry",
-       "has no effect yet (arrives with the CUDA-graph engine)", "data.source"},
+      {tt::Command::kTrain, {"data.source=video", "train.seed=3", "distributed.zero_stage=1"}, "distributed.zero_stage",
+       "has no effect yet (arrives with multi-GPU training)", "data.source"},
+      {tt::Command::kTrain, {"cuda_graph.enabled=false", "cuda_graph.retry=1"}, "cuda_graph.retry",
+       "but cuda_graph.enabled is false: every step runs eagerly", "cuda_graph.enabled"},
       {tt::Command::kConfig, {"data_pipeline.prefetch=2", "train.seed=3"}, "data_pipeline.prefetch",
        "data.source is latents: the video pipeline is not used", "train.seed"},
       {tt::Command::kTrain, {"mixed_precision.enabled=false", "mixed_precision.dtype=fp16"}, "mixed_precision.dtype",
@@ -758,8 +760,8 @@ TEST_CASE("the reference lists every key with type, default, allowed values and 
   CHECK_THAT(text, ContainsSubstring("tele_tron.vae.tiling\n    choice, default auto, allowed auto | on | off "
                                      "(also true = on, false = off)\n    read by: train (data.source: video), "
                                      "preprocess\n"));
-  CHECK_THAT(text, ContainsSubstring("tele_tron.cuda_graph.enabled\n    boolean, default false, allowed true | "
-                                     "false\n    read by: nothing yet (arrives with the CUDA-graph engine)\n"));
+  CHECK_THAT(text, ContainsSubstring("tele_tron.cuda_graph.enabled\n    choice, default auto, allowed auto | true | "
+                                     "false\n    read by: train\n"));
   CHECK_THAT(markdown, ContainsSubstring("| `data.buckets` | list of {frames, height, width} | `[{frames: 33, "
                                          "height: 480, width: 832}]` |"));
 }

@@ -133,7 +133,6 @@ TEST_CASE("resume check: every change to the run is TT_ERR_CONFIG naming the key
   check_blocked("gradient_accumulation=3", "gradient_accumulation");  // the global batch
   // Not on the whitelist, so a change to the run, whatever it would do.
   check_blocked("data.caption_dropout=0.1", "data.caption_dropout");
-  check_blocked("cuda_graph.enabled=true", "cuda_graph.enabled");
   check_blocked("distributed.zero_stage=1", "distributed.zero_stage");
 }
 
@@ -188,6 +187,10 @@ TEST_CASE("resume check: cadence, paths, pipeline depth and execution knobs keep
   check_allowed(before, "data_pipeline.video_decoding=cpu", "data_pipeline.video_decoding");
   check_allowed(before, "model.activation_checkpointing=true", "model.activation_checkpointing");
   check_allowed(before, "vae.tile_batch=1", "vae.tile_batch");
+  check_allowed(before, "cuda_graph.enabled=false", "cuda_graph.enabled");
+  check_allowed(before, "cuda_graph.warmup_steps=7", "cuda_graph.warmup_steps");
+  check_allowed(before, "cuda_graph.threshold=1.5", "cuda_graph.threshold");
+  check_allowed(before, "data.text_padding=full", "data.text_padding");
 }
 
 TEST_CASE("resume check: max_steps may change; the note says what it does to the schedule", "[resume]") {

@@ -438,6 +438,181 @@ TEST_CASE("dynamic batch: an injected out-of-memory halves the micro-batch and r
   CHECK_THAT(c.output, ContainsSubstring("out of memory at the smallest micro-batch (dynamic_batch.min = 1)"));
 }
 
+// Environment variables for one run of the executable.
+tt::test::CommandResult run_with_env(const std::vector<std::pair<std::string, std::string>>& env,
+                                     const std::string& args) {
+  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+  auto result = run_teletron(args);
+  for (const auto& [name, value] : env) unsetenv(name.c_str());
+  return result;
+}
+
+// Largest |a - b| / max|a| over the model tensors of two checkpoints.
+double weight_difference(const std::string& left_folder, const std::string& right_folder) {
+  const auto left = tt::checkpoint::load(left_folder);
+  const auto right = tt::checkpoint::load(right_folder);
+  double worst = 0.0;
+  for (const auto& [name, tensor] : left.model) {
+    const torch::Tensor other = right.model.at(name);
+    worst = std::max(worst, (tensor - other).abs().max().item<double>() / (tensor.abs().max().item<double>() + 1e-12));
+  }
+  return worst;
+}
+
+// Graphs every step shape after 2 eager steps, compared with eager every 2 replays; text padded
+// to the dataset's length (one shape) in both runs.
+constexpr const char* kGraphSets =
+    " --set data.text_padding=full --set cuda_graph.warmup_steps=2 --set cuda_graph.capture_frequency=2";
+
+// The eager reference run for the graph tests (the same text padding).
+std::string eager_reference(const Workspace& ws, const std::string& device = "cpu", const std::string& extra = "") {
+  const std::string folder = ws.dir / ("eager_" + device);
+  auto eager = run_teletron("train " + ws.config + " --device " + device + " --output " + folder +
+                            " --set data.text_padding=full --set cuda_graph.enabled=false" + extra);
+  INFO(eager.output);
+  REQUIRE(eager.exit_code == 0);
+  CHECK_THAT(eager.output, !ContainsSubstring("CUDA graph"));
+  return folder;
+}
+
+TEST_CASE("CUDA graphs (emulated on the CPU): warm-up, one capture, replays on each step's own inputs; the weights "
+          "are the eager run's bit for bit", "[train][graph]") {
+  Workspace ws(8);
+  const std::string eager = eager_reference(ws);
+  const std::string graphs = ws.dir / "graphs";
+  // A replay reports a fifth of its host time: the graph is kept.
+  auto run = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}},
+                          "train " + ws.config + " --output " + graphs + " --set cuda_graph.enabled=true" + kGraphSets);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: the whole step captured per step shape after 2 eager steps"));
+  CHECK_THAT(run.output, ContainsSubstring("EMULATED by TELETRON_GRAPH_EMULATE"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graph: captured the whole step of shape [latents [2, 16, 2, 8, 8] "
+                                           "text 8 masked from 0] (1 graph in the pool)"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 5 replays"));
+  CHECK_THAT(run.output, ContainsSubstring("kept"));
+  // Steps 1-2 eager, 3 captured (it runs eagerly on the capture stream first), 4-8 replayed.
+  const std::vector<nlohmann::json> rows = read_metrics(graphs + "/metrics.jsonl");
+  REQUIRE(rows.size() == 8);
+  const std::vector<int64_t> replays = {0, 0, 0, 1, 2, 3, 4, 5};
+  const std::vector<nlohmann::json> reference = read_metrics(eager + "/metrics.jsonl");
+  REQUIRE(reference.size() == 8);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    INFO(rows[i].dump());
+    CHECK(rows[i]["graph_replays"].get<int64_t>() == replays[i]);
+    CHECK(rows[i]["graph_captures"].get<int64_t>() == (i >= 2 ? 1 : 0));
+    CHECK(rows[i]["loss"].get<double>() == reference[i]["loss"].get<double>());
+  }
+  // A replay that read stale inputs (the capture's batch again) would train on other samples.
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", graphs + "/checkpoints/step_0000008") == 0.0);
+}
+
+TEST_CASE("CUDA graphs (emulated): an injected capture failure is a TT_ERR_GRAPH warning, the step runs eagerly, "
+          "the capture is retried; out of retries the shape stays eager", "[train][graph][faults]") {
+  Workspace ws(8);
+  const std::string eager = eager_reference(ws);
+  const std::string retried = ws.dir / "retried";
+  auto run = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}, {"TELETRON_FAULTS", "graph_capture@3"}},
+                          "train " + ws.config + " --output " + retried + kGraphSets + " --set cuda_graph.retry=1");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("TT_ERR_GRAPH: capturing the step of shape [latents [2, 16, 2, 8, 8]"));
+  CHECK_THAT(run.output, ContainsSubstring("injected by TELETRON_FAULTS (graph_capture); the step ran eagerly (tried "
+                                           "again after 2 eager steps)"));
+  // Step 3 failed, 4-5 eager, 6 captured, 7-8 replayed.
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 1 failed, 2 replays"));
+  const std::vector<nlohmann::json> rows = read_metrics(retried + "/metrics.jsonl");
+  REQUIRE(rows.size() == 8);
+  CHECK(rows[7]["graph_failed_captures"].get<int64_t>() == 1);
+  CHECK(rows[4]["graph_captures"].get<int64_t>() == 0);
+  CHECK(rows[5]["graph_captures"].get<int64_t>() == 1);
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", retried + "/checkpoints/step_0000008") == 0.0);
+
+  const std::string given_up = ws.dir / "given_up";
+  auto none = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}, {"TELETRON_FAULTS", "graph_capture@3"}},
+                           "train " + ws.config + " --output " + given_up + kGraphSets + " --set cuda_graph.retry=0");
+  INFO(none.output);
+  REQUIRE(none.exit_code == 0);
+  CHECK_THAT(none.output, ContainsSubstring("out of retries: this shape runs eagerly from now on"));
+  CHECK_THAT(none.output, ContainsSubstring("CUDA graphs: 0 capture(s), 1 failed, 0 replays, 7 eager steps"));
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", given_up + "/checkpoints/step_0000008") == 0.0);
+}
+
+TEST_CASE("CUDA graphs (emulated): a graph slower than eager is dropped at its first comparison, whatever the "
+          "threshold", "[train][graph]") {
+  Workspace ws(8);
+  const std::string eager = eager_reference(ws);
+  const std::string slow = ws.dir / "slow";
+  // A replay reports five times its host time; threshold 0.5 still keeps nothing slower than eager.
+  auto run = run_with_env({{"TELETRON_GRAPH_EMULATE", "0.2"}},
+                          "train " + ws.config + " --output " + slow + kGraphSets + " --set cuda_graph.threshold=0.5");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("runs eagerly from now on"));
+  CHECK_THAT(run.output, ContainsSubstring("dropped (not faster than the threshold allows)"));
+  // Step 3 captured, 4-5 replayed and compared, 6-8 eager.
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 2 replays, 5 eager steps, 1 dropped"));
+  const std::vector<nlohmann::json> rows = read_metrics(slow + "/metrics.jsonl");
+  REQUIRE(rows.size() == 8);
+  CHECK(rows[7]["graph_dropped"].get<int64_t>() == 1);
+  CHECK(rows[7]["graph_replays"].get<int64_t>() == 2);
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", slow + "/checkpoints/step_0000008") == 0.0);
+}
+
+// Captured steps on the GPU against eager ones: the same kernels on the same inputs, so the only
+// differences are the GEMM and attention algorithms cuBLAS and SDPA pick on the capture stream.
+constexpr double kGraphTolerance = 1e-3;  // relative, on the weights (bf16's epsilon is 7.8e-3)
+
+TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 autocast)", "[train][graph][gpu]") {
+  TT_REQUIRE_GPU();
+  Workspace ws(8);
+  const std::string eager = eager_reference(ws, "cuda", " --max-steps 13");
+  const std::string graphs = ws.dir / "graphs_cuda";
+  // 13 steps: 1-2 eager, 3 captured, 4-13 replayed (no comparison with eager in between).
+  auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" + kGraphSets +
+                          " --set cuda_graph.capture_frequency=1000");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, !ContainsSubstring("TT_ERR_GRAPH"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 10 replays"));
+  const std::vector<nlohmann::json> rows = read_metrics(graphs + "/metrics.jsonl");
+  const std::vector<nlohmann::json> reference = read_metrics(eager + "/metrics.jsonl");
+  REQUIRE(rows.size() == 13);
+  REQUIRE(reference.size() == 13);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    INFO(rows[i].dump() << " against " << reference[i].dump());
+    const double loss = reference[i]["loss"].get<double>();
+    CHECK(std::abs(rows[i]["loss"].get<double>() - loss) <= kGraphTolerance * std::abs(loss));
+  }
+  const double worst = weight_difference(eager + "/checkpoints/step_0000013", graphs + "/checkpoints/step_0000013");
+  INFO("largest relative weight difference " << worst);
+  CHECK(worst <= kGraphTolerance);
+}
+
+TEST_CASE("CUDA graphs on the GPU: a resumed run captures again and replays; its weights are the uninterrupted run's",
+          "[train][graph][gpu][resume]") {
+  TT_REQUIRE_GPU();
+  Workspace ws(8);
+  const std::string whole = ws.dir / "whole";
+  const std::string sets = std::string(kGraphSets) + " --set cuda_graph.capture_frequency=1000";
+  auto a = run_teletron("train " + ws.config + " --device cuda --output " + whole + " --max-steps 12" + sets);
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  const std::string split = ws.dir / "split";
+  auto b = run_teletron("train " + ws.config + " --device cuda --output " + split + " --max-steps 4" + sets);
+  INFO(b.output);
+  REQUIRE(b.exit_code == 0);
+  // Resumed at step 4: 5-6 eager, 7 captured, 8-12 replayed.
+  auto c = run_teletron("train " + ws.config + " --device cuda --output " + split + " --max-steps 12 --resume auto" +
+                        sets);
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  CHECK_THAT(c.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 5 replays"));
+  const double worst = weight_difference(whole + "/checkpoints/step_0000012", split + "/checkpoints/step_0000012");
+  INFO("largest relative weight difference " << worst);
+  CHECK(worst <= kGraphTolerance);
+}
+
 // Cached latents read ahead (data.prefetch, the default 2) against inside the step (0): the same
 // batches, in order, and on the CPU the same weights bit for bit, also across a resume.
 void check_latent_prefetch(const std::string& device) {

@@ -97,6 +97,10 @@ TEST_CASE("TELETRON_FAULTS names fault kinds and steps; anything else is TT_ERR_
   CHECK(both.at(tt::Fault::kOom, 2));
   CHECK_FALSE(both.at(tt::Fault::kOom, 4));
   CHECK(both.describe() == "nonfinite_grad@4;oom@2");
+  const tt::FaultPlan graph = tt::FaultPlan::parse("graph_capture@7,12", "TELETRON_FAULTS");
+  CHECK(graph.at(tt::Fault::kGraphCapture, 12));
+  CHECK_FALSE(graph.at(tt::Fault::kOom, 12));
+  CHECK(graph.describe() == "graph_capture@7,12");
   CHECK(tt::FaultPlan::parse("", "x").empty());
   for (const char* bad : {"nonfinite_grad", "oops@3", "nonfinite_grad@0", "nonfinite_grad@3x", "nonfinite_grad@", "nonfinite_grad@3,", "nonfinite_grad@3,,4"}) {
     INFO(bad);

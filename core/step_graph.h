@@ -1,0 +1,119 @@
+// The training step as CUDA graphs: one graph per step shape (bucket, micro-batches, text length:
+// whatever the caller puts in the key), all in one private memory pool, captured on a stream of
+// their own and replayed on the caller's. When a shape is captured, replayed or run eagerly is
+// GraphPolicy's decision (core/graph_policy.h): warm-up steps, retries after a failed capture, and
+// a graph dropped when its replays are not faster than the eager steps were.
+//
+// The step is a `Body` run on its input tensors. What a body must keep to be graph-safe: every
+// state it updates is updated in place (parameters, gradients zeroed in place, optimizer moments,
+// loss scale, counters: a captured kernel writes where the capture saw the tensor), no host read
+// of a device value (.item(), .cpu(), a tensor as a bool), nothing the host decides per step
+// (the learning rate goes into a device tensor before the step; the step number is a device
+// counter), its results go into tensors that outlive the step rather than being returned.
+//
+// Capture: the step's inputs are copied into static buffers of the shape (allocated outside the
+// graphs' pool); the capture stream waits for the caller's stream, runs the body eagerly on those
+// buffers (the step itself, and the warm-up on the capture stream that LibTorch's lazy per-stream
+// state needs), then captures the body again without running it; the caller's stream waits for
+// the capture stream. A capture that fails (an op that synchronises or is illegal while capturing,
+// out of memory in the pool, an injected fault) is logged as a TT_ERR_GRAPH warning; the step has
+// already run, so nothing is repeated. Replay: inputs copied into the static buffers, the graph
+// launched on the caller's stream. Graph outputs live in the shared pool and are valid only until
+// the next replay of any graph: the body must copy what it keeps into its own tensors.
+//
+// Step times for the policy are GPU intervals (core/gpu_timer.h) read once complete, so the
+// decisions lag a few steps behind and no step waits for the GPU.
+//
+// Emulation (TELETRON_GRAPH_EMULATE, tests without a GPU): no CUDA graph is made; a capture keeps
+// the body and the static buffers, and a replay runs the body again on the static buffers, so the
+// input plumbing (a replay that reads stale buffers) is tested on the CPU. Its replay reports the
+// shape's eager mean divided by `emulate_speedup` as its time (a test-only factor: the policy's
+// keep and drop paths are chosen by the test, and nothing pretends to be a measurement).
+//
+// One StepGraphs per training run (no global state): two ranks in one process each hold theirs.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph_policy.h"
+
+namespace tt {
+
+class GpuInterval;
+
+struct StepGraphOptions {
+  GraphPolicyOptions policy;
+  /// > 0: emulate graphs (see above), a replay reporting the eager mean divided by this factor.
+  double emulate_speedup = 0;
+};
+
+/// What the graphs have done so far (logs, metrics, tests).
+struct StepGraphCounts {
+  int64_t eager = 0;            // steps run eagerly (warm-up, eager-only steps, after a drop)
+  int64_t captures = 0;         // captures that succeeded
+  int64_t failed_captures = 0;  // captures that failed (each a TT_ERR_GRAPH warning)
+  int64_t replays = 0;
+  int64_t dropped = 0;          // graphs dropped for not being faster than eager
+};
+
+class StepGraphs {
+ public:
+  using Body = std::function<void(const std::vector<torch::Tensor>& inputs)>;
+
+  /// `device`: where the step runs; graphs need CUDA (or emulation).
+  StepGraphs(const StepGraphOptions& options, const torch::Device& device);
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  /// Runs one step of shape `key` on `inputs` (defined tensors on the step's device) through
+  /// `body`: eagerly, captured, or replayed, as the policy says. `eager_only` runs it eagerly
+  /// without counting it for the policy (a step with an injected fault, a memory measurement).
+  /// `fail_capture` (TELETRON_FAULTS graph_capture@N) makes a capture of this step fail inside
+  /// the capture. An exception from an eager run of the body (out of memory, say) propagates; the
+  /// capture's own failures do not.
+  void run(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body, bool eager_only,
+           bool fail_capture);
+  /// Waits for the timings still outstanding and hands them to the policy.
+  void flush();
+
+  StepGraphCounts counts() const { return counts_; }
+  /// Keys captured and replaying now.
+  std::vector<std::string> live_shapes() const;
+  /// One line per shape seen: "<key>: eager 10.2 ms (98 timed), replay 8.1 ms: 1.26x, kept".
+  std::string describe() const;
+
+ private:
+  struct Graph;
+  struct Pending {
+    std::string key;
+    bool replay = false;
+    std::shared_ptr<GpuInterval> interval;
+  };
+  void poll(bool wait);
+  void report(const std::string& key, bool replay, double ms);
+  void run_eager(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body, bool counted);
+  void capture(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body, bool fail);
+  void replay(const std::string& key, const std::vector<torch::Tensor>& inputs);
+  void drop(const std::string& key);
+  bool emulated() const { return options_.emulate_speedup > 0; }
+
+  StepGraphOptions options_;
+  torch::Device device_;
+  GraphPolicy policy_;
+  std::map<std::string, std::unique_ptr<Graph>> graphs_;
+  std::deque<Pending> pending_;
+  StepGraphCounts counts_;
+  struct CudaState;  // the capture stream and the pool (CUDA builds)
+  std::unique_ptr<CudaState> cuda_;
+};
+
+}  // namespace tt
