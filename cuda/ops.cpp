@@ -439,3 +439,366 @@ void busy_for(const torch::Device& device, double seconds) {
 }
 
 }  // namespace tt
+
+// ---- Transformer block ops: gated residual, QK RMSNorm + RoPE, GELU-tanh ----
+
+#ifdef TELETRON_WITH_CUDA
+#include "cuda/gated_residual.cuh"
+#include "cuda/gelu_tanh.cuh"
+#include "cuda/rms_norm_rope.cuh"
+#endif
+
+namespace tt {
+namespace {
+
+// The dtype the references compute in: fp64 for fp64 inputs (finite-difference tests), else fp32.
+torch::Dtype math_dtype(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+void check_kernel_dtype(const torch::Tensor& t, const char* name, const char* what) {
+  TORCH_CHECK(t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kFloat32, name, ": ", what,
+              " must be bf16 or fp32 on CUDA, got ", t.scalar_type());
+}
+
+void check_same(const torch::Tensor& a, const torch::Tensor& b, const char* name, const char* a_name,
+                const char* b_name) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), name, ": ", a_name, " is ", a.scalar_type(), " but ",
+              b_name, " is ", b.scalar_type());
+  TORCH_CHECK(a.device() == b.device(), name, ": ", a_name, " on ", a.device(), " but ", b_name, " on ",
+              b.device());
+}
+
+void gated_residual_check(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate,
+                          const char* name) {
+  TORCH_CHECK(x.dim() == 3, name, ": expected x (B, N, C), got ", x.sizes());
+  TORCH_CHECK(y.sizes() == x.sizes(), name, ": y ", y.sizes(), " does not match x ", x.sizes());
+  TORCH_CHECK(gate.dim() == 2 && gate.size(0) == x.size(0) && gate.size(1) == x.size(2), name,
+              ": expected gate (", x.size(0), ", ", x.size(2), "), got ", gate.sizes());
+  check_same(x, y, name, "x", "y");
+  check_same(x, gate, name, "x", "gate");
+}
+
+#ifdef TELETRON_WITH_CUDA
+cudaStream_t current_stream(const torch::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+#endif
+
+#ifndef TELETRON_WITH_CUDA
+[[noreturn]] void no_kernels(const char* name) {
+  TORCH_CHECK(false, name, ": teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
+}
+#endif
+
+}  // namespace
+
+torch::Tensor gated_residual_forward_reference(const torch::Tensor& x, const torch::Tensor& y,
+                                               const torch::Tensor& gate) {
+  gated_residual_check(x, y, gate, "gated_residual_forward");
+  const auto m = math_dtype(x);
+  return (x.to(m) + gate.to(m).unsqueeze(1) * y.to(m)).to(x.scalar_type());
+}
+
+torch::Tensor gated_residual_forward(const torch::Tensor& x, const torch::Tensor& y,
+                                     const torch::Tensor& gate) {
+  gated_residual_check(x, y, gate, "gated_residual_forward");
+  if (!x.is_cuda()) return gated_residual_forward_reference(x, y, gate);
+#ifdef TELETRON_WITH_CUDA
+  check_kernel_dtype(x, "gated_residual_forward", "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  auto xc = x.contiguous(), yc = y.contiguous(), gc = gate.contiguous();
+  auto out = torch::empty_like(xc);  // (B, N, C)
+  const cudaError_t status = kernels::gated_residual_forward(
+      out.data_ptr(), xc.data_ptr(), yc.data_ptr(), gc.data_ptr(), x.size(0), x.size(1), x.size(2),
+      x.scalar_type() == torch::kBFloat16, current_stream(x));
+  TORCH_CHECK(status == cudaSuccess,
+              "gated_residual_forward kernel launch failed: ", cudaGetErrorString(status));
+  return out;
+#else
+  no_kernels("gated_residual_forward");
+#endif
+}
+
+std::pair<torch::Tensor, torch::Tensor> gated_residual_backward_reference(const torch::Tensor& grad,
+                                                                          const torch::Tensor& y,
+                                                                          const torch::Tensor& gate) {
+  gated_residual_check(grad, y, gate, "gated_residual_backward");
+  const auto m = math_dtype(grad);
+  auto g = grad.to(m);
+  auto dy = (g * gate.to(m).unsqueeze(1)).to(y.scalar_type());
+  auto dgate = (g * y.to(m)).sum(1).to(gate.scalar_type());
+  return {dy, dgate};
+}
+
+std::pair<torch::Tensor, torch::Tensor> gated_residual_backward(const torch::Tensor& grad,
+                                                                const torch::Tensor& y,
+                                                                const torch::Tensor& gate) {
+  gated_residual_check(grad, y, gate, "gated_residual_backward");
+  if (!grad.is_cuda()) return gated_residual_backward_reference(grad, y, gate);
+#ifdef TELETRON_WITH_CUDA
+  check_kernel_dtype(grad, "gated_residual_backward", "grad");
+  const c10::cuda::CUDAGuard guard(grad.device());
+  auto gc = grad.contiguous(), yc = y.contiguous(), gate_c = gate.contiguous();
+  const int64_t batch = y.size(0), tokens = y.size(1), channels = y.size(2);
+  auto dy = torch::empty_like(yc);         // (B, N, C)
+  auto dgate = torch::empty_like(gate_c);  // (B, C)
+  auto scratch = torch::empty({kernels::gated_residual_scratch_size(batch, tokens, channels)},
+                              yc.options().dtype(torch::kFloat32));  // per-chunk partials of dgate
+  const cudaError_t status =
+      kernels::gated_residual_backward(dy.data_ptr(), dgate.data_ptr(), gc.data_ptr(), yc.data_ptr(),
+                                       gate_c.data_ptr(), scratch.data_ptr<float>(), batch, tokens, channels,
+                                       y.scalar_type() == torch::kBFloat16, current_stream(y));
+  TORCH_CHECK(status == cudaSuccess,
+              "gated_residual_backward kernel launch failed: ", cudaGetErrorString(status));
+  return {dy, dgate};
+#else
+  no_kernels("gated_residual_backward");
+#endif
+}
+
+namespace {
+
+void rms_norm_rope_check(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rope,
+                         int64_t rope_tokens, const char* name) {
+  TORCH_CHECK(x.dim() == 4, name, ": expected x (B, H, N, D), got ", x.sizes());
+  const int64_t dim = x.size(3);
+  TORCH_CHECK(dim % 2 == 0, name, ": head dim must be even, got ", dim);
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == dim, name, ": expected weight (", dim, "), got ",
+              weight.sizes());
+  TORCH_CHECK(weight.device() == x.device(), name, ": x on ", x.device(), " but weight on ", weight.device());
+  TORCH_CHECK(rope_tokens >= 0 && rope_tokens <= x.size(2), name, ": rope_tokens must be in [0, ", x.size(2),
+              "], got ", rope_tokens);
+  if (rope_tokens == 0) return;
+  TORCH_CHECK(rope.defined() && rope.dim() == 3 && rope.size(0) >= rope_tokens && rope.size(1) == dim / 2 &&
+                  rope.size(2) == 2,
+              name, ": expected rope (>= ", rope_tokens, ", ", dim / 2, ", 2), got ",
+              rope.defined() ? rope.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(rope.scalar_type() == torch::kFloat32 || rope.scalar_type() == torch::kFloat64, name,
+              ": rope must be fp32 (fp64 for the reference), got ", rope.scalar_type());
+  TORCH_CHECK(rope.device() == x.device(), name, ": x on ", x.device(), " but rope on ", rope.device());
+}
+
+// (x_a, x_b) pairs of t (..., N, D) rotated by rope (N, D/2, 2) (cos, sin); `sign` -1 rotates back.
+torch::Tensor rotate_pairs(const torch::Tensor& t, const torch::Tensor& rope, double sign) {
+  auto pairs = t.unflatten(-1, {-1, 2});  // (..., N, D/2, 2)
+  auto a = pairs.select(-1, 0), b = pairs.select(-1, 1);
+  auto c = rope.select(-1, 0), s = rope.select(-1, 1) * sign;  // (N, D/2)
+  return torch::stack({a * c - b * s, b * c + a * s}, -1).flatten(-2);
+}
+
+// The first rope_tokens tokens of t (B, H, N, D) rotated, the rest as they are.
+torch::Tensor rotate_head(const torch::Tensor& t, const torch::Tensor& rope, int64_t rope_tokens,
+                          double sign) {
+  if (rope_tokens == 0) return t;
+  auto rotated =
+      rotate_pairs(t.slice(2, 0, rope_tokens), rope.slice(0, 0, rope_tokens).to(t.scalar_type()), sign);
+  if (rope_tokens == t.size(2)) return rotated;
+  return torch::cat({rotated, t.slice(2, rope_tokens)}, 2);
+}
+
+#ifdef TELETRON_WITH_CUDA
+kernels::RmsNormRopeShape rms_norm_rope_shape(const torch::Tensor& x, int64_t rope_tokens, double eps) {
+  kernels::RmsNormRopeShape s;
+  s.batch = x.size(0);
+  s.heads = x.size(1);
+  s.tokens = x.size(2);
+  s.dim = x.size(3);
+  s.stride_batch = x.stride(0);
+  s.stride_heads = x.stride(1);
+  s.stride_tokens = x.stride(2);
+  s.rope_tokens = rope_tokens;
+  s.eps = static_cast<float>(eps);
+  s.bf16 = x.scalar_type() == torch::kBFloat16;
+  return s;
+}
+
+// x as the kernels read it: unit stride along D, else a contiguous copy.
+torch::Tensor rms_norm_rope_input(const torch::Tensor& x) {
+  return x.stride(3) == 1 ? x : x.contiguous();
+}
+
+const float* rope_pointer(const torch::Tensor& rope, int64_t rope_tokens, torch::Tensor& holder) {
+  if (rope_tokens == 0) return nullptr;
+  holder = rope.to(torch::kFloat32).contiguous();  // (>= rope_tokens, D/2, 2)
+  return holder.data_ptr<float>();
+}
+#endif
+
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward_reference(const torch::Tensor& x,
+                                                                        const torch::Tensor& weight,
+                                                                        const torch::Tensor& rope,
+                                                                        int64_t rope_tokens, double eps) {
+  rms_norm_rope_check(x, weight, rope, rope_tokens, "rms_norm_rope_forward");
+  const auto m = math_dtype(x);
+  auto xm = x.to(m);
+  auto w = weight.to(x.scalar_type()).to(m);
+  auto rstd = torch::rsqrt(xm.pow(2).mean(-1) + eps);                          // (B, H, N)
+  auto normed = (xm * rstd.unsqueeze(-1) * w).to(x.scalar_type()).to(m);       // rounded as stored
+  auto out = rotate_head(normed, rope, rope_tokens, 1.0).to(x.scalar_type());  // (B, H, N, D)
+  return {out.contiguous(), rstd};
+}
+
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward(const torch::Tensor& x,
+                                                              const torch::Tensor& weight,
+                                                              const torch::Tensor& rope, int64_t rope_tokens,
+                                                              double eps) {
+  rms_norm_rope_check(x, weight, rope, rope_tokens, "rms_norm_rope_forward");
+  if (!x.is_cuda()) return rms_norm_rope_forward_reference(x, weight, rope, rope_tokens, eps);
+#ifdef TELETRON_WITH_CUDA
+  check_kernel_dtype(x, "rms_norm_rope_forward", "x");
+  TORCH_CHECK(x.size(3) <= kernels::kRmsNormRopeMaxDim, "rms_norm_rope_forward: head dim ", x.size(3),
+              " is more than the kernel's ", kernels::kRmsNormRopeMaxDim);
+  const c10::cuda::CUDAGuard guard(x.device());
+  auto src = rms_norm_rope_input(x);
+  auto w = weight.to(x.scalar_type()).to(torch::kFloat32).contiguous();  // (D) fp32, rounded as the model's
+  torch::Tensor rope_holder;
+  const float* rope_data = rope_pointer(rope, rope_tokens, rope_holder);
+  auto out =
+      torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));  // (B, H, N, D)
+  auto rstd = torch::empty({x.size(0), x.size(1), x.size(2)}, x.options().dtype(torch::kFloat32));
+  const cudaError_t status = kernels::rms_norm_rope_forward(
+      out.data_ptr(), rstd.data_ptr<float>(), src.data_ptr(), w.data_ptr<float>(), rope_data,
+      rms_norm_rope_shape(src, rope_tokens, eps), current_stream(x));
+  TORCH_CHECK(status == cudaSuccess,
+              "rms_norm_rope_forward kernel launch failed: ", cudaGetErrorString(status));
+  return {out, rstd};
+#else
+  no_kernels("rms_norm_rope_forward");
+#endif
+}
+
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward_reference(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,
+    const torch::Tensor& rope, int64_t rope_tokens) {
+  rms_norm_rope_check(x, weight, rope, rope_tokens, "rms_norm_rope_backward");
+  TORCH_CHECK(grad.sizes() == x.sizes(), "rms_norm_rope_backward: grad ", grad.sizes(), " vs x ", x.sizes());
+  const auto m = math_dtype(x);
+  auto g = rotate_head(grad.to(m), rope, rope_tokens, -1.0);  // gradient of the normalised x̂w
+  auto r = rstd.to(m).unsqueeze(-1);                          // (B, H, N, 1)
+  auto xh = x.to(m) * r;                                      // x̂
+  auto gw = g * weight.to(x.scalar_type()).to(m);
+  auto dx = r * (gw - xh * (gw * xh).mean(-1, /*keepdim=*/true));
+  auto dweight = (g * xh).sum({0, 1, 2});
+  return {dx.to(x.scalar_type()), dweight.to(weight.scalar_type())};
+}
+
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,
+    const torch::Tensor& rope, int64_t rope_tokens) {
+  rms_norm_rope_check(x, weight, rope, rope_tokens, "rms_norm_rope_backward");
+  TORCH_CHECK(grad.sizes() == x.sizes(), "rms_norm_rope_backward: grad ", grad.sizes(), " vs x ", x.sizes());
+  if (!x.is_cuda()) return rms_norm_rope_backward_reference(grad, x, weight, rstd, rope, rope_tokens);
+#ifdef TELETRON_WITH_CUDA
+  check_kernel_dtype(x, "rms_norm_rope_backward", "x");
+  check_same(grad, x, "rms_norm_rope_backward", "grad", "x");
+  TORCH_CHECK(rstd.scalar_type() == torch::kFloat32 && rstd.numel() == x.size(0) * x.size(1) * x.size(2),
+              "rms_norm_rope_backward: expected rstd (B, H, N) fp32, got ", rstd.sizes(), " ",
+              rstd.scalar_type());
+  TORCH_CHECK(x.size(3) <= kernels::kRmsNormRopeMaxDim, "rms_norm_rope_backward: head dim ", x.size(3),
+              " is more than the kernel's ", kernels::kRmsNormRopeMaxDim);
+  const c10::cuda::CUDAGuard guard(x.device());
+  auto src = rms_norm_rope_input(x);
+  auto gc = grad.contiguous();
+  auto rc = rstd.contiguous();
+  auto w = weight.to(x.scalar_type()).to(torch::kFloat32).contiguous();  // (D) fp32
+  torch::Tensor rope_holder;
+  const float* rope_data = rope_pointer(rope, rope_tokens, rope_holder);
+  const kernels::RmsNormRopeShape shape = rms_norm_rope_shape(src, rope_tokens, 0.0);
+  auto dx = torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));  // (B, H, N, D)
+  auto dweight = torch::empty({x.size(3)}, x.options().dtype(torch::kFloat32));                // (D) fp32
+  auto scratch = torch::empty({kernels::rms_norm_rope_scratch_size(shape)}, dweight.options());
+  const cudaError_t status = kernels::rms_norm_rope_backward(
+      dx.data_ptr(), dweight.data_ptr<float>(), gc.data_ptr(), src.data_ptr(), rc.data_ptr<float>(),
+      w.data_ptr<float>(), rope_data, scratch.data_ptr<float>(), shape, current_stream(x));
+  TORCH_CHECK(status == cudaSuccess,
+              "rms_norm_rope_backward kernel launch failed: ", cudaGetErrorString(status));
+  return {dx, dweight.to(weight.scalar_type())};
+#else
+  no_kernels("rms_norm_rope_backward");
+#endif
+}
+
+namespace {
+
+constexpr double kGeluBeta = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluKappa = 0.044715;
+
+// The row stride of x read as (rows, M) rows of its last dim, in place, or 0 when it cannot be.
+int64_t gelu_row_stride(const torch::Tensor& x) {
+  if (x.is_contiguous()) return x.dim() == 0 ? 1 : x.size(-1);
+  if (x.dim() < 2 || x.stride(-1) != 1 || x.stride(-2) < x.size(-1)) return 0;
+  for (int64_t i = 0; i + 2 < x.dim(); ++i) {
+    if (x.stride(i) != x.stride(i + 1) * x.size(i + 1)) return 0;
+  }
+  return x.stride(-2);
+}
+
+}  // namespace
+
+torch::Tensor gelu_tanh_forward_reference(const torch::Tensor& x) {
+  const auto m = math_dtype(x);
+  auto v = x.to(m);
+  auto inner = kGeluBeta * (v + kGeluKappa * (v * v * v));
+  return (0.5 * v * (1 + torch::tanh(inner))).to(x.scalar_type()).contiguous();
+}
+
+torch::Tensor gelu_tanh_forward(const torch::Tensor& x) {
+  if (!x.is_cuda()) return gelu_tanh_forward_reference(x);
+#ifdef TELETRON_WITH_CUDA
+  check_kernel_dtype(x, "gelu_tanh_forward", "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  int64_t row_stride = gelu_row_stride(x);
+  auto src = row_stride > 0 ? x : x.contiguous();
+  if (row_stride == 0) row_stride = x.dim() == 0 ? 1 : x.size(-1);
+  const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  auto y = torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const cudaError_t status =
+      kernels::gelu_tanh_forward(y.data_ptr(), src.data_ptr(), rows, cols, row_stride,
+                                 x.scalar_type() == torch::kBFloat16, current_stream(x));
+  TORCH_CHECK(status == cudaSuccess, "gelu_tanh_forward kernel launch failed: ", cudaGetErrorString(status));
+  return y;
+#else
+  no_kernels("gelu_tanh_forward");
+#endif
+}
+
+torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torch::Tensor& x) {
+  TORCH_CHECK(grad.sizes() == x.sizes(), "gelu_tanh_backward: grad ", grad.sizes(), " vs x ", x.sizes());
+  const auto m = math_dtype(x);
+  auto v = x.to(m);
+  auto x_sq = v * v;
+  auto tanh_inner = torch::tanh(kGeluBeta * (v + kGeluKappa * (x_sq * v)));
+  auto left_derivative = 0.5 * (1 + tanh_inner);
+  auto right_derivative = 0.5 * v * (1 - tanh_inner * tanh_inner) * (kGeluBeta * (1 + 3 * kGeluKappa * x_sq));
+  return (grad.to(m) * (left_derivative + right_derivative)).to(x.scalar_type()).contiguous();
+}
+
+torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x) {
+  TORCH_CHECK(grad.sizes() == x.sizes(), "gelu_tanh_backward: grad ", grad.sizes(), " vs x ", x.sizes());
+  if (!x.is_cuda()) return gelu_tanh_backward_reference(grad, x);
+#ifdef TELETRON_WITH_CUDA
+  check_kernel_dtype(x, "gelu_tanh_backward", "x");
+  check_same(grad, x, "gelu_tanh_backward", "grad", "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  int64_t row_stride = gelu_row_stride(x);
+  auto src = row_stride > 0 ? x : x.contiguous();
+  if (row_stride == 0) row_stride = x.dim() == 0 ? 1 : x.size(-1);
+  const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  auto gc = grad.contiguous();
+  auto dx = torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const cudaError_t status =
+      kernels::gelu_tanh_backward(dx.data_ptr(), gc.data_ptr(), src.data_ptr(), rows, cols, row_stride,
+                                  x.scalar_type() == torch::kBFloat16, current_stream(x));
+  TORCH_CHECK(status == cudaSuccess, "gelu_tanh_backward kernel launch failed: ", cudaGetErrorString(status));
+  return dx;
+#else
+  no_kernels("gelu_tanh_backward");
+#endif
+}
+
+}  // namespace tt

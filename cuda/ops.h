@@ -105,3 +105,64 @@ torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s);
 void busy_for(const torch::Device& device, double seconds);
 
 }  // namespace tt
+
+// ---- Transformer block ops: gated residual, QK RMSNorm + RoPE, GELU-tanh ----
+//
+// Forward and backward entries of the kernels behind model/fused_ops.h's autograd functions. CUDA
+// tensors run cuda/{gated_residual,rms_norm_rope,gelu_tanh}.cu on the current stream; CPU tensors
+// run the `_reference` (plain torch, the same formulas in fp32, or fp64 for fp64 inputs, which the
+// finite-difference tests use). Kernels take bf16 or fp32, every tensor of one call in one dtype
+// except where noted.
+
+namespace tt {
+
+/// out = x + gate.unsqueeze(1) * y: x, y (B, N, C), gate (B, C), one dtype -> (B, N, C), one rounding.
+torch::Tensor gated_residual_forward(const torch::Tensor& x, const torch::Tensor& y,
+                                     const torch::Tensor& gate);
+torch::Tensor gated_residual_forward_reference(const torch::Tensor& x, const torch::Tensor& y,
+                                               const torch::Tensor& gate);
+
+/// grad (B, N, C), y (B, N, C), gate (B, C) -> (dy = grad * gate (B, N, C), dgate = sum_N grad * y
+/// (B, C), accumulated in fp32). dx is grad itself.
+std::pair<torch::Tensor, torch::Tensor> gated_residual_backward(const torch::Tensor& grad,
+                                                                const torch::Tensor& y,
+                                                                const torch::Tensor& gate);
+std::pair<torch::Tensor, torch::Tensor> gated_residual_backward_reference(const torch::Tensor& grad,
+                                                                          const torch::Tensor& y,
+                                                                          const torch::Tensor& gate);
+
+/// RMSNorm over D then RoPE on the first `rope_tokens` tokens: x (B, H, N, D) bf16/fp32, unit
+/// stride along D (other strides are read in place by the kernel); weight (D) any float dtype, used
+/// rounded to x's dtype (as the model's CUDA RMSNorm uses it); rope (>= rope_tokens, D/2, 2) fp32
+/// (cos, sin) per token and pair, undefined when rope_tokens is 0. The normalised value is rounded to
+/// x's dtype before the rotation, as the unfused model stores it. Returns (out (B, H, N, D) x's dtype,
+/// contiguous; rstd (B, H, N) fp32, or fp64 for fp64 x).
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward(const torch::Tensor& x,
+                                                              const torch::Tensor& weight,
+                                                              const torch::Tensor& rope, int64_t rope_tokens,
+                                                              double eps);
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward_reference(const torch::Tensor& x,
+                                                                        const torch::Tensor& weight,
+                                                                        const torch::Tensor& rope,
+                                                                        int64_t rope_tokens, double eps);
+
+/// grad (B, H, N, D), the forward's x, weight, rope and rstd -> (dx (B, H, N, D) x's dtype, dweight
+/// (D) weight's dtype, summed over B, H, N in fp32).
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,
+    const torch::Tensor& rope, int64_t rope_tokens);
+std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward_reference(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,
+    const torch::Tensor& rope, int64_t rope_tokens);
+
+/// GELU, tanh approximation, elementwise: x (..., M) bf16/fp32 -> x's shape and dtype, contiguous.
+/// A column slice of a wider row-major matrix (unit last stride, leading dims that flatten into
+/// one row stride) is read in place.
+torch::Tensor gelu_tanh_forward(const torch::Tensor& x);
+torch::Tensor gelu_tanh_forward_reference(const torch::Tensor& x);
+
+/// grad (x's shape), x -> dx = grad * gelu_tanh'(x) in x's dtype.
+torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x);
+torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torch::Tensor& x);
+
+}  // namespace tt

@@ -42,6 +42,10 @@ struct HunyuanVideoConfig {
   /// first-frame latent with later frames zeroed, and a first-frame mask, so in_channels =
   /// 2 * out_channels + 1 = 33).
   std::string image_condition_type;
+  /// On CUDA, run the gated residuals, QK RMSNorm + RoPE and GELU-tanh through teletron's fused
+  /// kernels with backwards of their own (model/fused_ops.h); CPU tensors always take the plain
+  /// torch composition. Not an architecture field: weights and outputs do not depend on it.
+  bool fused_kernels = true;
 
   int64_t hidden_size() const { return num_attention_heads * attention_head_dim; }
   int64_t mlp_hidden() const { return static_cast<int64_t>(hidden_size() * mlp_ratio); }

@@ -5,6 +5,9 @@
 
 #include <cmath>
 
+#include "core/errors.h"
+#include "model/fused_ops.h"
+
 namespace tt {
 
 torch::Tensor timestep_sinusoid(const torch::Tensor& t, int64_t dim) {
@@ -35,8 +38,9 @@ TORCH_MODULE(ProjHolder);
 
 }  // namespace
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation)
-    : activation_(activation) {
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation,
+                                 bool fused_kernels)
+    : activation_(activation), fused_kernels_(fused_kernels) {
   auto net = register_module("net", torch::nn::ModuleList());
   ProjHolder holder(dim, inner);
   proj_ = holder->proj;
@@ -48,7 +52,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivati
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   auto h = proj_(x);
-  h = activation_ == FeedForwardActivation::kGeluTanh ? torch::gelu(h, "tanh") : torch::silu(h);
+  h = activation_ == FeedForwardActivation::kGeluTanh ? gelu_tanh(h, fused_kernels_) : torch::silu(h);
   return out_(h);
 }
 
@@ -57,13 +61,7 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
-  if (x.is_cuda()) {
-    // One fused kernel (fp32 accumulation inside), input and output in x's dtype.
-    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight.to(x.scalar_type()), eps_));
-  }
-  auto x32 = x.to(torch::kFloat32);
-  auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return (normed * weight.to(torch::kFloat32)).to(x.scalar_type());
+  return rms_norm(x, weight, eps_);
 }
 
 ModulationImpl::ModulationImpl(int64_t hidden, int64_t chunks) : chunks_(chunks) {
@@ -152,23 +150,31 @@ AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options
 }
 
 std::vector<torch::Tensor> AttentionImpl::heads_and_norm(const torch::Tensor& qkv, RmsNorm& norm_q,
-                                                         RmsNorm& norm_k) {
-  // (B, N, 3*hidden) -> 3 x (B, heads, N, head_dim)
+                                                         RmsNorm& norm_k, const RopeTable* rope,
+                                                         int64_t rope_tokens) {
+  // (B, N, 3*hidden) -> 3 x (B, heads, N, head_dim), permuted views of qkv
   auto parts = qkv.unflatten(2, {3, options_.heads, options_.head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
-  if (options_.qk_norm) return {norm_q(parts[0]), norm_k(parts[1]), parts[2]};
-  return {parts[0], parts[1], parts[2]};
+  if (!options_.qk_norm) {
+    TT_ASSERT(rope_tokens == 0, "RoPE is applied with QK-norm only");
+    return {parts[0], parts[1], parts[2]};
+  }
+  const bool fused = options_.fused_kernels;
+  return {rms_norm_rope(parts[0], norm_q->weight, rope, rope_tokens, norm_q->eps(), fused),
+          rms_norm_rope(parts[1], norm_k->weight, rope, rope_tokens, norm_k->eps(), fused), parts[2]};
 }
 
-std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
-  return heads_and_norm(to_qkv_(x), norm_q_, norm_k_);
+std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x, const RopeTable* rope,
+                                                  int64_t rope_tokens) {
+  return heads_and_norm(to_qkv_(x), norm_q_, norm_k_, rope, rope_tokens);
 }
 
 std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) {
-  return heads_and_norm(add_qkv_(x), norm_added_q_, norm_added_k_);
+  return heads_and_norm(add_qkv_(x), norm_added_q_, norm_added_k_, nullptr, 0);
 }
 
-std::vector<torch::Tensor> AttentionImpl::split_and_normalize(const torch::Tensor& qkv) {
-  return heads_and_norm(qkv, norm_q_, norm_k_);
+std::vector<torch::Tensor> AttentionImpl::split_and_normalize(const torch::Tensor& qkv, const RopeTable* rope,
+                                                              int64_t rope_tokens) {
+  return heads_and_norm(qkv, norm_q_, norm_k_, rope, rope_tokens);
 }
 
 torch::Tensor AttentionImpl::output(const torch::Tensor& x) { return to_out_(x); }

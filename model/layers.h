@@ -8,6 +8,8 @@
 
 namespace tt {
 
+struct RopeTable;
+
 /// Sinusoidal timestep features, cos half first (diffusers flip_sin_to_cos=True, shift 0,
 /// max period 10000). t: (B) any float dtype -> (B, dim) fp32.
 torch::Tensor timestep_sinusoid(const torch::Tensor& t, int64_t dim = 256);
@@ -26,13 +28,15 @@ TORCH_MODULE(MlpEmbedder);
 enum class FeedForwardActivation { kGeluTanh, kSilu };
 
 /// diffusers FeedForward: net.0.proj (dim -> inner), activation, net.2 (inner -> dim).
+/// `fused_kernels`: GELU-tanh through the fused kernel on CUDA (model/fused_ops.h).
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation);
+  FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation, bool fused_kernels = false);
   torch::Tensor forward(const torch::Tensor& x);  // (B, N, dim) -> (B, N, dim)
 
  private:
   FeedForwardActivation activation_;
+  bool fused_kernels_ = false;
   torch::nn::Linear proj_{nullptr}, out_{nullptr};
 };
 TORCH_MODULE(FeedForward);
@@ -42,8 +46,9 @@ class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);
+  double eps() const { return eps_; }
 
-  torch::Tensor weight;  // (dim)
+  torch::Tensor weight;  // (dim) fp32
 
  private:
   double eps_;
@@ -86,6 +91,8 @@ struct AttentionOptions {
   bool added_stream = false;
   /// Output projection to_out.0 (absent in single blocks, whose linear2 does it).
   bool output_projection = true;
+  /// On CUDA, QK RMSNorm + RoPE in one fused kernel with its own backward (model/fused_ops.h).
+  bool fused_kernels = false;
 };
 
 /// Multi-head attention. Q, K and V come from one fused GEMM (`to_qkv`, and `add_qkv_proj` for the
@@ -95,12 +102,16 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const AttentionOptions& options);
 
-  /// Projects x to (B, heads, N, head_dim) q, k, v, with QK-norm applied.
-  std::vector<torch::Tensor> project(const torch::Tensor& x);
-  /// Same for the text stream (added_stream only).
+  /// Projects x to (B, heads, N, head_dim) q, k, v, with QK-norm applied, then RoPE (`rope`, a
+  /// table of rope_tokens tokens) on the first `rope_tokens` tokens of q and k.
+  std::vector<torch::Tensor> project(const torch::Tensor& x, const RopeTable* rope = nullptr,
+                                     int64_t rope_tokens = 0);
+  /// Same for the text stream (added_stream only), without RoPE.
   std::vector<torch::Tensor> project_added(const torch::Tensor& x);
-  /// Splits an already projected (B, N, 3*hidden) q|k|v tensor into heads and applies QK-norm.
-  std::vector<torch::Tensor> split_and_normalize(const torch::Tensor& qkv);
+  /// Splits an already projected (B, N, 3*hidden) q|k|v tensor into heads and applies QK-norm and
+  /// RoPE as project() does.
+  std::vector<torch::Tensor> split_and_normalize(const torch::Tensor& qkv, const RopeTable* rope = nullptr,
+                                                 int64_t rope_tokens = 0);
   /// to_out.0 / to_add_out on (B, N, hidden).
   torch::Tensor output(const torch::Tensor& x);
   torch::Tensor output_added(const torch::Tensor& x);
@@ -108,7 +119,8 @@ class AttentionImpl : public torch::nn::Module {
   const AttentionOptions& options() const { return options_; }
 
  private:
-  std::vector<torch::Tensor> heads_and_norm(const torch::Tensor& qkv, RmsNorm& norm_q, RmsNorm& norm_k);
+  std::vector<torch::Tensor> heads_and_norm(const torch::Tensor& qkv, RmsNorm& norm_q, RmsNorm& norm_k,
+                                            const RopeTable* rope, int64_t rope_tokens);
 
   AttentionOptions options_;
   torch::nn::Linear to_qkv_{nullptr}, add_qkv_{nullptr};

@@ -3,6 +3,7 @@
 
 #include "core/errors.h"
 #include "model/activation_checkpoint.h"
+#include "model/fused_ops.h"
 
 namespace tt {
 namespace {
@@ -12,7 +13,7 @@ struct HolderImpl : torch::nn::Module {};
 TORCH_MODULE(Holder);
 
 AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm, bool input, bool added,
-                                   bool output) {
+                                   bool output, bool fused_kernels = false) {
   AttentionOptions options;
   options.heads = heads;
   options.head_dim = head_dim;
@@ -20,14 +21,13 @@ AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm
   options.input_projection = input;
   options.added_stream = added;
   options.output_projection = output;
+  options.fused_kernels = fused_kernels;
   return options;
 }
 
 // The token refiner's MLP is 4x wide whatever the blocks' mlp_ratio (diffusers builds
 // HunyuanVideoTokenRefiner without passing mlp_ratio, the official SingleTokenRefiner likewise).
 constexpr double kRefinerMlpRatio = 4.0;
-
-torch::Tensor apply_rope_qk(const torch::Tensor& x, const RopeTable& rope) { return apply_rope(x, rope); }
 
 }  // namespace
 
@@ -93,13 +93,16 @@ torch::Tensor TokenRefinerImpl::forward(const torch::Tensor& text, const torch::
 
 // ---------------------------------------------------------------- double / single blocks
 
-DoubleBlockImpl::DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden) {
+DoubleBlockImpl::DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden, bool fused_kernels)
+    : fused_kernels_(fused_kernels) {
   const int64_t hidden = heads * head_dim;
   norm1_ = register_module("norm1", Modulation(hidden, 6));
   norm1_context_ = register_module("norm1_context", Modulation(hidden, 6));
-  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, true, true, true)));
-  ff_ = register_module("ff", FeedForward(hidden, mlp_hidden, FeedForwardActivation::kGeluTanh));
-  ff_context_ = register_module("ff_context", FeedForward(hidden, mlp_hidden, FeedForwardActivation::kGeluTanh));
+  attn_ = register_module(
+      "attn", Attention(attention_options(heads, head_dim, true, true, true, true, fused_kernels)));
+  const auto gelu = FeedForwardActivation::kGeluTanh;
+  ff_ = register_module("ff", FeedForward(hidden, mlp_hidden, gelu, fused_kernels));
+  ff_context_ = register_module("ff_context", FeedForward(hidden, mlp_hidden, gelu, fused_kernels));
 }
 
 std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Tensor& video,
@@ -110,27 +113,30 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   // Chunks: shift1, scale1, gate1, shift2, scale2, gate2.
   auto m = norm1_(vec);
   auto c = norm1_context_(vec);
-  auto video_qkv = attn_->project(norm_modulate(video, m[0], m[1]));
+  const int64_t n = video.size(1);
+  auto video_qkv = attn_->project(norm_modulate(video, m[0], m[1]), &rope, n);  // RoPE on every video token
   auto text_qkv = attn_->project_added(norm_modulate(text, c[0], c[1]));
-  auto q = torch::cat({apply_rope_qk(video_qkv[0], rope), text_qkv[0]}, 2);
-  auto k = torch::cat({apply_rope_qk(video_qkv[1], rope), text_qkv[1]}, 2);
+  auto q = torch::cat({video_qkv[0], text_qkv[0]}, 2);
+  auto k = torch::cat({video_qkv[1], text_qkv[1]}, 2);
   auto v = torch::cat({video_qkv[2], text_qkv[2]}, 2);
   auto joint = attend(q, k, v, key_mask);  // (B, N+L, hidden)
-  const int64_t n = video.size(1);
   auto video_attn = attn_->output(joint.slice(1, 0, n));
   auto text_attn = attn_->output_added(joint.slice(1, n));
 
   // Gated residuals, one kernel each: x + f(x) * gate.
-  auto video_out = torch::addcmul(video, video_attn, m[2].unsqueeze(1));
-  auto text_out = torch::addcmul(text, text_attn, c[2].unsqueeze(1));
-  video_out = torch::addcmul(video_out, ff_(norm_modulate(video_out, m[3], m[4])), m[5].unsqueeze(1));
-  text_out = torch::addcmul(text_out, ff_context_(norm_modulate(text_out, c[3], c[4])), c[5].unsqueeze(1));
+  const bool fused = fused_kernels_;
+  auto video_out = gated_residual(video, video_attn, m[2], fused);
+  auto text_out = gated_residual(text, text_attn, c[2], fused);
+  video_out = gated_residual(video_out, ff_(norm_modulate(video_out, m[3], m[4])), m[5], fused);
+  text_out = gated_residual(text_out, ff_context_(norm_modulate(text_out, c[3], c[4])), c[5], fused);
   return {video_out, text_out};
 }
 
-SingleBlockImpl::SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden) {
+SingleBlockImpl::SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden, bool fused_kernels)
+    : fused_kernels_(fused_kernels) {
   const int64_t hidden = heads * head_dim;
-  attn_ = register_module("attn", Attention(attention_options(heads, head_dim, true, false, false, false)));
+  attn_ = register_module(
+      "attn", Attention(attention_options(heads, head_dim, true, false, false, false, fused_kernels)));
   norm_ = register_module("norm", Modulation(hidden, 3));
   // [q; k; v; mlp_in] in one GEMM (the official linear1); diffusers' to_q/to_k/to_v/proj_mlp are views.
   linear1_ = register_module("linear1", torch::nn::Linear(hidden, 3 * hidden + mlp_hidden));
@@ -143,14 +149,11 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
                                        const RopeTable& rope) {
   auto m = norm_(vec);  // shift, scale, gate
   auto fused = linear1_(norm_modulate(x, m[0], m[1]));  // (B, N+L, 3*hidden + mlp)
-  auto mlp = torch::gelu(fused.slice(2, 3 * hidden_), "tanh");
-  auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_));
-  // RoPE on the video tokens only.
-  auto rotate = [&](const torch::Tensor& t) {
-    return torch::cat({apply_rope_qk(t.slice(2, 0, video_tokens), rope), t.slice(2, video_tokens)}, 2);
-  };
-  auto attn = attend(rotate(qkv[0]), rotate(qkv[1]), qkv[2], key_mask);
-  return torch::addcmul(x, proj_out_(torch::cat({attn, mlp}, 2)), m[2].unsqueeze(1));
+  auto mlp = gelu_tanh(fused.slice(2, 3 * hidden_), fused_kernels_);
+  // QK-norm on every token, RoPE on the video tokens only.
+  auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_), &rope, video_tokens);
+  auto attn = attend(qkv[0], qkv[1], qkv[2], key_mask);
+  return gated_residual(x, proj_out_(torch::cat({attn, mlp}, 2)), m[2], fused_kernels_);
 }
 
 // ---------------------------------------------------------------- the model
@@ -181,12 +184,12 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
 
   auto doubles = register_module("transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    double_blocks_.push_back(DoubleBlock(heads, head_dim, config.mlp_hidden()));
+    double_blocks_.push_back(DoubleBlock(heads, head_dim, config.mlp_hidden(), config.fused_kernels));
     doubles->push_back(double_blocks_.back());
   }
   auto singles = register_module("single_transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_single_layers; ++i) {
-    single_blocks_.push_back(SingleBlock(heads, head_dim, config.mlp_hidden()));
+    single_blocks_.push_back(SingleBlock(heads, head_dim, config.mlp_hidden(), config.fused_kernels));
     singles->push_back(single_blocks_.back());
   }
 

@@ -52,7 +52,9 @@ TORCH_MODULE(TokenRefiner);
 /// Double-stream block: separate weights for video and text tokens, joint attention.
 class DoubleBlockImpl : public torch::nn::Module {
  public:
-  DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden);
+  /// fused_kernels: on CUDA, gated residuals, QK RMSNorm + RoPE and GELU-tanh through the fused
+  /// kernels (model/fused_ops.h).
+  DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden, bool fused_kernels = false);
   /// video: (B, N, hidden), text: (B, L, hidden), vec: (B, hidden), key_mask (B, 1, 1, N+L) bool.
   /// Returns the updated (video, text).
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& video, const torch::Tensor& text,
@@ -63,13 +65,15 @@ class DoubleBlockImpl : public torch::nn::Module {
   Modulation norm1_{nullptr}, norm1_context_{nullptr};  // 6 chunks each
   Attention attn_{nullptr};
   FeedForward ff_{nullptr}, ff_context_{nullptr};
+  bool fused_kernels_ = false;
 };
 TORCH_MODULE(DoubleBlock);
 
 /// Single-stream block over cat(video, text): attention and MLP in parallel from one norm.
 class SingleBlockImpl : public torch::nn::Module {
  public:
-  SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden);
+  /// fused_kernels: as DoubleBlockImpl's.
+  SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden, bool fused_kernels = false);
   /// x: (B, N+L, hidden) with the N video tokens first.
   torch::Tensor forward(const torch::Tensor& x, int64_t video_tokens, const torch::Tensor& vec,
                         const torch::Tensor& key_mask, const RopeTable& rope);
@@ -79,6 +83,7 @@ class SingleBlockImpl : public torch::nn::Module {
   Modulation norm_{nullptr};  // (shift, scale, gate)
   torch::nn::Linear linear1_{nullptr}, proj_out_{nullptr};
   int64_t hidden_ = 0;
+  bool fused_kernels_ = false;
 };
 TORCH_MODULE(SingleBlock);
 

@@ -1,0 +1,58 @@
+// Transformer block ops with fused CUDA kernels and backwards of their own: the gated residual
+// x + gate * y, QK RMSNorm + RoPE, GELU-tanh (issue 12). Each op comes three ways:
+// - `foo_fused`: a torch::autograd::Function over cuda/ops.h's forward/backward entries (CUDA
+//   tensors: the kernels; CPU tensors: their plain-torch references, which the CPU tests check
+//   against autograd of the composition);
+// - `foo_reference`: the composition of torch ops the model ran before, through autograd;
+// - `foo(..., fused)`: what the model calls: `foo_fused` for CUDA tensors the kernels take (bf16 or
+//   fp32, one dtype) when `fused` is on, `foo_reference` otherwise, so the CPU model is unchanged
+//   bit for bit.
+#pragma once
+
+#include <torch/types.h>
+
+#include "model/rope.h"
+
+namespace tt {
+
+/// Whether the fused kernels take x: built with CUDA kernels, x on CUDA, bf16 or fp32.
+bool fused_kernels_take(const torch::Tensor& x);
+
+// ---- gated residual: x + gate.unsqueeze(1) * y ----
+
+/// x, y (B, N, C), gate (B, C), one dtype -> (B, N, C). Backward: dx = g, dy = g * gate, dgate =
+/// sum_N g * y (fp32 accumulation); keeps y and gate.
+torch::Tensor gated_residual_fused(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);
+/// torch::addcmul(x, y, gate.unsqueeze(1)).
+torch::Tensor gated_residual_reference(const torch::Tensor& x, const torch::Tensor& y,
+                                       const torch::Tensor& gate);
+torch::Tensor gated_residual(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate,
+                             bool fused);
+
+// ---- QK RMSNorm + RoPE ----
+
+/// RMSNorm over the last dim with `weight` (D), fp32 math, output in x's dtype: the QK-norm of the
+/// attention (RmsNorm's forward; on CUDA ATen's fused kernel).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+/// q or k (B, H, N, D), possibly a permuted view: RMSNorm over D with weight (D), then the first
+/// `rope_tokens` tokens rotated by `rope` (a table of exactly rope_tokens tokens; may be null when
+/// rope_tokens is 0), the other tokens (text) only normalised. Returns (B, H, N, D) in x's dtype.
+/// Keeps x and the per-row rstd (B, H, N) fp32 for backward.
+torch::Tensor rms_norm_rope_fused(const torch::Tensor& x, const torch::Tensor& weight, const RopeTable* rope,
+                                  int64_t rope_tokens, double eps);
+/// rms_norm, then apply_rope on the first rope_tokens tokens and torch::cat with the rest.
+torch::Tensor rms_norm_rope_reference(const torch::Tensor& x, const torch::Tensor& weight,
+                                      const RopeTable* rope, int64_t rope_tokens, double eps);
+torch::Tensor rms_norm_rope(const torch::Tensor& x, const torch::Tensor& weight, const RopeTable* rope,
+                            int64_t rope_tokens, double eps, bool fused);
+
+// ---- GELU, tanh approximation ----
+
+/// Elementwise; a column slice of a row-major matrix is read in place. Keeps x for backward.
+torch::Tensor gelu_tanh_fused(const torch::Tensor& x);
+/// torch::gelu(x, "tanh").
+torch::Tensor gelu_tanh_reference(const torch::Tensor& x);
+torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused);
+
+}  // namespace tt

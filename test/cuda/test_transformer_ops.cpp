@@ -1,0 +1,183 @@
+// The Transformer block kernels (cuda/gated_residual.cu, rms_norm_rope.cu, gelu_tanh.cu), forward
+// and backward, against their CPU references in cuda/ops.cpp computed from the same values: fp32
+// and bf16, strided inputs as the model passes them, shapes past one grid's rows and one
+// reduction chunk. The CPU references themselves are checked against autograd of the unfused
+// composition in test/model/test_fused_ops.cpp.
+#include <torch/torch.h>
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "cuda/ops.h"
+#include "test/test_util.h"
+
+namespace {
+
+const torch::Device kCuda(torch::kCUDA);
+
+// Largest excess of |got - want| over atol + rtol * |want|; <= 0 means within tolerance.
+double excess(const torch::Tensor& got, const torch::Tensor& want, double atol, double rtol) {
+  auto g = got.cpu().to(torch::kFloat64), w = want.cpu().to(torch::kFloat64);
+  return ((g - w).abs() - (atol + rtol * w.abs())).max().item<double>();
+}
+
+double max_abs_diff(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got.cpu().to(torch::kFloat64) - want.cpu().to(torch::kFloat64)).abs().max().item<double>();
+}
+
+double mean_abs_diff(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got.cpu().to(torch::kFloat64) - want.cpu().to(torch::kFloat64)).abs().mean().item<double>();
+}
+
+// Every element within atol + rtol * |want|, and the mean |diff| at most `mean`.
+struct Tolerance {
+  double atol, rtol, mean;
+};
+// fp32: a few ulps. bf16: one rounding of fp32 math on both sides, which may land one bf16 ulp
+// (at most 2^-7 relative) apart when the fp32 values straddle a rounding boundary; the mean bound
+// catches systematic errors a per-element ulp bound lets through.
+Tolerance tolerance_for(torch::Dtype dtype) {
+  return dtype == torch::kFloat32 ? Tolerance{1e-5, 1e-5, 1e-6} : Tolerance{1e-2, 1.0 / 128, 1e-3};
+}
+
+void check_close(const char* what, const torch::Tensor& got, const torch::Tensor& want, Tolerance t) {
+  REQUIRE(got.sizes() == want.sizes());
+  CHECK(got.scalar_type() == want.scalar_type());
+  const double e = excess(got, want, t.atol, t.rtol), mean = mean_abs_diff(got, want);
+  INFO(what << ": max |diff| " << max_abs_diff(got, want) << ", excess over tolerance " << e
+            << ", mean |diff| " << mean);
+  CHECK(e <= 0);
+  CHECK(mean <= t.mean);
+}
+
+}  // namespace
+
+TEST_CASE("gated residual kernels equal the CPU reference", "[gpu][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(11);
+  // (B, N, C): channels not a multiple of 32, one partial chunk; many chunks; rows past 65535.
+  const std::vector<std::vector<int64_t>> shapes = {{2, 37, 96}, {3, 1000, 130}, {2, 40000, 8}, {1, 1, 1}};
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& shape : shapes) {
+      INFO(dtype << " " << at::IntArrayRef(shape));
+      auto x = torch::randn(shape).to(dtype);
+      auto y = torch::randn(shape).to(dtype);
+      auto gate = torch::randn({shape[0], shape[2]}).to(dtype);
+      auto grad = torch::randn(shape).to(dtype);
+      const Tolerance t = tolerance_for(dtype);
+      auto out = tt::gated_residual_forward(x.to(kCuda), y.to(kCuda), gate.to(kCuda));
+      check_close("out", out, tt::gated_residual_forward_reference(x, y, gate), t);
+      auto [dy, dgate] = tt::gated_residual_backward(grad.to(kCuda), y.to(kCuda), gate.to(kCuda));
+      auto [dy_ref, dgate_ref] = tt::gated_residual_backward_reference(grad, y, gate);
+      check_close("dy", dy, dy_ref, t);
+      // dgate sums N products in fp32 in another order: fp32 within 1e-5 of the sum's scale (~sqrt(N));
+      // bf16 rounds |dgate| ~ sqrt(N) (a one-ulp flip is 1.0 at N = 40000), so no mean bound there.
+      const double scale = std::sqrt(static_cast<double>(shape[1]));
+      check_close("dgate", dgate, dgate_ref,
+                  dtype == torch::kFloat32 ? Tolerance{1e-5 * scale, 1e-5, 1e-5 * scale}
+                                           : Tolerance{1e-2, 1.0 / 128, 1e30});
+    }
+  }
+}
+
+TEST_CASE("gated residual backward on CUDA is deterministic", "[gpu][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(12);
+  auto y = torch::randn({2, 5000, 64}, kCuda);
+  auto gate = torch::randn({2, 64}, kCuda);
+  auto grad = torch::randn({2, 5000, 64}, kCuda);
+  auto first = tt::gated_residual_backward(grad, y, gate).second;
+  auto second = tt::gated_residual_backward(grad, y, gate).second;
+  CHECK(torch::equal(first, second));
+}
+
+namespace {
+
+// q of a fused QKV projection as the model slices it: qkv (B, N, 3, H, D) -> (B, H, N, D), a strided
+// view. Made on each device from the same values (a .to() of the view would copy it densely).
+torch::Tensor q_view(const torch::Tensor& qkv) {
+  return qkv.select(2, 0).permute({0, 2, 1, 3});
+}
+
+// (tokens, D/2, 2) fp32 (cos, sin) of random angles.
+torch::Tensor random_rope(int64_t tokens, int64_t d) {
+  auto angles = torch::rand({tokens, d / 2}) * 6.3;
+  return torch::stack({torch::cos(angles), torch::sin(angles)}, -1).contiguous();
+}
+
+struct NormRopeCase {
+  int64_t b, h, n, d, rope_tokens;
+};
+
+}  // namespace
+
+TEST_CASE("QK RMSNorm + RoPE kernels equal the CPU reference", "[gpu][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(13);
+  // D 16 (lanes idle), 128 (two pairs a lane), 256 (the most); no RoPE, all tokens, a prefix
+  // (the single blocks' video tokens); 12000 rows take the backward's grid-stride loop.
+  const std::vector<NormRopeCase> cases = {{2, 3, 7, 16, 0},        {2, 3, 7, 16, 7},  {1, 4, 33, 128, 20},
+                                           {2, 4, 1500, 128, 1000}, {1, 2, 9, 256, 5}, {1, 1, 1, 2, 1}};
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const NormRopeCase& k : cases) {
+      INFO(dtype << " B " << k.b << " H " << k.h << " N " << k.n << " D " << k.d << " rope_tokens "
+                 << k.rope_tokens);
+      auto qkv = (torch::randn({k.b, k.n, 3, k.h, k.d}) * 2 + 0.3).to(dtype);
+      auto x = q_view(qkv);
+      auto weight = 0.5 + torch::rand({k.d});  // fp32, as the parameter
+      auto rope = k.rope_tokens > 0 ? random_rope(k.rope_tokens, k.d) : torch::Tensor();
+      auto grad = torch::randn({k.b, k.h, k.n, k.d}).to(dtype);
+      const double eps = 1e-6;
+      auto x_gpu = q_view(qkv.to(kCuda));  // the kernel reads the view in place
+      REQUIRE(x_gpu.strides() == x.strides());
+      auto rope_gpu = rope.defined() ? rope.to(kCuda) : torch::Tensor();
+      auto [out, rstd] = tt::rms_norm_rope_forward(x_gpu, weight.to(kCuda), rope_gpu, k.rope_tokens, eps);
+      auto [out_ref, rstd_ref] = tt::rms_norm_rope_forward_reference(x, weight, rope, k.rope_tokens, eps);
+      CHECK(out.is_contiguous());
+      // bf16: a one-ulp flip of the rounded x̂w (|x̂w| < 8: ulp <= 2^-5) survives the rotation
+      // even where the rotated value is small, hence the absolute floor.
+      check_close("out", out, out_ref,
+                  dtype == torch::kFloat32 ? Tolerance{1e-5, 1e-5, 1e-6} : Tolerance{0.04, 1.0 / 128, 2e-3});
+      check_close("rstd", rstd, rstd_ref, Tolerance{0, 2e-6, 1e-6});  // rsqrtf: 2 ulps, plus the sum's order
+      auto [dx, dweight] =
+          tt::rms_norm_rope_backward(grad.to(kCuda), x_gpu, weight.to(kCuda), rstd, rope_gpu, k.rope_tokens);
+      auto [dx_ref, dweight_ref] =
+          tt::rms_norm_rope_backward_reference(grad, x, weight, rstd_ref, rope, k.rope_tokens);
+      const Tolerance t = dtype == torch::kFloat32 ? Tolerance{1e-4, 1e-4, 1e-5} : tolerance_for(dtype);
+      check_close("dx", dx, dx_ref, t);
+      // dweight: a fp32 sum over B * H * N rows in both (dtype only rounds the inputs).
+      const double rows = static_cast<double>(k.b * k.h * k.n);
+      check_close("dweight", dweight, dweight_ref,
+                  Tolerance{1e-5 * std::sqrt(rows), 1e-4, 1e-5 * std::sqrt(rows)});
+    }
+  }
+}
+
+TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gpu][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(14);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    // A column slice of a wider matrix (the single blocks' MLP half of linear1), rows past 65535,
+    // and a transposed tensor (copied by the entry).
+    auto wide = (torch::randn({2, 40000, 40}) * 3).to(dtype);
+    auto small = (torch::randn({5, 7}) * 3).to(dtype);
+    auto square = (torch::randn({6, 9}) * 3).to(dtype);
+    // (CPU view, the same view of the GPU copy): a .to() of a view would copy it densely.
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>> inputs = {
+        {wide.slice(2, 16), wide.to(kCuda).slice(2, 16)},
+        {small, small.to(kCuda)},
+        {square.t(), square.to(kCuda).t()}};
+    for (const auto& [x, x_gpu] : inputs) {
+      INFO(dtype << " " << x.sizes() << " strides " << x.strides());
+      REQUIRE(x_gpu.strides() == x.strides());
+      auto grad = torch::randn(x.sizes()).to(dtype);
+      auto y = tt::gelu_tanh_forward(x_gpu);
+      const Tolerance t = dtype == torch::kFloat32 ? Tolerance{1e-6, 1e-5, 1e-6} : tolerance_for(dtype);
+      check_close("y", y, tt::gelu_tanh_forward_reference(x), t);
+      check_close("y vs ATen", y, torch::gelu(x_gpu, "tanh"), t);
+      auto dx = tt::gelu_tanh_backward(grad.to(kCuda), x_gpu);
+      check_close("dx", dx, tt::gelu_tanh_backward_reference(grad, x), t);
+    }
+  }
+}

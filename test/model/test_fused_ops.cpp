@@ -1,0 +1,314 @@
+// The fused Transformer ops (model/fused_ops.h): on the CPU, each autograd function's own backward
+// (the kernels' CPU references) against autograd of the unfused composition in fp32 and bf16, and
+// against central finite differences in fp64; the model's dispatch keeps CPU tensors on the
+// composition bit for bit. [gpu]: the autograd functions on CUDA (the kernels) against autograd of
+// the composition on CUDA, and the small model with fused_kernels on against off.
+#include <torch/torch.h>
+#include <catch2/catch_test_macros.hpp>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/autocast.h"
+#include "model/fused_ops.h"
+#include "model/rope.h"
+#include "model/transformer.h"
+#include "test/model/small_model.h"
+#include "test/test_util.h"
+
+namespace {
+
+using Fn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+
+struct Result {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;  // one per input
+};
+
+// f(inputs) and the gradients of sum(f * upstream) with respect to every input.
+Result run(const Fn& f, const std::vector<torch::Tensor>& inputs0, const torch::Tensor& upstream) {
+  std::vector<torch::Tensor> inputs;
+  for (const auto& t : inputs0) inputs.push_back(t.detach().clone().requires_grad_(true));
+  auto out = f(inputs);
+  (out.to(upstream.scalar_type()) * upstream).sum().backward();
+  Result r{out.detach(), {}};
+  for (const auto& t : inputs) r.grads.push_back(t.grad());
+  return r;
+}
+
+double max_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.cpu().to(torch::kFloat64) - b.cpu().to(torch::kFloat64)).abs().max().item<double>();
+}
+
+// |a - b| / (1 + max |b|): absolute for small values, relative to the tensor's scale for sums.
+double scaled_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return max_error(a, b) / (1.0 + b.cpu().to(torch::kFloat64).abs().max().item<double>());
+}
+
+// Compares the fused function's output and every input gradient with the reference's.
+void compare(const Fn& fused, const Fn& reference, const std::vector<torch::Tensor>& inputs,
+             double tolerance) {
+  auto upstream = torch::randn(reference(inputs).sizes(), inputs[0].options().dtype(torch::kFloat32));
+  const Result ours = run(fused, inputs, upstream);
+  const Result theirs = run(reference, inputs, upstream);
+  CHECK(ours.out.scalar_type() == theirs.out.scalar_type());
+  const double out_error = scaled_error(ours.out, theirs.out);
+  INFO("output error " << out_error);
+  CHECK(out_error <= tolerance);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!theirs.grads[i].defined()) continue;
+    REQUIRE(ours.grads[i].defined());
+    CHECK(ours.grads[i].scalar_type() == theirs.grads[i].scalar_type());
+    const double error = scaled_error(ours.grads[i], theirs.grads[i]);
+    INFO("gradient of input " << i << ": error " << error);
+    CHECK(error <= tolerance);
+  }
+}
+
+// Central differences of sum(f * upstream) in fp64 against the autograd function's gradients;
+// h = 1e-6 leaves truncation and rounding errors near 1e-9 for these O(1) functions.
+void check_finite_differences(const Fn& f, const std::vector<torch::Tensor>& inputs) {
+  auto upstream = torch::randn(f(inputs).sizes(), torch::kFloat64);
+  const Result analytic = run(f, inputs, upstream);
+  const double h = 1e-6;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<torch::Tensor> probe;
+    for (const auto& t : inputs) probe.push_back(t.clone());
+    auto flat = probe[i].view({-1});
+    auto numeric = torch::zeros_like(flat);
+    for (int64_t j = 0; j < flat.numel(); ++j) {
+      const double saved = flat[j].item<double>();
+      flat[j] = saved + h;
+      const double plus = (f(probe) * upstream).sum().item<double>();
+      flat[j] = saved - h;
+      const double minus = (f(probe) * upstream).sum().item<double>();
+      flat[j] = saved;
+      numeric[j] = (plus - minus) / (2 * h);
+    }
+    const double error = max_error(analytic.grads[i].reshape({-1}), numeric);
+    INFO("input " << i << ": max |analytic - finite difference| " << error);
+    CHECK(error <= 1e-6);
+  }
+}
+
+// Tolerances: fp32 1e-5 of the tensor's scale (reassociated fp32 sums); bf16 1/64 of it (a few bf16
+// ulps: the composition rounds intermediates to bf16 where the fused path keeps fp32).
+double tolerance_for(torch::Dtype dtype) {
+  return dtype == torch::kBFloat16 ? 1.0 / 64 : 1e-5;
+}
+
+tt::RopeTable small_rope(int64_t tokens_per_axis, const torch::Device& device) {
+  // (2, 2, tokens_per_axis) grid, RoPE dims (4, 6, 6) of head_dim 16, as small_model_config.
+  return tt::build_rope_table(2, 2, tokens_per_axis, {4, 6, 6}, 256.0, device);
+}
+
+// q as the attention slices it from the fused projection: (B, N, 3 * H * D) -> (B, H, N, D) view.
+torch::Tensor q_of(const torch::Tensor& qkv, int64_t heads, int64_t head_dim) {
+  return qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).select(0, 0);
+}
+
+Fn gated_fused() {
+  return [](const std::vector<torch::Tensor>& in) { return tt::gated_residual_fused(in[0], in[1], in[2]); };
+}
+Fn gated_reference() {
+  return
+      [](const std::vector<torch::Tensor>& in) { return tt::gated_residual_reference(in[0], in[1], in[2]); };
+}
+Fn gelu_fused() {
+  return [](const std::vector<torch::Tensor>& in) { return tt::gelu_tanh_fused(in[0]); };
+}
+Fn gelu_reference() {
+  return [](const std::vector<torch::Tensor>& in) { return tt::gelu_tanh_reference(in[0]); };
+}
+// in[0]: qkv (B, N, 3 * H * D); in[1]: weight (D).
+Fn norm_rope(bool fused, const tt::RopeTable* rope, int64_t rope_tokens, int64_t heads, int64_t head_dim) {
+  return [=](const std::vector<torch::Tensor>& in) {
+    auto q = q_of(in[0], heads, head_dim);
+    return fused ? tt::rms_norm_rope_fused(q, in[1], rope, rope_tokens, 1e-6)
+                 : tt::rms_norm_rope_reference(q, in[1], rope, rope_tokens, 1e-6);
+  };
+}
+
+}  // namespace
+
+TEST_CASE("gated residual: own backward gives autograd's gradients of addcmul", "[model][fused]") {
+  torch::manual_seed(21);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO("dtype " << dtype);
+    compare(gated_fused(), gated_reference(),
+            {torch::randn({2, 9, 24}).to(dtype), torch::randn({2, 9, 24}).to(dtype),
+             torch::randn({2, 24}).to(dtype)},
+            tolerance_for(dtype));
+  }
+  check_finite_differences(
+      gated_fused(), {torch::randn({2, 3, 4}, torch::kFloat64), torch::randn({2, 3, 4}, torch::kFloat64),
+                      torch::randn({2, 4}, torch::kFloat64)});
+}
+
+TEST_CASE("GELU-tanh: own backward gives autograd's gradients of torch::gelu", "[model][fused]") {
+  torch::manual_seed(22);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO("dtype " << dtype);
+    auto wide = (torch::randn({2, 5, 20}) * 3).to(dtype);
+    compare(gelu_fused(), gelu_reference(), {wide}, tolerance_for(dtype));
+    // A column slice, as the single blocks pass it.
+    compare([](const std::vector<torch::Tensor>& in) { return tt::gelu_tanh_fused(in[0].slice(2, 7)); },
+            [](const std::vector<torch::Tensor>& in) { return tt::gelu_tanh_reference(in[0].slice(2, 7)); },
+            {wide}, tolerance_for(dtype));
+  }
+  check_finite_differences(gelu_fused(), {torch::randn({3, 5}, torch::kFloat64) * 2});
+}
+
+TEST_CASE("QK RMSNorm + RoPE: own backward gives autograd's gradients of RmsNorm then apply_rope",
+          "[model][fused]") {
+  torch::manual_seed(23);
+  const int64_t heads = 2, head_dim = 16;
+  const tt::RopeTable rope = small_rope(3, torch::kCPU);  // 12 video tokens
+  const int64_t video = rope.freqs.size(0);
+  struct Case {
+    int64_t tokens, rope_tokens;  // double blocks: all video or none (text); single blocks: video + text
+  };
+  for (const Case& k : {Case{video, video}, Case{5, 0}, Case{video + 5, video}}) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      INFO("dtype " << dtype << " tokens " << k.tokens << " rope_tokens " << k.rope_tokens);
+      const tt::RopeTable* table = k.rope_tokens > 0 ? &rope : nullptr;
+      auto qkv = (torch::randn({2, k.tokens, 3 * heads * head_dim}) * 2 + 0.3).to(dtype);
+      auto weight = 0.5 + torch::rand({head_dim});  // fp32, as the parameter
+      compare(norm_rope(true, table, k.rope_tokens, heads, head_dim),
+              norm_rope(false, table, k.rope_tokens, heads, head_dim), {qkv, weight}, tolerance_for(dtype));
+    }
+  }
+  // fp64 (the RoPE table stays fp32, as the model's): 1 x 7 tokens, 4 of them rotated.
+  const tt::RopeTable few = tt::build_rope_table(1, 1, 4, {4, 6, 6}, 256.0, torch::kCPU);
+  check_finite_differences(norm_rope(true, &few, 4, heads, head_dim),
+                           {torch::randn({1, 7, 3 * heads * head_dim}, torch::kFloat64),
+                            0.5 + torch::rand({head_dim}, torch::kFloat64)});
+}
+
+TEST_CASE("fused ops on CPU tensors take the unfused composition bit for bit", "[model][fused]") {
+  torch::manual_seed(24);
+  auto x = torch::randn({2, 12, 96}), y = torch::randn({2, 12, 96}), gate = torch::randn({2, 96});
+  CHECK(torch::equal(tt::gated_residual(x, y, gate, true), torch::addcmul(x, y, gate.unsqueeze(1))));
+  CHECK(torch::equal(tt::gelu_tanh(x, true), torch::gelu(x, "tanh")));
+  const tt::RopeTable rope = small_rope(3, torch::kCPU);
+  auto q = q_of(x, 2, 16);
+  CHECK(torch::equal(tt::rms_norm_rope(q, torch::ones({16}), &rope, 12, 1e-6, true),
+                     tt::rms_norm_rope_reference(q, torch::ones({16}), &rope, 12, 1e-6)));
+  // The model: fused_kernels on and off give the same CPU output.
+  tt::HunyuanVideoConfig on = tt::test::small_model_config(), off = on;
+  off.fused_kernels = false;
+  tt::HunyuanVideoTransformer a(on), b(off);
+  tt::test::randomise_weights(a, 3);
+  tt::test::randomise_weights(b, 3);
+  auto in = tt::test::small_model_inputs(on, 2, 8);
+  CHECK(torch::equal(a->forward(in), b->forward(in)));
+}
+
+// ---- [gpu] ----
+
+namespace {
+
+const torch::Device kCuda(torch::kCUDA);
+
+std::vector<torch::Tensor> on_gpu(const std::vector<torch::Tensor>& inputs) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : inputs) out.push_back(t.to(kCuda));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fused ops on CUDA give the composition's outputs and gradients", "[gpu][model][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(25);
+  const int64_t heads = 2, head_dim = 16;
+  const tt::RopeTable rope = small_rope(5, kCuda);  // 20 video tokens
+  const int64_t video = rope.freqs.size(0);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO("dtype " << dtype);
+    // fp32: the same math in another order (ATen's fused RMSNorm, TF32 is not involved: no GEMM);
+    // bf16: a few ulps of the tensor's scale.
+    const double tolerance = dtype == torch::kBFloat16 ? 1.0 / 32 : 1e-5;
+    {
+      INFO("gated residual");
+      compare(gated_fused(), gated_reference(),
+              on_gpu({torch::randn({2, 300, 72}).to(dtype), torch::randn({2, 300, 72}).to(dtype),
+                      torch::randn({2, 72}).to(dtype)}),
+              tolerance);
+    }
+    {
+      INFO("GELU-tanh on a column slice");
+      compare(
+          [](const std::vector<torch::Tensor>& in) { return tt::gelu_tanh_fused(in[0].slice(2, 30)); },
+          [](const std::vector<torch::Tensor>& in) { return tt::gelu_tanh_reference(in[0].slice(2, 30)); },
+          on_gpu({(torch::randn({2, 50, 100}) * 3).to(dtype)}), tolerance);
+    }
+    {
+      INFO("QK RMSNorm + RoPE: video only, text only, video + text");
+      for (const auto& [tokens, rope_tokens] :
+           std::vector<std::pair<int64_t, int64_t>>{{video, video}, {7, 0}, {video + 7, video}}) {
+        INFO("tokens " << tokens << " rope_tokens " << rope_tokens);
+        const tt::RopeTable* table = rope_tokens > 0 ? &rope : nullptr;
+        auto qkv = (torch::randn({2, tokens, 3 * heads * head_dim}) * 2 + 0.3).to(dtype).to(kCuda);
+        auto weight = (0.5 + torch::rand({head_dim})).to(kCuda);
+        compare(norm_rope(true, table, rope_tokens, heads, head_dim),
+                norm_rope(false, table, rope_tokens, heads, head_dim), {qkv, weight}, tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("the small model on CUDA: fused_kernels on matches off, forward and backward",
+          "[gpu][model][fused]") {
+  TT_REQUIRE_GPU();
+  tt::HunyuanVideoConfig on = tt::test::small_model_config(), off = on;
+  off.fused_kernels = false;
+  auto relative = [](const torch::Tensor& a, const torch::Tensor& b) {
+    auto d = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm().item<double>();
+    return d / (b.to(torch::kFloat64).norm().item<double>() + 1e-12);
+  };
+  for (const bool autocast : {false, true}) {
+    INFO((autocast ? "bf16 autocast" : "fp32"));
+    std::vector<torch::Tensor> outputs;
+    std::vector<std::map<std::string, torch::Tensor>> grads;
+    for (const auto* config : {&on, &off}) {
+      tt::HunyuanVideoTransformer model(*config);
+      tt::test::randomise_weights(model, 3);
+      model->to(kCuda);
+      auto in = tt::test::small_model_inputs(*config, 2, 8);
+      in.hidden_states = in.hidden_states.to(kCuda);
+      in.timestep = in.timestep.to(kCuda);
+      in.encoder_hidden_states = in.encoder_hidden_states.to(kCuda);
+      in.encoder_attention_mask = in.encoder_attention_mask.to(kCuda);
+      in.pooled_projections = in.pooled_projections.to(kCuda);
+      in.guidance = in.guidance.to(kCuda);
+      torch::Tensor out;
+      {
+        tt::AutocastScope scope(autocast);
+        out = model->forward(in);
+      }
+      out.to(torch::kFloat32).square().sum().backward();
+      outputs.push_back(out.detach().to(torch::kFloat32));
+      grads.push_back(model->diffusers_gradients());
+    }
+    // fp32: the fused kernels reorder fp32 sums. bf16 autocast: intermediates rounded at other
+    // places, through three blocks; of the order of the parity test's bf16-vs-fp32 bounds (2e-2 and
+    // 1e-1), since both sides carry their own bf16 error. A wrong kernel (a sign, a missing gate or
+    // term) moves the output by O(1) relative; the op-level tests bound the ulps.
+    const double tolerance = autocast ? 5e-2 : 1e-4;
+    const double out_error = relative(outputs[0], outputs[1]);
+    INFO("output relative error " << out_error);
+    CHECK(out_error <= tolerance);
+    for (const auto& [key, grad] : grads[1]) {
+      if (!grad.defined()) continue;
+      REQUIRE(grads[0].at(key).defined());
+      const double error = relative(grads[0].at(key), grad);
+      INFO(key << " gradient relative error " << error);
+      CHECK(error <= tolerance * 3);
+    }
+  }
+}
