@@ -34,12 +34,14 @@ struct RowPlan {
   bool dynamic = false;    // batch_size: dynamic
   int64_t prefetch = 0;    // data.prefetch
   bool graphs = false;     // cuda_graph.enabled (text padding full with them, trimmed without)
+  bool fused = false;      // model.fused_kernels
 };
 
 std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
   if (!o.ablation)
     return {{"this config", "the config's precision, data.prefetch and cuda_graph, fixed batch", true, true,
-             o.config.mixed_precision.enabled, false, o.config.data.prefetch, o.config.cuda_graph.enabled != "false"}};
+             o.config.mixed_precision.enabled, false, o.config.data.prefetch, o.config.cuda_graph.enabled != "false",
+             o.config.model.fused_kernels}};
   return {
       {"naive baseline", "fp32, TF32 off, eager, fixed batch, latents read inside the step", true, false, false, false, 0,
        false},
@@ -48,8 +50,9 @@ std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
       {"+ CUDA Graphs", "as main today, the whole step captured (text padded to full length, masked)", true, true, true,
        false, 0, true},
       {"+ dynamic batch", "as + CUDA Graphs, micro-batches sized to memory", true, true, true, true, 0, true},
-      {"+ host fixes", "as + dynamic batch, latents read ahead (data.prefetch 2)", true, true, true, true, 2, true},
-      {"full stack", "everything built so far (fused kernels not yet)", true, true, true, true, 2, true},
+      {"+ fused kernels and host fixes", "as + dynamic batch, model.fused_kernels, latents read ahead (data.prefetch 2)",
+       true, true, true, true, 2, true, true},
+      {"full stack", "everything built so far", true, true, true, true, 2, true, true},
   };
 }
 
@@ -67,6 +70,7 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   c.data.source = "latents";
   c.data.manifest = manifest;
   c.data.prefetch = plan.prefetch;
+  c.model.fused_kernels = plan.fused;
   // Graphs capture in the warm-up (its last step), so the timed steps replay; without them the
   // text padding is trimmed per batch as before graphs existed.
   c.cuda_graph.enabled = plan.graphs ? "auto" : "false";

@@ -25,6 +25,7 @@ struct ModelSection {
   std::optional<std::string> qk_norm;  // rms_norm
   std::optional<std::string> image_condition_type;  // null (text-to-video) | latent_concat
   int64_t activation_checkpointing_every_n = 0;  // false -> 0, true -> 1, {every_n: k} -> k
+  bool fused_kernels = false;  // HunyuanVideoConfig::fused_kernels
 
   bool operator==(const ModelSection&) const = default;
 };

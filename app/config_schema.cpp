@@ -93,6 +93,8 @@ const ConfigField kFields[] = {
      .read_by = kArchitecture, .doc = "Normalisation of queries and keys before attention; null = the preset's."},
     {.path = "model.image_condition_type", .kind = K::kOptString, .at = TT_AT(model.image_condition_type), .choices = "latent_concat",
      .read_by = kArchitecture, .doc = "null for text-to-video; latent_concat conditions on an image by concatenating its latents (in_channels becomes 2 x out_channels + 1)."},
+    {.path = "model.fused_kernels", .kind = K::kBool, .at = TT_AT(model.fused_kernels),
+     .read_by = kT | kB, .doc = "On CUDA, run the gated residuals, QK RMSNorm + RoPE and GELU-tanh through teletron's fused kernels, whose backward passes save fewer activations (the CPU always runs the plain composition). Off by default until measured on a GPU."},
     {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n),
      .read_by = kT | kB, .doc = "Recompute blocks in the backward pass to save memory: true = every block, {every_n: k} = every k-th."},
 

@@ -27,6 +27,7 @@ HunyuanVideoConfig model_config_from(const ModelSection& model) {
     config.image_condition_type = *model.image_condition_type;
     if (!model.in_channels) config.in_channels = 2 * config.out_channels + 1;
   }
+  config.fused_kernels = model.fused_kernels;
   validate_hunyuan_config(config, "tele_tron.model.");
   return config;
 }

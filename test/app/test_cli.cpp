@@ -137,7 +137,7 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   for (const char* row : {"| naive baseline |", "| main today |", "| + CUDA Graphs |", "| + dynamic batch |",
-                          "| + host fixes |", "| full stack |"})
+                          "| + fused kernels and host fixes |", "| full stack |"})
     CHECK_THAT(result.output, ContainsSubstring(row));
   // Graphs need CUDA: on the CPU their rows run eagerly (cuda_graph.enabled auto), saying nothing of graphs.
   CHECK_THAT(result.output, ContainsSubstring("| + CUDA Graphs | as main today, the whole step captured"));
@@ -173,7 +173,7 @@ TEST_CASE("bench --suite train --rows runs the rows named, in that order, and wr
   REQUIRE(naive != std::string::npos);
   CHECK(first < naive);
   CHECK(result.output.find("| main today |", naive) != std::string::npos);
-  CHECK_THAT(result.output, ContainsSubstring("| + host fixes | as + dynamic batch"));
+  CHECK_THAT(result.output, ContainsSubstring("| + fused kernels and host fixes | as + dynamic batch"));
   CHECK_THAT(result.output, ContainsSubstring("(not run in this call) | — |"));
   int runs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(work)) {

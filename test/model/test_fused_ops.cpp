@@ -200,6 +200,7 @@ TEST_CASE("fused ops on CPU tensors take the unfused composition bit for bit", "
                      tt::rms_norm_rope_reference(q, torch::ones({16}), &rope, 12, 1e-6)));
   // The model: fused_kernels on and off give the same CPU output.
   tt::HunyuanVideoConfig on = tt::test::small_model_config(), off = on;
+  on.fused_kernels = true;
   off.fused_kernels = false;
   tt::HunyuanVideoTransformer a(on), b(off);
   tt::test::randomise_weights(a, 3);
@@ -266,6 +267,7 @@ TEST_CASE("the small model on CUDA: fused_kernels on matches off, forward and ba
           "[gpu][model][fused]") {
   TT_REQUIRE_GPU();
   tt::HunyuanVideoConfig on = tt::test::small_model_config(), off = on;
+  on.fused_kernels = true;
   off.fused_kernels = false;
   auto relative = [](const torch::Tensor& a, const torch::Tensor& b) {
     auto d = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm().item<double>();
