@@ -161,18 +161,17 @@ LatentDataset::LatentDataset(const LatentDatasetOptions& options) : options_(opt
     std::string resolved;
     RowShapes shapes = check_row(row, text, base, options, &resolved);
     if (files_.empty()) {
-      latent_shape_ = shapes.latent_shape;
       text_length_ = shapes.text_length;
       first_line = line;
-    } else if (shapes.latent_shape != latent_shape_) {
-      bad_row(row, str_cat("latents has shape ", shape_string(shapes.latent_shape), ", expected ",
-                           shape_string(latent_shape_), " like line ", first_line),
-              "all rows must share one latent shape (one bucket) for now; split the manifest per bucket");
     } else if (shapes.text_length != text_length_) {
       bad_row(row, str_cat("text_states has L = ", shapes.text_length, ", expected L = ", text_length_,
                            " like line ", first_line),
               "L is fixed per dataset: encode every caption with the same max length");
     }
+    size_t bucket = 0;
+    while (bucket < shapes_.size() && shapes_[bucket] != shapes.latent_shape) ++bucket;
+    if (bucket == shapes_.size()) shapes_.push_back(shapes.latent_shape);
+    row_bucket_.push_back(static_cast<int64_t>(bucket));
     files_.push_back(resolved);
     lines_.push_back(line);
   }
@@ -200,7 +199,7 @@ LatentSample LatentDataset::get(int64_t index) const {
     bad_row(row, problem, "re-create this row's file (teletron preprocess, or your text encoder), or drop the row");
   // The file may have been replaced since the constructor checked it; stacking would then fail
   // with a far less helpful message.
-  if (sample.latents.sizes().vec() != latent_shape_ || sample.text_states.size(0) != text_length_ ||
+  if (sample.latents.sizes().vec() != shapes_[row_bucket_[index]] || sample.text_states.size(0) != text_length_ ||
       sample.text_states.size(1) != options_.text_dim || sample.text_mask.size(0) != text_length_ ||
       sample.pooled.size(0) != options_.pooled_dim)
     bad_row(row, "tensor shapes changed since the manifest was checked", "do not rewrite data files during a run");
@@ -226,6 +225,9 @@ std::string check_sample_values(const LatentSample& sample) {
 
 LatentBatch LatentDataset::get_batch(const std::vector<int64_t>& indices) const {
   TT_ASSERT(!indices.empty(), "get_batch needs at least one index");
+  for (int64_t index : indices)
+    TT_ASSERT(row_bucket_[index] == row_bucket_[indices.front()], "get_batch: rows ", indices.front(), " and ", index,
+              " are of different buckets");
   std::vector<torch::Tensor> latents, states, masks, pooled;
   for (int64_t index : indices) {
     LatentSample sample = get(index);

@@ -47,26 +47,31 @@ class LatentDataset {
  public:
   /// Parses the manifest and checks every row's file header (exists, has the four tensors with
   /// the expected ranks, dtypes and widths; L equal across rows). Any bad row throws kData naming
-  /// the manifest, the 1-based line number, the file and the problem. Rows must also agree on the
-  /// latent shape (one bucket for now).
+  /// the manifest, the 1-based line number, the file and the problem. Rows may differ in latent
+  /// shape: each distinct shape is a bucket (teletron preprocess writes one per data.buckets entry).
   explicit LatentDataset(const LatentDatasetOptions& options);
 
   int64_t size() const { return static_cast<int64_t>(files_.size()); }
-  /// The latent shape (C, T', H', W') shared by all rows and the text length L.
-  const std::vector<int64_t>& latent_shape() const { return latent_shape_; }
+  /// The first row's latent shape (C, T', H', W') and the text length L every row shares.
+  const std::vector<int64_t>& latent_shape() const { return shapes_.front(); }
+  /// The distinct latent shapes, in the order of their first row: the buckets.
+  const std::vector<std::vector<int64_t>>& bucket_shapes() const { return shapes_; }
+  /// Each row's bucket (index into bucket_shapes()); empty when every row has one shape.
+  std::vector<int64_t> row_buckets() const { return shapes_.size() > 1 ? row_bucket_ : std::vector<int64_t>{}; }
   int64_t text_length() const { return text_length_; }
   const std::string& file(int64_t index) const { return files_[index]; }
 
   /// Reads one sample (fp32/bool CPU tensors). Throws kData naming the row on a read failure.
   LatentSample get(int64_t index) const;
-  /// Reads and stacks samples into a batch.
+  /// Reads and stacks samples into a batch (of one bucket).
   LatentBatch get_batch(const std::vector<int64_t>& indices) const;
 
  private:
   LatentDatasetOptions options_;
   std::vector<std::string> files_;   // absolute or manifest-relative resolved paths
   std::vector<int64_t> lines_;       // 1-based manifest line of each row
-  std::vector<int64_t> latent_shape_;
+  std::vector<std::vector<int64_t>> shapes_;  // the buckets' latent shapes
+  std::vector<int64_t> row_bucket_;           // each row's index into shapes_
   int64_t text_length_ = 0;
 };
 

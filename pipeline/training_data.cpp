@@ -20,7 +20,12 @@ class LatentTrainingData : public TrainingData {
   int64_t size() const override { return dataset_->size(); }
   std::vector<int64_t> latent_shape() const override { return dataset_->latent_shape(); }
   int64_t text_length() const override { return dataset_->text_length(); }
-  std::string describe() const override { return str_cat(manifest_, " (cached latents)"); }
+  std::vector<int64_t> row_buckets() const override { return dataset_->row_buckets(); }
+  std::string describe() const override {
+    const size_t buckets = dataset_->bucket_shapes().size();
+    return str_cat(manifest_, " (cached latents", buckets > 1 ? str_cat(", ", buckets, " latent shapes: one bucket each") : "",
+                   ")");
+  }
   LatentBatch get_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>&) override {
     return dataset_->get_batch(indices);
   }

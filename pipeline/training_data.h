@@ -28,7 +28,7 @@ class TrainingData {
  public:
   virtual ~TrainingData() = default;
   virtual int64_t size() const = 0;
-  /// (C, T', H', W') of every sample's latents.
+  /// (C, T', H', W') of the first bucket's latents (every sample's, without buckets).
   virtual std::vector<int64_t> latent_shape() const = 0;
   virtual int64_t text_length() const = 0;
   /// One line for the start-up log.
@@ -42,8 +42,9 @@ class TrainingData {
   /// One sample with no replacement: throws (kDecode, kData, kIo) when it cannot be loaded.
   /// Safe to call from several threads at once (teletron preprocess --jobs).
   virtual LatentSample load_one(int64_t index, int64_t epoch) = 0;
-  /// Bucket (index into data.buckets) of every row, -1 for rows that fit none; empty when every
-  /// sample has one shape (cached latents), and the trainer then batches samples in epoch order.
+  /// Bucket of every row (video: index into data.buckets, -1 for rows that fit none; cached
+  /// latents: index of the row's latent shape among the distinct ones); empty when every sample
+  /// has one shape, and the trainer then batches samples in epoch order.
   virtual std::vector<int64_t> row_buckets() const { return {}; }
   /// Totals since the last call of the samples whose timing events have completed; never waits.
   virtual PipelineGpuTime take_gpu_time() { return {}; }

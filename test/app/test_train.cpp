@@ -613,6 +613,51 @@ TEST_CASE("CUDA graphs on the GPU: a resumed run captures again and replays; its
   CHECK(worst <= kGraphTolerance);
 }
 
+TEST_CASE("cached latents of two shapes train as two buckets: every batch one shape, micro-batches per bucket",
+          "[train][data][dynamic]") {
+  TempDir dir("tt_latent_buckets");
+  const std::string config = dir / "config.yaml";
+  const std::string manifest = dir / "data/manifest.jsonl";
+  tt::test::write_file(config, small_config(manifest));
+  // Four samples of (16, 2, 8, 8) latents, then four of (16, 3, 4, 8), in one manifest.
+  std::string rows;
+  const std::pair<const char*, const char*> shapes[] = {{"a", "[{frames: 5, height: 64, width: 64}]"},
+                                                        {"b", "[{frames: 9, height: 32, width: 64}]"}};
+  for (const auto& [name, buckets] : shapes) {
+    auto made = run_teletron("synth-data " + config + " --output " + (dir / (std::string("data/") + name)) +
+                             " --samples 4 --text-length 8 --set 'data.buckets=" + buckets + "'");
+    INFO(made.output);
+    REQUIRE(made.exit_code == 0);
+    std::ifstream in(dir / (std::string("data/") + name + "/manifest.jsonl"));
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json row = nlohmann::json::parse(line);
+      rows += nlohmann::json{{"latents", std::string(name) + "/" + row["latents"].get<std::string>()}}.dump() + "\n";
+    }
+  }
+  tt::test::write_file(manifest, rows);
+  const std::string run = dir / "run";
+  const std::string trace = dir / "batches.trace";
+  auto result = train_traced(config, run, trace,
+                             "--set batch_size=dynamic --set dynamic_batch.initial=2 --set dynamic_batch.min=1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("(cached latents, 2 latent shapes: one bucket each)"));
+  // Every batch holds rows of one file group: rows 0-3 are shape a, rows 4-7 shape b.
+  const std::vector<nlohmann::json> batches = read_metrics(trace);
+  REQUIRE(batches.size() == 8);
+  int of_b = 0;
+  for (const auto& batch : batches) {
+    INFO(batch.dump());
+    const bool b = batch["indices"][0].get<int64_t>() >= 4;
+    of_b += b ? 1 : 0;
+    for (const auto& row : batch["indices"]) CHECK((row.get<int64_t>() >= 4) == b);
+  }
+  CHECK(of_b > 0);
+  CHECK(of_b < 8);
+  CHECK(tt::checkpoint::load(run + "/checkpoints/step_0000008").state.at("dynamic.micro_batches").size(0) == 2);
+}
+
 // Cached latents read ahead (data.prefetch, the default 2) against inside the step (0): the same
 // batches, in order, and on the CPU the same weights bit for bit, also across a resume.
 void check_latent_prefetch(const std::string& device) {
