@@ -19,6 +19,7 @@
 #include "app/trainer.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "core/metrics.h"
 #include "core/profiler.h"
 
 namespace tt {
@@ -125,17 +126,35 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
                 "give --warmup >= 1 and --steps >= 1", "bench --suite train: warm-up ", o.warmup, ", steps ", o.steps);
   TempFolder work(o.work_dir);
   const HunyuanVideoConfig model = model_config_from(o.config.model);
-  SynthDataOptions data;
-  data.output = (fs::path(work.path()) / "data").string();
-  data.samples = o.samples;
-  data.channels = model.in_channels;
-  data.frames = (o.frames - 1) / 4 + 1;
-  data.height = o.height / 8;
-  data.width = o.width / 8;
-  data.text_length = o.text_tokens;
-  data.text_dim = model.text_embed_dim;
-  data.pooled_dim = model.pooled_projection_dim;
-  const std::string manifest = write_synthetic_latents(data);
+  std::vector<std::array<int64_t, 3>> shapes = o.buckets;
+  if (shapes.empty()) shapes.push_back({o.frames, o.height, o.width});
+  const std::string data_dir = (fs::path(work.path()) / "data").string();
+  const std::string manifest = (fs::path(data_dir) / "manifest.jsonl").string();
+  std::string rows_text, shapes_text;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    SynthDataOptions data;
+    data.output = (fs::path(data_dir) / str_cat("bucket_", k)).string();
+    data.samples = std::max(o.samples / static_cast<int64_t>(shapes.size()), o.batch * o.accumulation);
+    data.channels = model.in_channels;
+    data.frames = (shapes[k][0] - 1) / 4 + 1;
+    data.height = shapes[k][1] / 8;
+    data.width = shapes[k][2] / 8;
+    data.text_length = o.text_tokens;
+    data.text_dim = model.text_embed_dim;
+    data.pooled_dim = model.pooled_projection_dim;
+    data.seed = 1234 + k;
+    std::ifstream part(write_synthetic_latents(data));
+    std::string line;
+    while (std::getline(part, line)) {
+      if (line.empty()) continue;
+      const nlohmann::json row = nlohmann::json::parse(line);
+      rows_text += nlohmann::json{{"latents", str_cat("bucket_", k, "/", row.at("latents").get<std::string>())}}.dump() +
+                   "\n";
+    }
+    shapes_text += str_cat(k == 0 ? "" : ", ", "(", data.channels, ", ", data.frames, ", ", data.height, ", ",
+                           data.width, ") x ", data.samples);
+  }
+  write_file_atomically(manifest, rows_text);
 
   // Throughput over steps warmup+1 .. warmup+steps (metrics rows on exact boundaries), then the trace.
   const int64_t every = std::gcd(std::gcd(o.warmup, o.steps), o.profile_steps > 0 ? o.profile_steps : o.steps);
@@ -233,9 +252,8 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
     std::cout << "| " << row.name << " | " << row.setup << " " << line << "\n";
   }
   std::cout << "\n" << o.steps << " timed steps after " << o.warmup << " warm-up steps, then " << o.profile_steps
-            << " traced; global batch " << o.batch * o.accumulation << "; latents (" << data.channels << ", "
-            << data.frames << ", " << data.height << ", " << data.width << "), " << o.text_tokens
-            << " text tokens\n";
+            << " traced; global batch " << o.batch * o.accumulation << "; latents " << shapes_text << ", "
+            << o.text_tokens << " text tokens\n";
   if (!o.json_path.empty()) {
     nlohmann::json out = nlohmann::json::array();
     for (const BenchTrainRow& row : rows)

@@ -5,6 +5,7 @@
 // which rows are not built yet instead of timing something else under their name.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +22,9 @@ struct BenchTrainOptions {
   int64_t accumulation = 1;
   /// Pixel-space clip shape; latents are (16, (frames-1)/4+1, height/8, width/8).
   int64_t frames = 33, height = 480, width = 832;
+  /// Several clip shapes (frames, height, width) instead: the samples are split evenly among them
+  /// (at least a global batch each), one bucket per shape.
+  std::vector<std::array<int64_t, 3>> buckets;
   int64_t text_tokens = 256;
   /// Synthetic samples written (cycled through by the steps).
   int64_t samples = 16;

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "app/bench.h"
@@ -135,6 +136,7 @@ struct BenchArgs {
   std::string suite = "model";
   bool ablation = false;
   std::vector<int64_t> rows;
+  std::vector<std::string> buckets;
   int64_t accumulation = 1;
   int64_t samples = 16;
   int64_t profile_steps = 10;
@@ -164,6 +166,16 @@ int run_bench_command(BenchArgs& args) {
     train.profile_steps = args.profile_steps;
     train.ablation = args.ablation;
     train.rows = args.rows;
+    for (const std::string& text : args.buckets) {
+      long long frames = 0, height = 0, width = 0;
+      char tail = 0;
+      const bool parsed = std::sscanf(text.c_str(), "%lldx%lldx%lld%c", &frames, &height, &width, &tail) == 3;
+      TT_CHECK_HINT(parsed && frames >= 1 && (frames - 1) % 4 == 0 && height >= 16 && height % 16 == 0 && width >= 16 &&
+                        width % 16 == 0,
+                    ErrorCode::kConfig, "write each as FRAMESxHEIGHTxWIDTH, frames 4n+1, sides multiples of 16, e.g. "
+                    "--buckets 33x256x256,33x480x832", "bench --suite train --buckets: '", text, "' is not a clip shape");
+      train.buckets.push_back({frames, height, width});
+    }
     TT_CHECK_HINT(args.rows.empty() || args.ablation, ErrorCode::kConfig, "add --ablation", "--rows needs --ablation");
     train.work_dir = args.work_dir;
     train.json_path = args.options.json_path;
@@ -284,6 +296,10 @@ int run_cli(int argc, char** argv) {
                         "--ablation: only these rows (1 = naive baseline), in this order, e.g. --rows 2,4,2")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--buckets", bench.buckets,
+                        "--suite train: several clip shapes FRAMESxHEIGHTxWIDTH (one bucket each, the samples split "
+                        "among them) instead of --frames/--height/--width, e.g. --buckets 33x256x256,33x480x832")
+      ->delimiter(',');
   bench_cmd->add_option("--accumulation", bench.accumulation, "--suite train: micro-batches per step of the fixed rows")
       ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--samples", bench.samples, "--suite train: synthetic samples written")

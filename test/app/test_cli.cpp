@@ -187,6 +187,21 @@ TEST_CASE("bench --suite train --rows runs the rows named, in that order, and wr
     CHECK((!std::filesystem::exists(checkpoints) || std::filesystem::is_empty(checkpoints)));
   }
   CHECK(runs == 3);
+  // Two clip shapes: two buckets of samples; dynamic rows size each.
+  auto mixed = run_teletron(
+      "bench --suite train --ablation --rows 2,4 --device cpu --preset tiny --set model.num_layers=1 "
+      "--set model.num_single_layers=1 --buckets 5x32x32,9x32x64 --text-tokens 8 --batch 2 --warmup 1 --steps 2 "
+      "--profile-steps 0 --samples 4");
+  INFO(mixed.output);
+  REQUIRE(mixed.exit_code == 0);
+  CHECK_THAT(mixed.output, ContainsSubstring("(cached latents, 2 latent shapes: one bucket each)"));
+  CHECK_THAT(mixed.output, ContainsSubstring("latents (16, 2, 4, 4) x 2, (16, 3, 4, 8) x 2"));
+  for (const char* bad : {"33x256", "34x256x256", "33x250x256", "33x256x256x1"}) {
+    auto refused = run_teletron(std::string("bench --suite train --buckets ") + bad + " --device cpu --preset tiny");
+    INFO(refused.output);
+    CHECK(refused.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+    CHECK_THAT(refused.output, ContainsSubstring("is not a clip shape"));
+  }
   auto wrong = run_teletron("bench --suite train --ablation --rows 9 --device cpu --preset tiny");
   CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
   CHECK_THAT(wrong.output, ContainsSubstring("--rows: no row 9"));
