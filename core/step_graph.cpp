@@ -143,27 +143,30 @@ void StepGraphs::capture(const std::string& key, const std::vector<torch::Tensor
     c10::cuda::CUDAStreamGuard on_side(side);
     body(graph->inputs);  // the step itself, eagerly; its errors (out of memory) are the caller's
     graph->graph = std::make_unique<at::cuda::CUDAGraph>();
-    bool begun = false;
+    // True from capture_begin's return until capture_end's: the pool's use is ours to give back
+    // (a CUDAGraph gives it back itself only after a capture that ended).
+    bool pool_in_use = false;
     try {
       // Thread-local mode: only this thread's unsafe CUDA calls break the capture, not the data
       // pipeline's threads allocating and copying on their own streams meanwhile.
       graph->graph->capture_begin(cuda_->pool, cudaStreamCaptureModeThreadLocal);
-      begun = true;
+      pool_in_use = true;
       body(graph->inputs);
       TT_CHECK(!fail, ErrorCode::kGraph, "injected by TELETRON_FAULTS (graph_capture)");
-      begun = false;  // capture_end ends the capture and the pool's recording, even when it throws below
       graph->graph->capture_end();
+      pool_in_use = false;
     } catch (const std::exception& error) {
       failure = first_line(error.what());
-      if (begun) {
-        // The capture is still open (perhaps invalidated): end it, drop what it recorded, and
-        // give back the pool's use as capture_end would have.
-        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-          cudaGraph_t partial = nullptr;
-          if (cudaStreamEndCapture(side.stream(), &partial) == cudaSuccess && partial != nullptr)
-            cudaGraphDestroy(partial);
-        }
+      // A capture still open (perhaps invalidated) is ended and what it recorded dropped.
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t partial = nullptr;
+        if (cudaStreamEndCapture(side.stream(), &partial) == cudaSuccess && partial != nullptr)
+          cudaGraphDestroy(partial);
+      }
+      if (pool_in_use) {
+        // As capture_end would have: stop recording into the pool (capture_end may have done so
+        // before it threw: then these say so, and are ignored) and give the use back.
         try {
           c10::cuda::CUDACachingAllocator::endAllocateToPool(index, cuda_->pool);
         } catch (const std::exception&) {
@@ -172,16 +175,14 @@ void StepGraphs::capture(const std::string& key, const std::vector<torch::Tensor
           at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(cuda_->pool);
         } catch (const std::exception&) {
         }
-      }
-      // A capture that did not end is no graph: its pool use goes back here (a CUDAGraph only
-      // gives it back once capture_end succeeded).
-      try {
-        c10::cuda::CUDACachingAllocator::releasePool(index, cuda_->pool);
-      } catch (const std::exception&) {
-      }
-      try {
-        at::getHostAllocator(at::kCUDA)->release_pool(cuda_->pool);
-      } catch (const std::exception&) {
+        try {
+          c10::cuda::CUDACachingAllocator::releasePool(index, cuda_->pool);
+        } catch (const std::exception&) {
+        }
+        try {
+          at::getHostAllocator(at::kCUDA)->release_pool(cuda_->pool);
+        } catch (const std::exception&) {
+        }
       }
       (void)cudaGetLastError();  // the capture's error is reported here, not by the next launch
       graph->graph.reset();

@@ -1,19 +1,93 @@
 #!/usr/bin/env bash
-# GPU machine: issue 12's engine benchmarks (carry .device). Builds only the executable.
-#   scripts/gpu_engine.sh ablation [BENCH ARGS...]   teletron bench --suite train --ablation at the
-#                                                    1b preset's default shape; JSON + log in $OUT.
+# GPU machine: issue 12's engine checks and benchmarks (carry .device). Logs and a summary in $OUT.
+#   scripts/gpu_engine.sh tests [N]        the engine's [gpu] tests (CUDA graphs, fused kernels), N runs
+#                                          each (default 3), one at a time; builds the test binaries.
+#   scripts/gpu_engine.sh ablation [ARGS]  teletron bench --suite train --ablation at the 1b preset's
+#                                          default shape (33x480x832); ARGS go to bench (--rows 2,3,2).
+#   scripts/gpu_engine.sh small [ARGS]     the same at 33x256x256 (16x9x32x32 latents), where launch
+#                                          overhead matters: main today against + CUDA Graphs, twice.
+#   scripts/gpu_engine.sh buckets [ARGS]   benchmark (c): mixed buckets 33x256x256, 33x480x832,
+#                                          65x256x448, fixed (--batch x --accumulation) against dynamic.
+#   scripts/gpu_engine.sh curves [STEPS]   benchmark (d): loss curves on the 1b preset at 16x9x32x32
+#                                          latents, STEPS steps (default 300), same data and seed, for
+#                                          fp32, bf16, fp16, bf16 + graphs, bf16 + dynamic batch; the
+#                                          mean loss of the last 50 steps of each against fp32's.
+#   TELETRON_PREBUILT=build/teletron OUT=/tmp/x CURVES_PRESET=tiny CURVES_TEXT=8 scripts/gpu_engine.sh curves 60
+#                                          is a dry run of a part on the CPU.
 set -uo pipefail
-part=${1:?usage: gpu_engine.sh ablation [bench args...]}; shift
+part=${1:?usage: gpu_engine.sh tests|ablation|small|buckets|curves [args...]}; shift
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export TELETRON_BUILD_TARGETS=${TELETRON_BUILD_TARGETS:-teletron}
-source "$here/device_build.sh" || exit 1
-echo "build ${build_s}s" | tee -a "$out/summary.txt"
+if [ -n "${TELETRON_PREBUILT:-}" ]; then  # a dry run of a part elsewhere: that executable, no build
+  tt=$TELETRON_PREBUILT; out=${OUT:-/tmp/tt_out}; mkdir -p "$out"
+else
+  [ "$part" = tests ] || export TELETRON_BUILD_TARGETS=${TELETRON_BUILD_TARGETS:-teletron}
+  source "$here/device_build.sh" || exit 1
+  echo "build ${build_s}s" | tee -a "$out/summary.txt"
+fi
+
+bench() {  # bench LABEL ARGS...: one bench --suite train call, its table into the summary
+  local label=$1; shift
+  timeout "${BENCH_TIMEOUT:-400}" "$tt" bench --suite train --json "$out/$label.json" "$@" >"$out/$label.log" 2>&1
+  echo "$label: bench exit $?" | tee -a "$out/summary.txt"
+  grep -E "^\||timed steps|CUDA graph|TT_ERR" "$out/$label.log" | tee -a "$out/summary.txt"
+}
+
 case "$part" in
-  ablation)
-    timeout "${BENCH_TIMEOUT:-400}" "$tt" bench --suite train --ablation --json "$out/ablation.json" "$@" \
-      >"$out/ablation.log" 2>&1
-    echo "bench exit $?" | tee -a "$out/summary.txt"
-    grep -vE "^\[.*(debug|trace)\]" "$out/ablation.log" | tail -40 | tee -a "$out/summary.txt"
+  tests)
+    n=${1:-3}
+    for spec in "teletron_tests_app:[graph][gpu]" "teletron_tests_cuda:[fused][gpu]" "teletron_tests_model:[fused][gpu]"; do
+      exe=${spec%%:*}; tags=${spec#*:}
+      for i in $(seq 1 "$n"); do
+        (cd "$build/test" && timeout 300 "./$exe" "$tags" >/tmp/tt_engine_test.log 2>&1)
+        rc=$?
+        { echo "=== $exe $tags run $i exit $rc"; cat /tmp/tt_engine_test.log; } >>"$out/tests.log"
+        echo "$exe $tags run $i: exit $rc: $(grep -E '^test cases|All tests passed' /tmp/tt_engine_test.log | tail -1)" |
+          tee -a "$out/summary.txt"
+      done
+    done
+    grep -hE "FAILED:|largest relative" -A3 "$out/tests.log" | head -40 | tee -a "$out/summary.txt"
+    ;;
+  ablation) bench ablation --ablation --warmup 10 --steps 30 "$@" ;;
+  small) bench small --ablation --rows 2,3,2,3 --frames 33 --height 256 --width 256 --warmup 10 --steps 30 "$@" ;;
+  buckets) bench buckets --ablation --rows 2,4,2,4 --buckets 33x256x256,33x480x832,65x256x448 --samples 24 \
+             --warmup 10 --steps 30 "$@" ;;
+  curves)
+    steps=${1:-300}
+    work=/tmp/tt_curves; rm -rf "$work"; mkdir -p "$work"
+    printf 'tele_tron:\n  model: {preset: %s}\n  data: {manifest: %s/data/manifest.jsonl, buckets: [{frames: 33, height: 256, width: 256}]}\n  train: {max_steps: %s, log_every: 1, checkpoint_every: 100000, seed: 7}\n' \
+      "${CURVES_PRESET:-1b}" "$work" "$steps" >"$work/config.yaml"
+    "$tt" synth-data "$work/config.yaml" --output "$work/data" --samples 64 --text-length "${CURVES_TEXT:-256}" >"$out/curves_data.log" 2>&1 ||
+      { tail -5 "$out/curves_data.log"; exit 1; }
+    for spec in "fp32:--set mixed_precision.enabled=false --set cuda_graph.enabled=false" \
+                "bf16:--set cuda_graph.enabled=false" \
+                "fp16:--set mixed_precision.dtype=fp16 --set cuda_graph.enabled=false" \
+                "graphs:--set cuda_graph.enabled=true --set cuda_graph.warmup_steps=10" \
+                "dynamic:--set batch_size=dynamic --set dynamic_batch.initial=1 --set cuda_graph.enabled=false"; do
+      name=${spec%%:*}; sets=${spec#*:}
+      start=$(date +%s)
+      # shellcheck disable=SC2086
+      timeout 240 "$tt" train "$work/config.yaml" --output "$work/$name" $sets --set data.text_padding=full \
+        >"$out/curves_$name.log" 2>&1
+      echo "curve $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+    done
+    python3 - "$work" <<'PY' | tee -a "$out/summary.txt"
+import json, sys, os
+work = sys.argv[1]
+means = {}
+for name in ["fp32", "bf16", "fp16", "graphs", "dynamic"]:
+    path = os.path.join(work, name, "metrics.jsonl")
+    if not os.path.exists(path):
+        print(f"| {name} | no metrics |"); continue
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    last = [r["loss"] for r in rows[-50:]]
+    means[name] = sum(last) / len(last)
+print("| run | steps | mean loss, last 50 | vs fp32 |")
+print("|---|---|---|---|")
+for name, mean in means.items():
+    ref = means.get("fp32")
+    rel = f"{100.0 * (mean - ref) / ref:+.2f} %" if ref else "—"
+    print(f"| {name} | {len(open(os.path.join(work, name, 'metrics.jsonl')).readlines())} | {mean:.4f} | {rel} |")
+PY
     ;;
   *) echo "unknown part $part"; exit 2 ;;
 esac

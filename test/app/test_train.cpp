@@ -589,6 +589,25 @@ TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 
   CHECK(worst <= kGraphTolerance);
 }
 
+TEST_CASE("CUDA graphs on the GPU: a capture that fails inside the capture is cleaned up, retried, and replays",
+          "[train][graph][gpu][faults]") {
+  TT_REQUIRE_GPU();
+  Workspace ws(8);
+  const std::string eager = eager_reference(ws, "cuda", " --max-steps 12");
+  const std::string retried = ws.dir / "retried_cuda";
+  // Step 3's capture fails after capture_begin; 4-5 eager, 6 captured into the same pool, 7-12
+  // replayed (a tiny model's replay is far faster than its launch-bound eager step: kept).
+  auto run = train_with_faults("graph_capture@3", "train " + ws.config + " --device cuda --output " + retried +
+                                                      " --max-steps 12" + kGraphSets + " --set cuda_graph.retry=1");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("TT_ERR_GRAPH: capturing the step of shape"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 1 failed, 6 replays"));
+  const double worst = weight_difference(eager + "/checkpoints/step_0000012", retried + "/checkpoints/step_0000012");
+  INFO("largest relative weight difference " << worst);
+  CHECK(worst <= kGraphTolerance);
+}
+
 TEST_CASE("CUDA graphs on the GPU: a resumed run captures again and replays; its weights are the uninterrupted run's",
           "[train][graph][gpu][resume]") {
   TT_REQUIRE_GPU();
