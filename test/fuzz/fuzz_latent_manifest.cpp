@@ -48,8 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.pooled_dim = 4;
   try {
     tt::LatentDataset dataset(options);
+    // A batch holds rows of one bucket (one latent shape): the first row's, up to four of them.
+    const std::vector<int64_t> buckets = dataset.row_buckets();
+    if (!buckets.empty() && static_cast<int64_t>(buckets.size()) != dataset.size())
+      tt::fuzz::property_failed("row_buckets does not give every row a bucket");
     std::vector<int64_t> indices;
-    for (int64_t i = 0; i < dataset.size() && i < 4; ++i) indices.push_back(i);
+    for (int64_t i = 0; i < dataset.size() && indices.size() < 4; ++i)
+      if (buckets.empty() || buckets[i] == buckets[0]) indices.push_back(i);
     if (!indices.empty()) {
       tt::LatentBatch batch = dataset.get_batch(indices);
       if (batch.latents.size(0) != static_cast<int64_t>(indices.size()))
