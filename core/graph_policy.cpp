@@ -33,7 +33,7 @@ GraphAction GraphPolicy::next(const std::string& shape) {
 void GraphPolicy::eager_step(const std::string& shape, double ms) {
   Shape& s = at(shape);
   s.eager_steps += 1;
-  if (s.eager_steps > 1) {  // the first pays for allocation and kernel choice
+  if (s.eager_steps > 1 && ms >= 0) {  // the first pays for allocation and kernel choice
     s.eager_ms_sum += ms;
     s.timed += 1;
   }
@@ -43,6 +43,17 @@ void GraphPolicy::eager_step(const std::string& shape, double ms) {
   } else if (--s.wait <= 0) {
     s.phase = Phase::kCaptureDue;
   }
+}
+
+void GraphPolicy::eager_time(const std::string& shape, double ms) {
+  Shape& s = at(shape);
+  s.eager_ms_sum += ms;
+  s.timed += 1;
+}
+
+int64_t GraphPolicy::eager_steps(const std::string& shape) const {
+  const auto found = shapes_.find(shape);
+  return found == shapes_.end() ? 0 : found->second.eager_steps;
 }
 
 void GraphPolicy::capture_succeeded(const std::string& shape) {

@@ -39,8 +39,14 @@ class GraphPolicy {
 
   /// What the next step of `shape` does.
   GraphAction next(const std::string& shape);
-  /// An eager step of `shape` took `ms` (the caller's measurement of the step's GPU time).
+  /// An eager step of `shape` ran and took `ms` (the caller's measurement of the step's GPU time);
+  /// ms < 0: its time is not known yet (eager_time gives it later). The warm-up and the wait before a
+  /// retry count steps as they run, so a late timing never delays a capture.
   void eager_step(const std::string& shape, double ms);
+  /// The time of an eager step counted earlier with ms < 0 (one that was not the shape's first).
+  void eager_time(const std::string& shape, double ms);
+  /// Eager steps of `shape` run so far.
+  int64_t eager_steps(const std::string& shape) const;
   void capture_succeeded(const std::string& shape);
   void capture_failed(const std::string& shape);
   /// A replay of `shape` took `ms`; every capture_frequency replays the graph may be dropped

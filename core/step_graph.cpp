@@ -96,11 +96,16 @@ void StepGraphs::run_eager(const std::string& key, const std::vector<torch::Tens
   if (emulated()) {
     const auto start = Clock::now();
     body(inputs);
-    report(key, false, ms_since(start));
+    policy_.eager_step(key, ms_since(start));
     return;
   }
-  std::shared_ptr<GpuInterval> interval = GpuInterval::start(device_);
+  // Counted now (the warm-up must not wait for the GPU), timed once the GPU is past it; the
+  // shape's first eager step is not timed at all.
+  const bool timed = policy_.eager_steps(key) > 0;
+  std::shared_ptr<GpuInterval> interval = timed ? GpuInterval::start(device_) : nullptr;
   body(inputs);
+  policy_.eager_step(key, -1.0);
+  if (!timed) return;
   interval->stop();
   pending_.push_back(Pending{key, false, std::move(interval)});
 }
@@ -251,7 +256,7 @@ void StepGraphs::flush() { poll(true); }
 
 void StepGraphs::report(const std::string& key, bool replay, double ms) {
   if (!replay) {
-    policy_.eager_step(key, ms);
+    policy_.eager_time(key, ms);
     return;
   }
   policy_.replay_step(key, ms);

@@ -46,6 +46,24 @@ TEST_CASE("graph policy: warm-up steps run eagerly, then the shape is captured a
   CHECK(run_eager(quick, "a", 10.0) == 2);
 }
 
+TEST_CASE("graph policy: steps count as they run, their times may come later", "[graph]") {
+  tt::GraphPolicy policy(options(3, 2, 0, 0.8));
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(policy.next("a") == GraphAction::kEager);
+    policy.eager_step("a", -1.0);  // not timed yet
+  }
+  CHECK(policy.eager_steps("a") == 3);
+  CHECK(policy.next("a") == GraphAction::kCapture);
+  CHECK(policy.eager_ms("a") == 0.0);
+  policy.eager_time("a", 10.0);
+  policy.eager_time("a", 20.0);
+  CHECK(policy.eager_ms("a") == 15.0);
+  policy.capture_succeeded("a");
+  policy.replay_step("a", 16.0);
+  policy.replay_step("a", 16.0);  // slower than the late eager reference: dropped
+  CHECK(policy.dropped("a"));
+}
+
 TEST_CASE("graph policy: a failed capture runs eager steps and retries, at most `retry` times", "[graph]") {
   tt::GraphPolicy policy(options(2, 3, 2, 0.8));
   CHECK(run_eager(policy, "a", 10.0) == 2);
