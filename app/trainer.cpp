@@ -133,9 +133,13 @@ void Trainer::announce() const {
                  std::max<int64_t>(g.warmup_steps, 2), g.capture_frequency, std::max(g.threshold, 1.0), g.retry,
                  std::getenv("TELETRON_GRAPH_EMULATE") ? " (EMULATED by TELETRON_GRAPH_EMULATE: no CUDA graph is made)"
                                                        : "");
-  } else if (g.enabled == "true") {
-    spdlog::warn("cuda_graph.enabled is true, but the device is {}: every step runs eagerly (CUDA graphs need CUDA)",
-                 describe_device(device_));
+  } else if (g.enabled != "false") {
+    // Graphs need CUDA: the cuda_graph keys a CPU run was given do nothing, said once.
+    for (const ConfigSetKey& key : config_.set_keys) {
+      if (key.path.rfind("cuda_graph.", 0) != 0) continue;
+      spdlog::warn("tele_tron.{}: set ({}), but the device is {}: every step runs eagerly (CUDA graphs need CUDA)",
+                   key.path, key.where, describe_device(device_));
+    }
   }
   spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
                model_->parameter_count(), model_->parameter_count() / 1e9, describe_hunyuan_config(model_config_));

@@ -472,6 +472,7 @@ std::string eager_reference(const Workspace& ws, const std::string& device = "cp
   INFO(eager.output);
   REQUIRE(eager.exit_code == 0);
   CHECK_THAT(eager.output, !ContainsSubstring("CUDA graph"));
+  CHECK_THAT(eager.output, !ContainsSubstring("every step runs eagerly"));  // enabled=false says nothing more
   return folder;
 }
 
@@ -505,6 +506,19 @@ TEST_CASE("CUDA graphs (emulated on the CPU): warm-up, one capture, replays on e
   }
   // A replay that read stale inputs (the capture's batch again) would train on other samples.
   CHECK(weight_difference(eager + "/checkpoints/step_0000008", graphs + "/checkpoints/step_0000008") == 0.0);
+}
+
+TEST_CASE("CUDA graphs on the CPU: the cuda_graph keys set say once that every step runs eagerly", "[train][graph]") {
+  Workspace ws(4);
+  auto run = run_teletron("train " + ws.config + " --output " + (ws.dir / "cpu") +
+                          " --max-steps 2 --set cuda_graph.enabled=true --set cuda_graph.warmup_steps=3");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("tele_tron.cuda_graph.enabled: set (--set cuda_graph.enabled=true), but the "
+                                           "device is CPU"));
+  CHECK_THAT(run.output, ContainsSubstring("tele_tron.cuda_graph.warmup_steps: set (--set cuda_graph.warmup_steps=3), "
+                                           "but the device is CPU"));
+  CHECK_THAT(run.output, !ContainsSubstring("CUDA graph: captured"));
 }
 
 TEST_CASE("CUDA graphs (emulated): an injected capture failure is a TT_ERR_GRAPH warning, the step runs eagerly, "
