@@ -44,6 +44,15 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// Cleanup after a failed capture: each step may already have been done (and then throws).
+template <typename Step>
+void ignoring_errors(const Step& step) {
+  try {
+    step();
+  } catch (const std::exception&) {
+  }
+}
+
 }  // namespace
 
 StepGraphs::StepGraphs(const StepGraphOptions& options, const torch::Device& device)
@@ -172,22 +181,11 @@ void StepGraphs::capture(const std::string& key, const std::vector<torch::Tensor
       if (pool_in_use) {
         // As capture_end would have: stop recording into the pool (capture_end may have done so
         // before it threw: then these say so, and are ignored) and give the use back.
-        try {
-          c10::cuda::CUDACachingAllocator::endAllocateToPool(index, cuda_->pool);
-        } catch (const std::exception&) {
-        }
-        try {
-          at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(cuda_->pool);
-        } catch (const std::exception&) {
-        }
-        try {
-          c10::cuda::CUDACachingAllocator::releasePool(index, cuda_->pool);
-        } catch (const std::exception&) {
-        }
-        try {
-          at::getHostAllocator(at::kCUDA)->release_pool(cuda_->pool);
-        } catch (const std::exception&) {
-        }
+        const c10::MempoolId_t pool = cuda_->pool;
+        ignoring_errors([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(index, pool); });
+        ignoring_errors([&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool); });
+        ignoring_errors([&] { c10::cuda::CUDACachingAllocator::releasePool(index, pool); });
+        ignoring_errors([&] { at::getHostAllocator(at::kCUDA)->release_pool(pool); });
       }
       (void)cudaGetLastError();  // the capture's error is reported here, not by the next launch
       graph->graph.reset();
@@ -271,12 +269,6 @@ void StepGraphs::drop(const std::string& key) {
   if (!emulated()) c10::cuda::getCurrentCUDAStream(cuda_->device_index).synchronize();
 #endif
   graphs_.erase(key);
-}
-
-std::vector<std::string> StepGraphs::live_shapes() const {
-  std::vector<std::string> keys;
-  for (const auto& [key, graph] : graphs_) keys.push_back(key);
-  return keys;
 }
 
 std::string StepGraphs::describe() const { return policy_.describe_all(); }

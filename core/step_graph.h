@@ -86,8 +86,6 @@ class StepGraphs {
   void flush();
 
   StepGraphCounts counts() const { return counts_; }
-  /// Keys captured and replaying now.
-  std::vector<std::string> live_shapes() const;
   /// One line per shape seen: "<key>: eager 10.2 ms (98 timed), replay 8.1 ms: 1.26x, kept".
   std::string describe() const;
 
