@@ -63,6 +63,15 @@ StepGraphs::StepGraphs(const StepGraphOptions& options, const torch::Device& dev
     cuda_ = std::make_unique<CudaState>();
     cuda_->device_index = device.has_index() ? device.index() : c10::cuda::current_device();
     cuda_->pool = at::cuda::graph_pool_handle();
+    // Our own use of the pool, on the device and the pinned-host allocator, for as long as this
+    // object lives. Each capture adds a use and each graph's end gives it back; an allocator
+    // whose pool use count reaches 0 keeps the pool only to free it, and refuses (an internal
+    // assert) any later capture into it. Without this use, a failed capture or a dropped graph
+    // that was the pool's only user would leave every later capture failing.
+    c10::cuda::CUDACachingAllocator::createOrIncrefPool(static_cast<c10::DeviceIndex>(cuda_->device_index),
+                                                        cuda_->pool);
+    at::getHostAllocator(at::kCUDA)->begin_allocate_to_pool(cuda_->pool, [](c10::Stream) { return false; });
+    at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(cuda_->pool);
   }
 #else
   TT_ASSERT(emulated(), "StepGraphs: this build has no CUDA");
@@ -73,6 +82,16 @@ StepGraphs::~StepGraphs() {
   // Graphs go before the capture stream (which synchronises as it goes): a replay still queued
   // keeps its executable graph alive until it finishes.
   graphs_.clear();
+#ifdef TELETRON_WITH_CUDA
+  if (cuda_) {
+    // Our use of the pool goes last: the allocators free its blocks once no graph uses it.
+    const c10::MempoolId_t pool = cuda_->pool;
+    ignoring_errors([&] {
+      c10::cuda::CUDACachingAllocator::releasePool(static_cast<c10::DeviceIndex>(cuda_->device_index), pool);
+    });
+    ignoring_errors([&] { at::getHostAllocator(at::kCUDA)->release_pool(pool); });
+  }
+#endif
 }
 
 void StepGraphs::run(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body,

@@ -177,7 +177,22 @@ TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gp
       check_close("y", y, tt::gelu_tanh_forward_reference(x), t);
       check_close("y vs ATen", y, torch::gelu(x_gpu, "tanh"), t);
       auto dx = tt::gelu_tanh_backward(grad.to(kCuda), x_gpu);
-      check_close("dx", dx, tt::gelu_tanh_backward_reference(grad, x), t);
+      const auto dx_reference = tt::gelu_tanh_backward_reference(grad, x);
+      if (dtype == torch::kFloat32) {
+        // dx's fp32 formula loses digits where tanh is near +-1 (1 - tanh^2 cancels, then is
+        // multiplied by x (1 + 3 kappa x^2)): there the kernel and the fp32 reference both miss the
+        // exact value by more than a few ulps of dx. Judged against fp64, the kernel may be off as
+        // far as the fp32 reference is (twice, for a tanhf another way round), not further.
+        const auto exact = tt::gelu_tanh_backward_reference(grad.to(torch::kFloat64), x.to(torch::kFloat64));
+        const double kernel_error = max_abs_diff(dx, exact), reference_error = max_abs_diff(dx_reference, exact);
+        const double kernel_mean = mean_abs_diff(dx, exact), reference_mean = mean_abs_diff(dx_reference, exact);
+        INFO("dx against fp64: kernel max |diff| " << kernel_error << " (fp32 reference " << reference_error
+                                                   << "), mean " << kernel_mean << " (" << reference_mean << ")");
+        CHECK(kernel_error <= 2 * reference_error + 1e-7);
+        CHECK(kernel_mean <= 2 * reference_mean + 1e-9);
+      } else {
+        check_close("dx", dx, dx_reference, t);
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -305,11 +306,23 @@ TEST_CASE("the small model on CUDA: fused_kernels on matches off, forward and ba
     const double out_error = relative(outputs[0], outputs[1]);
     INFO("output relative error " << out_error);
     CHECK(out_error <= tolerance);
+    // Some gradients are 0 in exact arithmetic and only rounding noise here (the token refiner's
+    // to_k.bias: adding one vector to every key shifts each query's logits by a constant, which
+    // softmax ignores), where two noises differ by O(1) of themselves. So an error counts against
+    // the tensor's gradient norm or 1 % of the largest one, whichever is larger: a wrong kernel
+    // still moves any gradient above that floor by O(1).
+    double largest = 0;
+    for (const auto& [key, grad] : grads[1])
+      if (grad.defined()) largest = std::max(largest, grad.to(torch::kFloat64).norm().item<double>());
+    REQUIRE(largest > 0);
     for (const auto& [key, grad] : grads[1]) {
       if (!grad.defined()) continue;
       REQUIRE(grads[0].at(key).defined());
-      const double error = relative(grads[0].at(key), grad);
-      INFO(key << " gradient relative error " << error);
+      const double norm = grad.to(torch::kFloat64).norm().item<double>();
+      const double diff = (grads[0].at(key).to(torch::kFloat64) - grad.to(torch::kFloat64)).norm().item<double>();
+      const double error = diff / std::max(norm, 1e-2 * largest);
+      INFO(key << " gradient error " << error << " (|diff| " << diff << ", |grad| " << norm << ", largest "
+               << largest << ")");
       CHECK(error <= tolerance * 3);
     }
   }
