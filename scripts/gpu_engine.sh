@@ -19,6 +19,8 @@ part=${1:?usage: gpu_engine.sh tests|ablation|small|buckets|curves [args...]}; s
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if [ -n "${TELETRON_PREBUILT:-}" ]; then  # a dry run of a part elsewhere: that executable, no build
   tt=$TELETRON_PREBUILT; out=${OUT:-/tmp/tt_out}; mkdir -p "$out"
+  # On the GPU machine a second part in one call: the loader paths of its FFmpeg and LibTorch.
+  command -v nvidia-smi >/dev/null && [ -f "$here/../.device/bootstrap.sh" ] && source "$here/../.device/bootstrap.sh"
 else
   [ "$part" = tests ] || export TELETRON_BUILD_TARGETS=${TELETRON_BUILD_TARGETS:-teletron}
   source "$here/device_build.sh" || exit 1
