@@ -36,13 +36,14 @@ struct RowPlan {
   int64_t prefetch = 0;    // data.prefetch
   bool graphs = false;     // cuda_graph.enabled (text padding full with them, trimmed without)
   bool fused = false;      // model.fused_kernels
+  bool segments = false;   // model.segment_attention
 };
 
 std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
   if (!o.ablation)
     return {{"this config", "the config's precision, data.prefetch and cuda_graph, fixed batch", true, true,
              o.config.mixed_precision.enabled, false, o.config.data.prefetch, o.config.cuda_graph.enabled != "false",
-             o.config.model.fused_kernels}};
+             o.config.model.fused_kernels, o.config.model.segment_attention}};
   return {
       {"naive baseline", "fp32, TF32 off, eager, fixed batch, latents read inside the step", true, false, false, false, 0,
        false},
@@ -53,7 +54,10 @@ std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
       {"+ dynamic batch", "as + CUDA Graphs, micro-batches sized to memory", true, true, true, true, 0, true},
       {"+ fused kernels and host fixes", "as + dynamic batch, model.fused_kernels, latents read ahead (data.prefetch 2)",
        true, true, true, true, 2, true, true},
-      {"full stack", "everything built so far", true, true, true, true, 2, true, true},
+      {"full stack", "everything built so far (+ segment attention)", true, true, true, true, 2, true, true, true},
+      // After the design's rows, so that their numbers stay: row 3 with segments for the padded text.
+      {"+ CUDA Graphs, segments", "as + CUDA Graphs, padded text attended as segments (model.segment_attention)",
+       true, true, true, false, 0, true, false, true},
   };
 }
 
@@ -72,6 +76,7 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   c.data.manifest = manifest;
   c.data.prefetch = plan.prefetch;
   c.model.fused_kernels = plan.fused;
+  c.model.segment_attention = plan.segments;
   // Graphs capture in the warm-up (its last step), so the timed steps replay; without them the
   // text padding is trimmed per batch as before graphs existed.
   c.cuda_graph.enabled = plan.graphs ? "auto" : "false";

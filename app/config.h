@@ -26,6 +26,7 @@ struct ModelSection {
   std::optional<std::string> image_condition_type;  // null (text-to-video) | latent_concat
   int64_t activation_checkpointing_every_n = 0;  // false -> 0, true -> 1, {every_n: k} -> k
   bool fused_kernels = false;  // HunyuanVideoConfig::fused_kernels
+  bool segment_attention = false;  // HunyuanVideoConfig::segment_attention
 
   bool operator==(const ModelSection&) const = default;
 };

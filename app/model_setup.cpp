@@ -53,6 +53,7 @@ ModelChoice choose_model(const ModelSection& model, const std::optional<std::str
   require_same(model.rope_axes_dim, c.rope_axes_dim, "rope_axes_dim", json_path);
   require_same(model.guidance_embeds, c.guidance_embeds, "guidance_embeds", json_path);
   c.fused_kernels = model.fused_kernels;
+  c.segment_attention = model.segment_attention;
   choice.config = c;
   choice.origin = "config.json " + json_path;
   return choice;

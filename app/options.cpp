@@ -28,6 +28,7 @@ HunyuanVideoConfig model_config_from(const ModelSection& model) {
     if (!model.in_channels) config.in_channels = 2 * config.out_channels + 1;
   }
   config.fused_kernels = model.fused_kernels;
+  config.segment_attention = model.segment_attention;
   validate_hunyuan_config(config, "tele_tron.model.");
   return config;
 }

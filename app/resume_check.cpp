@@ -35,6 +35,7 @@ const SafeKey kSafeKeys[] = {
      "where clips are decoded; the same frames, pixels within the colour tolerance of the two paths"},
     {"model.activation_checkpointing", "recomputes activations in backward; the same math"},
     {"model.fused_kernels", "fused kernels or the plain composition; the same math up to rounding"},
+    {"model.segment_attention", "segments or a key mask for padded text; the same math up to rounding"},
     {"cuda_graph.enabled", "how the step is launched (captured graphs or eagerly); the same math"},
     {"cuda_graph.warmup_steps", "when a step shape is captured; the same math"},
     {"cuda_graph.capture_frequency", "how often replays are compared with eager; the same math"},

@@ -226,6 +226,7 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t fir
     text.states = batch.text_states;
     text.mask = batch.text_mask != 0;
     text.all_valid = false;
+    text.right_padded = is_right_padded(text.mask);
   } else {
     text = trim_text_padding(batch.text_states, batch.text_mask);
   }
@@ -234,7 +235,7 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t fir
   micro.text_mask =
       device_.is_cuda() ? text.mask.contiguous().pin_memory().to(device_, /*non_blocking=*/true) : text.mask;
   micro.pooled = batch.pooled.to(device_);
-  micro.meta = MicroMeta{first, weight, text.all_valid};
+  micro.meta = MicroMeta{first, weight, text.all_valid, text.right_padded && model_config_.segment_attention};
   return micro;
 }
 
@@ -256,6 +257,7 @@ void Trainer::micro_step(const MicroBatch& micro) {
   inputs.encoder_hidden_states = micro.text_states;
   inputs.encoder_attention_mask = micro.text_mask;
   inputs.text_all_valid = micro.meta.text_all_valid;
+  inputs.text_right_padded = micro.meta.text_segments;
   inputs.pooled_projections = micro.pooled;
   if (model_config_.guidance_embeds) {
     inputs.guidance = torch::full({x0.size(0)}, flow_options_.guidance * 1000.0, sample.sigmas.options());
@@ -313,7 +315,8 @@ std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {
   for (const MicroBatch& part : parts) {
     if (!key.empty()) key += "; ";
     key += str_cat("latents ", part.latents.sizes(), " text ", part.text_states.size(1),
-                   part.meta.text_all_valid ? "" : " masked", " from ", part.meta.first);
+                   part.meta.text_all_valid ? "" : part.meta.text_segments ? " segments" : " masked",
+                   " from ", part.meta.first);
   }
   return key;
 }

@@ -63,6 +63,8 @@ class Trainer {
     int64_t first = 0;       // its first sample's index in the global batch (the noise keys)
     double weight = 1.0;     // its share of the step's loss
     bool text_all_valid = false;  // no text padding left: attention runs unmasked
+    // The padded text is right-padded and model.segment_attention is on: attention as segments.
+    bool text_segments = false;
   };
   /// One micro-batch ready for the step, on the device.
   struct MicroBatch {

@@ -47,6 +47,11 @@ struct HunyuanVideoConfig {
   /// torch composition. Not an architecture field: weights and outputs do not depend on it.
   /// Off by default until the kernels' device runs and their measured gain are on record.
   bool fused_kernels = false;
+  /// On CUDA in bf16/fp16, a joint attention over masked (right-padded) text runs as flash
+  /// attention's variable-length segments instead of SDPA with a mask (model/segment_attention.h);
+  /// the same loss and gradients up to rounding. Not an architecture field either. Off by default
+  /// until its device runs and measured gain are on record.
+  bool segment_attention = false;
 
   int64_t hidden_size() const { return num_attention_heads * attention_head_dim; }
   int64_t mlp_hidden() const { return static_cast<int64_t>(hidden_size() * mlp_ratio); }

@@ -7,6 +7,14 @@
 
 namespace tt {
 
+bool is_right_padded(const torch::Tensor& mask) {
+  TT_ASSERT(!mask.is_cuda() && mask.dim() == 2, "is_right_padded reads a (B, L) mask on the host");
+  auto valid = (mask != 0).to(torch::kInt32);
+  // A row is a valid prefix when its values never rise from 0 to 1 along the row.
+  if (valid.size(1) < 2) return true;
+  return !(valid.slice(1, 1) > valid.slice(1, 0, -1)).any().item<bool>();
+}
+
 TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask) {
   TT_ASSERT(!mask.is_cuda(), "trim_text_padding reads the mask on the host; pass the CPU copy");
   TT_ASSERT(states.dim() == 3 && mask.dim() == 2 && states.size(0) == mask.size(0) &&
@@ -26,6 +34,7 @@ TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& 
   out.states = states.slice(1, 0, keep);
   out.mask = valid.slice(1, 0, keep);
   out.all_valid = out.mask.all().item<bool>();
+  out.right_padded = is_right_padded(out.mask);
   return out;
 }
 

@@ -12,10 +12,14 @@ struct TrimmedText {
   torch::Tensor states;  // (B, L', D): L' = last valid column + 1 over the batch
   torch::Tensor mask;    // (B, L') bool
   bool all_valid = false;  // every kept token valid in every sample: no attention mask needed
+  bool right_padded = false;  // every row's valid tokens come first, then only padding
 };
 
 /// states (B, L, D) and mask (B, L) (bool or integer; nonzero = valid), on the CPU so that no
 /// device sync is needed to decide the new length. A sample with no valid token keeps its first.
 TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask);
+
+/// True when every row of mask (B, L) (CPU; nonzero = valid) is valid tokens followed by padding.
+bool is_right_padded(const torch::Tensor& mask);
 
 }  // namespace tt

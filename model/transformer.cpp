@@ -4,6 +4,7 @@
 #include "core/errors.h"
 #include "model/activation_checkpoint.h"
 #include "model/fused_ops.h"
+#include "model/segment_attention.h"
 
 namespace tt {
 namespace {
@@ -23,6 +24,14 @@ AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm
   options.output_projection = output;
   options.fused_kernels = fused_kernels;
   return options;
+}
+
+// Joint attention: segment attention (no mask) when the keys come as segments and the kernels
+// take q; otherwise SDPA with the key mask (none when every token is valid).
+torch::Tensor attend_joint(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const JointKeys& keys) {
+  if (keys.segments.defined() && segment_attention_takes(q)) return segment_attention(q, k, v, keys.segments);
+  return attend(q, k, v, keys.mask);
 }
 
 // The token refiner's MLP is 4x wide whatever the blocks' mlp_ratio (diffusers builds
@@ -108,7 +117,7 @@ DoubleBlockImpl::DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hi
 std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Tensor& video,
                                                                  const torch::Tensor& text,
                                                                  const torch::Tensor& vec,
-                                                                 const torch::Tensor& key_mask,
+                                                                 const JointKeys& keys,
                                                                  const RopeTable& rope) {
   // Chunks: shift1, scale1, gate1, shift2, scale2, gate2.
   auto m = norm1_(vec);
@@ -119,7 +128,7 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   auto q = torch::cat({video_qkv[0], text_qkv[0]}, 2);
   auto k = torch::cat({video_qkv[1], text_qkv[1]}, 2);
   auto v = torch::cat({video_qkv[2], text_qkv[2]}, 2);
-  auto joint = attend(q, k, v, key_mask);  // (B, N+L, hidden)
+  auto joint = attend_joint(q, k, v, keys);  // (B, N+L, hidden)
   auto video_attn = attn_->output(joint.slice(1, 0, n));
   auto text_attn = attn_->output_added(joint.slice(1, n));
 
@@ -145,14 +154,14 @@ SingleBlockImpl::SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hi
 }
 
 torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tokens,
-                                       const torch::Tensor& vec, const torch::Tensor& key_mask,
+                                       const torch::Tensor& vec, const JointKeys& keys,
                                        const RopeTable& rope) {
   auto m = norm_(vec);  // shift, scale, gate
   auto fused = linear1_(norm_modulate(x, m[0], m[1]));  // (B, N+L, 3*hidden + mlp)
   auto mlp = gelu_tanh(fused.slice(2, 3 * hidden_), fused_kernels_);
   // QK-norm on every token, RoPE on the video tokens only.
   auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_), &rope, video_tokens);
-  auto attn = attend(qkv[0], qkv[1], qkv[2], key_mask);
+  auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);
   return gated_residual(x, proj_out_(torch::cat({attn, mlp}, 2)), m[2], fused_kernels_);
 }
 
@@ -283,12 +292,15 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
                                 in.text_all_valid);
   const int64_t n = video.size(1);
 
-  // Keys: every video token, valid text tokens only (no mask at all when every token is valid).
-  torch::Tensor key_mask;
+  // Keys: every video token, valid text tokens only (no mask at all when every token is valid);
+  // with right-padded text and config.segment_attention, as segments too (the blocks choose).
+  JointKeys keys;
   if (!in.text_all_valid) {
-    auto video_keys = torch::ones({batch, n}, in.encoder_attention_mask.options().dtype(torch::kBool));
-    key_mask = torch::cat({video_keys, in.encoder_attention_mask.to(torch::kBool)}, 1)
-                   .view({batch, 1, 1, -1});  // (B, 1, 1, N+L)
+    auto text_valid = in.encoder_attention_mask.to(torch::kBool);
+    auto video_keys = torch::ones({batch, n}, text_valid.options());
+    keys.mask = torch::cat({video_keys, text_valid}, 1).view({batch, 1, 1, -1});  // (B, 1, 1, N+L)
+    if (config_.segment_attention && in.text_right_padded && x.is_cuda())
+      keys.segments = segment_offsets(text_valid.sum(1) + n, n + text_valid.size(1));
   }
   const RopeTable& rope = rope_cache_->get(t, h, w, x.device());
 
@@ -299,9 +311,18 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
     block_index += 1;
     return selected && is_training() && torch::GradMode::is_enabled();
   };
-  auto with_mask = [&](std::vector<torch::Tensor> inputs) {
-    if (key_mask.defined()) inputs.push_back(key_mask);
+  // Checkpointed blocks get the keys' tensors among their inputs, after the block's own.
+  const bool has_mask = keys.mask.defined(), has_segments = keys.segments.defined();
+  auto with_keys = [&](std::vector<torch::Tensor> inputs) {
+    if (has_mask) inputs.push_back(keys.mask);
+    if (has_segments) inputs.push_back(keys.segments);
     return inputs;
+  };
+  auto keys_from = [has_mask, has_segments](const std::vector<torch::Tensor>& inputs, size_t first) {
+    JointKeys k;
+    if (has_mask) k.mask = inputs.at(first++);
+    if (has_segments) k.segments = inputs.at(first);
+    return k;
   };
   // Checkpointed blocks run again during backward, after forward returned: their closures hold
   // only values (module handles, sizes, the cached RoPE table's address), never locals by reference.
@@ -310,29 +331,27 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
   for (auto& block : double_blocks_) {
     if (checkpoint_this()) {
       auto outputs = checkpointed(
-          [impl = block.ptr(), rope_table](const std::vector<torch::Tensor>& in_) {
-            auto mask = in_.size() > 3 ? in_[3] : torch::Tensor();
-            auto result = impl->forward(in_[0], in_[1], in_[2], mask, *rope_table);
+          [impl = block.ptr(), rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
+            auto result = impl->forward(in_[0], in_[1], in_[2], keys_from(in_, 3), *rope_table);
             return std::vector<torch::Tensor>{result.first, result.second};
           },
-          with_mask({video, text, vec}));
+          with_keys({video, text, vec}));
       video = outputs[0];
       text = outputs[1];
     } else {
-      std::tie(video, text) = block(video, text, vec, key_mask, rope);
+      std::tie(video, text) = block(video, text, vec, keys, rope);
     }
   }
   auto joint = torch::cat({video, text}, 1);
   for (auto& block : single_blocks_) {
     if (checkpoint_this()) {
       joint = checkpointed(
-          [impl = block.ptr(), n, rope_table](const std::vector<torch::Tensor>& in_) {
-            auto mask = in_.size() > 2 ? in_[2] : torch::Tensor();
-            return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], mask, *rope_table)};
+          [impl = block.ptr(), n, rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
+            return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
           },
-          with_mask({joint, vec}))[0];
+          with_keys({joint, vec}))[0];
     } else {
-      joint = block(joint, n, vec, key_mask, rope);
+      joint = block(joint, n, vec, keys, rope);
     }
   }
   video = joint.slice(1, 0, n);

@@ -49,16 +49,22 @@ class TokenRefinerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TokenRefiner);
 
+/// Which keys the joint attention of a block sees: undefined members mean every token is valid.
+struct JointKeys {
+  torch::Tensor mask;      // (B, 1, 1, N+L) bool, the keys valid for every query
+  torch::Tensor segments;  // (2B + 1) int32 segment offsets (model/segment_attention.h), or undefined
+};
+
 /// Double-stream block: separate weights for video and text tokens, joint attention.
 class DoubleBlockImpl : public torch::nn::Module {
  public:
   /// fused_kernels: on CUDA, gated residuals, QK RMSNorm + RoPE and GELU-tanh through the fused
   /// kernels (model/fused_ops.h).
   DoubleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden, bool fused_kernels = false);
-  /// video: (B, N, hidden), text: (B, L, hidden), vec: (B, hidden), key_mask (B, 1, 1, N+L) bool.
+  /// video: (B, N, hidden), text: (B, L, hidden), vec: (B, hidden); keys: the valid keys.
   /// Returns the updated (video, text).
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& video, const torch::Tensor& text,
-                                                  const torch::Tensor& vec, const torch::Tensor& key_mask,
+                                                  const torch::Tensor& vec, const JointKeys& keys,
                                                   const RopeTable& rope);
 
  private:
@@ -76,7 +82,7 @@ class SingleBlockImpl : public torch::nn::Module {
   SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hidden, bool fused_kernels = false);
   /// x: (B, N+L, hidden) with the N video tokens first.
   torch::Tensor forward(const torch::Tensor& x, int64_t video_tokens, const torch::Tensor& vec,
-                        const torch::Tensor& key_mask, const RopeTable& rope);
+                        const JointKeys& keys, const RopeTable& rope);
 
  private:
   Attention attn_{nullptr};
@@ -97,6 +103,9 @@ struct TransformerInputs {
   /// Host-side promise that every text token is valid (e.g. after trim_text_padding): attention
   /// then runs without a mask, which lets SDPA use its fastest (flash/cuDNN) kernels.
   bool text_all_valid = false;
+  /// Host-side promise that each mask row is a valid prefix followed by padding (trim_text_padding
+  /// says so): the joint attention may then run as segments (HunyuanVideoConfig::segment_attention).
+  bool text_right_padded = false;
 };
 
 class HunyuanVideoTransformerImpl : public torch::nn::Module {

@@ -4,6 +4,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <string>
+
 #include "model/transformer.h"
 
 namespace tt::test {
@@ -42,6 +47,39 @@ inline void randomise_weights(HunyuanVideoTransformer& model, uint64_t seed) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(seed);
   for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
+}
+
+/// The inputs' tensors moved to `device`.
+inline TransformerInputs inputs_on(TransformerInputs in, const torch::Device& device) {
+  for (torch::Tensor* t : {&in.hidden_states, &in.timestep, &in.encoder_hidden_states, &in.encoder_attention_mask,
+                           &in.pooled_projections, &in.guidance})
+    if (t->defined()) *t = t->to(device);
+  return in;
+}
+
+/// Per gradient of `want`, |got - want| against |want|, or against 1 % of the largest gradient norm
+/// when that is larger: some gradients are 0 in exact arithmetic and only rounding noise (the token
+/// refiner's to_k.bias: one vector added to every key shifts each query's logits by a constant,
+/// which softmax ignores), and two noises differ by O(1) of themselves. A wrong computation still
+/// moves any gradient above that floor by O(1). Keys missing from `got` map to infinity.
+inline std::map<std::string, double> gradient_errors(const std::map<std::string, torch::Tensor>& got,
+                                                     const std::map<std::string, torch::Tensor>& want) {
+  double largest = 0;
+  for (const auto& [key, grad] : want)
+    if (grad.defined()) largest = std::max(largest, grad.to(torch::kFloat64).norm().item<double>());
+  std::map<std::string, double> errors;
+  for (const auto& [key, grad] : want) {
+    if (!grad.defined()) continue;
+    auto found = got.find(key);
+    if (found == got.end() || !found->second.defined()) {
+      errors[key] = std::numeric_limits<double>::infinity();
+      continue;
+    }
+    const double norm = grad.to(torch::kFloat64).norm().item<double>();
+    const double diff = (found->second.to(torch::kFloat64) - grad.to(torch::kFloat64)).norm().item<double>();
+    errors[key] = diff / std::max({norm, 1e-2 * largest, 1e-30});
+  }
+  return errors;
 }
 
 }  // namespace tt::test
