@@ -7,17 +7,20 @@
 
 namespace tt {
 
-AdamW::AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const AdamWOptions& options)
-    : options_(options), params_(std::move(params)), names_(std::move(names)) {
+AdamW::AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const AdamWOptions& options,
+             Bf16Rounding bf16_rounding)
+    : options_(options), params_(std::move(params)), names_(std::move(names)), bf16_rounding_(std::move(bf16_rounding)) {
   TT_ASSERT(params_.size() == names_.size(), "AdamW: one name per parameter");
   TT_ASSERT(!params_.empty(), "AdamW: no parameters");
   for (const auto& p : params_) {
-    TT_ASSERT(p.scalar_type() == torch::kFloat32, "AdamW keeps fp32 master weights");
-    exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-    exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-    steps_.push_back(torch::zeros({}, p.options()));
+    TT_ASSERT(p.scalar_type() == torch::kFloat32 || (p.scalar_type() == torch::kBFloat16 && bf16_rounding_),
+              "AdamW keeps fp32 master weights, or bf16 ones with a rounding; got ", p.scalar_type());
+    const auto fp32 = p.options().dtype(torch::kFloat32);
+    exp_avg_.push_back(torch::zeros(p.sizes(), fp32));
+    exp_avg_sq_.push_back(torch::zeros(p.sizes(), fp32));
+    steps_.push_back(torch::zeros({}, fp32));
   }
-  lr_ = torch::full({}, options.lr, params_[0].options());
+  lr_ = torch::full({}, options.lr, params_[0].options().dtype(torch::kFloat32));
 }
 
 void AdamW::set_lr(double lr) { lr_.fill_(lr); }
@@ -25,25 +28,43 @@ void AdamW::set_lr(double lr) { lr_.fill_(lr); }
 void AdamW::step(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> params, grads, m, v, steps;
+  std::vector<size_t> bf16;  // indices of the bf16 parameters with a gradient
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].grad().defined()) continue;
+    if (params_[i].scalar_type() == torch::kBFloat16) {
+      bf16.push_back(i);
+      continue;
+    }
     params.push_back(params_[i]);
     grads.push_back(params_[i].grad());
     m.push_back(exp_avg_[i]);
     v.push_back(exp_avg_sq_[i]);
     steps.push_back(steps_[i]);
   }
-  if (params.empty()) return;
-  // The fused kernel expects the step count already advanced (bias correction uses it).
-  torch::_foreach_add_(steps, 1);
   std::optional<torch::Tensor> skip;
   if (found_inf.defined()) skip = found_inf;
-  at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr_, options_.beta1, options_.beta2,
-                    options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
-                    /*grad_scale=*/std::nullopt, skip);
-  // A skipped step does not count.
-  if (found_inf.defined()) {
-    for (auto& count : steps) count.sub_(found_inf);
+  if (!params.empty()) {
+    // The fused kernel expects the step count already advanced (bias correction uses it).
+    torch::_foreach_add_(steps, 1);
+    at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr_, options_.beta1, options_.beta2,
+                      options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      /*grad_scale=*/std::nullopt, skip);
+    // A skipped step does not count.
+    if (found_inf.defined()) {
+      for (auto& count : steps) count.sub_(found_inf);
+    }
+  }
+  for (const size_t i : bf16) {
+    // The same update on fp32 copies; a skipped step leaves the copy as it was, and rounding a
+    // bf16 value gives it back unchanged.
+    torch::Tensor& p = params_[i];
+    std::vector<torch::Tensor> p32 = {p.to(torch::kFloat32)}, g32 = {p.grad().to(torch::kFloat32)};
+    steps_[i].add_(1);
+    at::_fused_adamw_(p32, g32, {exp_avg_[i]}, {exp_avg_sq_[i]}, /*max_exp_avg_sqs=*/{}, {steps_[i]}, lr_,
+                      options_.beta1, options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
+                      /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+    if (found_inf.defined()) steps_[i].sub_(found_inf);
+    p.copy_(bf16_rounding_(p32[0], static_cast<int64_t>(i), steps_[i]));
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,10 +22,20 @@ struct AdamWOptions {
   double eps = 1e-8;
 };
 
+/// How a bf16 parameter takes its fp32 update: (updated fp32 value, the parameter's index, its
+/// step count after this step (0-d fp32 on the device)) -> the bf16 value (stochastic rounding,
+/// cuda/ops.h stochastic_round_bf16, keyed by index and step).
+using Bf16Rounding = std::function<torch::Tensor(const torch::Tensor&, int64_t, const torch::Tensor&)>;
+
 class AdamW {
  public:
   /// `names` label the parameters in saved state ("<name>.exp_avg", ...); same order as params.
-  AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const AdamWOptions& options);
+  /// Parameters are fp32 master weights, or bf16 ones (then `bf16_rounding` is required): their
+  /// moments stay fp32, and each step updates an fp32 copy of the parameter and its gradient
+  /// (one parameter at a time, so the transient memory is the largest parameter's) and rounds it
+  /// back. 12 bytes per bf16 parameter (weight, gradient, two moments) against 16.
+  AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const AdamWOptions& options,
+        Bf16Rounding bf16_rounding = nullptr);
 
   /// Sets the learning rate used by the next step (written into a device tensor, no sync).
   void set_lr(double lr);
@@ -47,6 +58,7 @@ class AdamW {
   std::vector<std::string> names_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;  // steps_: 0-d fp32 on the param's device
   torch::Tensor lr_;                                          // 0-d fp32 on the params' device
+  Bf16Rounding bf16_rounding_;
 };
 
 /// Global L2 norm of all grads, and (when max_norm > 0) scales them so the norm is at most

@@ -17,7 +17,7 @@
 namespace tt::keyed {
 
 /// Independent sequences for one (seed, key): what a draw is for.
-enum Draw : uint32_t { kNoise = 0, kSigmaNormal = 1, kSigmaUniform = 2 };
+enum Draw : uint32_t { kNoise = 0, kSigmaNormal = 1, kSigmaUniform = 2, kStochasticRounding = 3 };
 
 struct Block {
   uint32_t v[4];

@@ -141,6 +141,19 @@ torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape
   return keyed_draw(keys, row_shape, seed, draw, KeyedKind::kUniform);
 }
 
+torch::Tensor stochastic_round_bf16(const torch::Tensor& x, const torch::Tensor& key, uint64_t seed) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "stochastic_round_bf16: x must be fp32, got ", x.scalar_type());
+  TORCH_CHECK(key.dim() == 1 && key.size(0) == 1 && key.device() == x.device(),
+              "stochastic_round_bf16: key must be (1) int64 on x's device");
+  const auto uniform = keyed_uniform(key, {x.numel()}, seed, keyed::kStochasticRounding).view(x.sizes());
+  // (0, 1] -> 16 bits in [0, 65535]; added to the magnitude bits below the bf16 mantissa, they
+  // carry into it with probability (dropped bits) / 2^16, then the low half is cleared.
+  const auto noise = (uniform * 65536.0).floor_().clamp_max_(65535.0).to(torch::kInt32);
+  auto bits = x.contiguous().view(torch::kInt32) + noise;
+  bits.bitwise_and_(static_cast<int32_t>(0xFFFF0000u));
+  return bits.view(torch::kFloat32).to(torch::kBFloat16);  // exact: the low 16 bits are zero
+}
+
 // ---- colour conversion ----
 
 namespace {

@@ -35,6 +35,13 @@ torch::Tensor keyed_normal(const torch::Tensor& keys, at::IntArrayRef row_shape,
 /// As keyed_normal, uniform in (0, 1] (24 random bits each).
 torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw);
 
+/// x (fp32) -> bf16 rounded stochastically: away from zero with probability equal to x's distance
+/// from its truncation in units of the bf16 gap there, so E[round(x)] = x (unbiased, where
+/// round-to-nearest drops every update smaller than half a gap). The 16 random bits per element
+/// come from keyed_uniform(key, x.numel(), seed, keyed::kStochasticRounding): a replay, a resumed
+/// run or another batching rounds alike. key: (1) int64 on x's device (no host read).
+torch::Tensor stochastic_round_bf16(const torch::Tensor& x, const torch::Tensor& key, uint64_t seed);
+
 // ---- colour conversion ----
 
 /// YUV 4:2:0 -> RGB. y (T, H, W) and interleaved uv (T, ceil(H/2), ceil(W/2), 2): uint8 when
