@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU machine: issue 12's engine checks and benchmarks (carry .device). Logs and a summary in $OUT.
-#   scripts/gpu_engine.sh tests [N]        the engine's [gpu] tests (CUDA graphs, fused kernels), N runs
+#   scripts/gpu_engine.sh tests [N]        the engine's [gpu] tests (CUDA graphs, fused kernels, segment attention), N runs
 #                                          each (default 3), one at a time; builds the test binaries.
 #   scripts/gpu_engine.sh ablation [ARGS]  teletron bench --suite train --ablation at the 1b preset's
 #                                          default shape (33x480x832); ARGS go to bench (--rows 2,3,2).
@@ -37,7 +37,8 @@ bench() {  # bench LABEL ARGS...: one bench --suite train call, its table into t
 case "$part" in
   tests)
     n=${1:-3}
-    for spec in "teletron_tests_app:[graph][gpu]" "teletron_tests_cuda:[fused][gpu]" "teletron_tests_model:[fused][gpu]"; do
+    for spec in "teletron_tests_app:[graph][gpu]" "teletron_tests_cuda:[fused][gpu]" "teletron_tests_model:[fused][gpu]" \
+                "teletron_tests_model:[segments][gpu]"; do
       exe=${spec%%:*}; tags=${spec#*:}
       for i in $(seq 1 "$n"); do
         (cd "$build/test" && timeout 300 "./$exe" "$tags" >/tmp/tt_engine_test.log 2>&1)
