@@ -603,6 +603,48 @@ TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 
   CHECK(worst <= kGraphTolerance);
 }
 
+TEST_CASE("with model.segment_attention, the step shape of right-padded text says segments (emulated graphs)",
+          "[train][graph][segments]") {
+  Workspace ws(4);
+  const std::string run_dir = ws.dir / "segments";
+  auto run = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}},
+                          "train " + ws.config + " --output " + run_dir + " --max-steps 4 --set cuda_graph.enabled=true" +
+                              kGraphSets + " --set model.segment_attention=true");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("text 8 segments from 0] (1 graph in the pool)"));
+  CHECK_THAT(run.output, !ContainsSubstring("masked from"));
+}
+
+TEST_CASE("CUDA graphs on the GPU with segment attention: flash's variable-length step captures, and 10 replays "
+          "equal 10 eager steps", "[train][graph][gpu][segments]") {
+  TT_REQUIRE_GPU();
+  Workspace ws(8);
+  const std::string segments = " --set model.segment_attention=true";
+  const std::string eager = eager_reference(ws, "cuda", " --max-steps 13" + segments);
+  const std::string graphs = ws.dir / "graphs_segments";
+  auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" + kGraphSets +
+                          " --set cuda_graph.capture_frequency=1000" + segments);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, !ContainsSubstring("TT_ERR_GRAPH"));
+  // The workspace's captions are right-padded: the step shape says segments, not masked.
+  CHECK_THAT(run.output, ContainsSubstring("text 8 segments from 0] (1 graph in the pool)"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 10 replays"));
+  const std::vector<nlohmann::json> rows = read_metrics(graphs + "/metrics.jsonl");
+  const std::vector<nlohmann::json> reference = read_metrics(eager + "/metrics.jsonl");
+  REQUIRE(rows.size() == 13);
+  REQUIRE(reference.size() == 13);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    INFO(rows[i].dump() << " against " << reference[i].dump());
+    const double loss = reference[i]["loss"].get<double>();
+    CHECK(std::abs(rows[i]["loss"].get<double>() - loss) <= kGraphTolerance * std::abs(loss));
+  }
+  const double worst = weight_difference(eager + "/checkpoints/step_0000013", graphs + "/checkpoints/step_0000013");
+  INFO("largest relative weight difference " << worst);
+  CHECK(worst <= kGraphTolerance);
+}
+
 TEST_CASE("CUDA graphs on the GPU: a capture that fails inside the capture is cleaned up, retried, and replays",
           "[train][graph][gpu][faults]") {
   TT_REQUIRE_GPU();
