@@ -6,6 +6,10 @@
 
 #include "core/errors.h"
 
+#ifdef TELETRON_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 namespace tt {
 
 torch::Tensor segment_offsets(const torch::Tensor& lengths, int64_t tokens) {
@@ -35,7 +39,13 @@ bool segment_attention_takes(const torch::Tensor& q) {
   if (!q.is_cuda() || q.dim() != 4) return false;
   const auto dtype = attention_dtype(q);
   const int64_t d = q.size(3);
-  return (dtype == torch::kBFloat16 || dtype == torch::kHalf) && d % 8 == 0 && d <= 256;
+  if (!((dtype == torch::kBFloat16 || dtype == torch::kHalf) && d % 8 == 0 && d <= 256)) return false;
+#ifdef TELETRON_WITH_CUDA
+  // Flash attention's kernels need sm_80 or newer; older GPUs keep the masked path.
+  return at::cuda::getDeviceProperties(q.device().index())->major >= 8;
+#else
+  return false;
+#endif
 }
 
 torch::Tensor segment_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -17,7 +17,7 @@ namespace tt {
 torch::Tensor segment_offsets(const torch::Tensor& lengths, int64_t tokens);
 
 /// True when segment attention can run q (B, H, S, D) on this device and dtype: CUDA, fp16 or
-/// bf16 (after autocast), head_dim a multiple of 8 up to 256.
+/// bf16 (after autocast), head_dim a multiple of 8 up to 256, a GPU of sm_80 or newer.
 bool segment_attention_takes(const torch::Tensor& q);
 
 /// softmax(q k^T / sqrt(D)) v within each segment of `offsets` (segment_offsets over S = q's
