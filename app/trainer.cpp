@@ -226,7 +226,6 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t fir
     text.states = batch.text_states;
     text.mask = batch.text_mask != 0;
     text.all_valid = false;
-    text.right_padded = is_right_padded(text.mask);
   } else {
     text = trim_text_padding(batch.text_states, batch.text_mask);
   }
@@ -235,7 +234,9 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t fir
   micro.text_mask =
       device_.is_cuda() ? text.mask.contiguous().pin_memory().to(device_, /*non_blocking=*/true) : text.mask;
   micro.pooled = batch.pooled.to(device_);
-  micro.meta = MicroMeta{first, weight, text.all_valid, text.right_padded && model_config_.segment_attention};
+  // Segments need right padding, read on the host only where they could be used.
+  const bool segments = model_config_.segment_attention && !text.all_valid && is_right_padded(text.mask);
+  micro.meta = MicroMeta{first, weight, text.all_valid, segments};
   return micro;
 }
 

@@ -34,7 +34,6 @@ TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& 
   out.states = states.slice(1, 0, keep);
   out.mask = valid.slice(1, 0, keep);
   out.all_valid = out.mask.all().item<bool>();
-  out.right_padded = is_right_padded(out.mask);
   return out;
 }
 

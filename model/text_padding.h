@@ -12,7 +12,6 @@ struct TrimmedText {
   torch::Tensor states;  // (B, L', D): L' = last valid column + 1 over the batch
   torch::Tensor mask;    // (B, L') bool
   bool all_valid = false;  // every kept token valid in every sample: no attention mask needed
-  bool right_padded = false;  // every row's valid tokens come first, then only padding
 };
 
 /// states (B, L, D) and mask (B, L) (bool or integer; nonzero = valid), on the CPU so that no

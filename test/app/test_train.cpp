@@ -577,17 +577,18 @@ TEST_CASE("CUDA graphs (emulated): a graph slower than eager is dropped at its f
 // differences are the GEMM and attention algorithms cuBLAS and SDPA pick on the capture stream.
 constexpr double kGraphTolerance = 1e-3;  // relative, on the weights (bf16's epsilon is 7.8e-3)
 
-TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 autocast)", "[train][graph][gpu]") {
-  TT_REQUIRE_GPU();
-  Workspace ws(8);
-  const std::string eager = eager_reference(ws, "cuda", " --max-steps 13");
+// 13 CUDA steps with graphs (1-2 eager, 3 captured, 4-13 replayed, no comparison with eager in
+// between) against 13 eager ones, both with `sets`: every loss and the final weights within
+// kGraphTolerance. `shape`, when given, must appear in the capture's log line.
+void check_replays_equal_eager(const Workspace& ws, const std::string& sets, const std::string& shape) {
+  const std::string eager = eager_reference(ws, "cuda", " --max-steps 13" + sets);
   const std::string graphs = ws.dir / "graphs_cuda";
-  // 13 steps: 1-2 eager, 3 captured, 4-13 replayed (no comparison with eager in between).
   auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" + kGraphSets +
-                          " --set cuda_graph.capture_frequency=1000");
+                          " --set cuda_graph.capture_frequency=1000" + sets);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.output, !ContainsSubstring("TT_ERR_GRAPH"));
+  if (!shape.empty()) CHECK_THAT(run.output, ContainsSubstring(shape));
   CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 10 replays"));
   const std::vector<nlohmann::json> rows = read_metrics(graphs + "/metrics.jsonl");
   const std::vector<nlohmann::json> reference = read_metrics(eager + "/metrics.jsonl");
@@ -601,6 +602,12 @@ TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 
   const double worst = weight_difference(eager + "/checkpoints/step_0000013", graphs + "/checkpoints/step_0000013");
   INFO("largest relative weight difference " << worst);
   CHECK(worst <= kGraphTolerance);
+}
+
+TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 autocast)", "[train][graph][gpu]") {
+  TT_REQUIRE_GPU();
+  Workspace ws(8);
+  check_replays_equal_eager(ws, "", "");
 }
 
 TEST_CASE("with model.segment_attention, the step shape of right-padded text says segments (emulated graphs)",
@@ -620,29 +627,8 @@ TEST_CASE("CUDA graphs on the GPU with segment attention: flash's variable-lengt
           "equal 10 eager steps", "[train][graph][gpu][segments]") {
   TT_REQUIRE_GPU();
   Workspace ws(8);
-  const std::string segments = " --set model.segment_attention=true";
-  const std::string eager = eager_reference(ws, "cuda", " --max-steps 13" + segments);
-  const std::string graphs = ws.dir / "graphs_segments";
-  auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" + kGraphSets +
-                          " --set cuda_graph.capture_frequency=1000" + segments);
-  INFO(run.output);
-  REQUIRE(run.exit_code == 0);
-  CHECK_THAT(run.output, !ContainsSubstring("TT_ERR_GRAPH"));
   // The workspace's captions are right-padded: the step shape says segments, not masked.
-  CHECK_THAT(run.output, ContainsSubstring("text 8 segments from 0] (1 graph in the pool)"));
-  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 10 replays"));
-  const std::vector<nlohmann::json> rows = read_metrics(graphs + "/metrics.jsonl");
-  const std::vector<nlohmann::json> reference = read_metrics(eager + "/metrics.jsonl");
-  REQUIRE(rows.size() == 13);
-  REQUIRE(reference.size() == 13);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    INFO(rows[i].dump() << " against " << reference[i].dump());
-    const double loss = reference[i]["loss"].get<double>();
-    CHECK(std::abs(rows[i]["loss"].get<double>() - loss) <= kGraphTolerance * std::abs(loss));
-  }
-  const double worst = weight_difference(eager + "/checkpoints/step_0000013", graphs + "/checkpoints/step_0000013");
-  INFO("largest relative weight difference " << worst);
-  CHECK(worst <= kGraphTolerance);
+  check_replays_equal_eager(ws, " --set model.segment_attention=true", "text 8 segments from 0] (1 graph in the pool)");
 }
 
 TEST_CASE("CUDA graphs on the GPU: a capture that fails inside the capture is cleaned up, retried, and replays",

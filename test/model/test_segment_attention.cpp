@@ -51,9 +51,10 @@ TEST_CASE("right padding is told apart from masks with holes", "[model][segments
   CHECK(tt::is_right_padded(torch::tensor({{1, 0, 0}, {0, 0, 0}})));
   CHECK_FALSE(tt::is_right_padded(torch::tensor({{1, 0, 1, 0}})));
   CHECK_FALSE(tt::is_right_padded(torch::tensor({{1, 1}, {0, 1}})));
+  // Trimming keeps a mask's form: right padding stays right padding, a hole stays a hole.
   auto trimmed = tt::trim_text_padding(torch::randn({2, 4, 3}), torch::tensor({{1, 1, 0, 0}, {1, 0, 0, 0}}));
-  CHECK(trimmed.right_padded);
-  CHECK_FALSE(tt::trim_text_padding(torch::randn({1, 4, 3}), torch::tensor({{0, 1, 1, 0}})).right_padded);
+  CHECK(tt::is_right_padded(trimmed.mask));
+  CHECK_FALSE(tt::is_right_padded(tt::trim_text_padding(torch::randn({1, 4, 3}), torch::tensor({{0, 1, 1, 0}})).mask));
 }
 
 TEST_CASE("segment attention's definition: valid rows and every gradient equal the masked attention's",
