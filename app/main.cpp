@@ -2,6 +2,7 @@
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -27,6 +28,10 @@ int main(int argc, char** argv) {
   } catch (const c10::OutOfMemoryError& error) {
     return report(tt::Error(tt::ErrorCode::kMemory, "out of memory: " + tt::first_line(error.what_without_backtrace())));
   } catch (const c10::Error& error) {
+    // A bug report wants the stack: with TELETRON_BACKTRACE=1 (and TORCH_SHOW_CPP_STACKTRACES=1,
+    // which makes LibTorch record it) the whole LibTorch message goes to stderr first.
+    if (const char* trace = std::getenv("TELETRON_BACKTRACE"); trace != nullptr && std::string(trace) == "1")
+      std::cerr << error.what() << std::endl;
     return report(tt::Error(tt::ErrorCode::kInternal, "LibTorch: " + tt::first_line(error.what_without_backtrace())));
   } catch (const std::filesystem::filesystem_error& error) {
     return report(tt::Error(tt::ErrorCode::kIo, error.what()));

@@ -20,7 +20,7 @@ const ErrorInfo kErrorInfo[kErrorCodeCount] = {
     {"TT_ERR_NAN", 8, "lower optimizer.lr and keep gradient clipping on (optimizer.max_grad_norm > 0)"},
     {"TT_ERR_CHECKPOINT", 9, "pass --resume with a complete checkpoint folder, or remove the damaged one"},
     {"TT_ERR_IO", 10, "check the path exists, is writable and the disk has free space"},
-    {"TT_ERR_INTERNAL", 11, "this is a teletron bug: please report it with the command and config"},
+    {"TT_ERR_INTERNAL", 11, "this is a teletron bug: please report it with the command and config (TELETRON_BACKTRACE=1 TORCH_SHOW_CPP_STACKTRACES=1 adds LibTorch's stack)"},
 };
 
 const ErrorInfo& info(ErrorCode code) { return kErrorInfo[static_cast<int>(code)]; }

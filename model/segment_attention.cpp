@@ -74,9 +74,11 @@ torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, 
   TT_ASSERT(offsets.is_cuda() && offsets.scalar_type() == torch::kInt32 && offsets.size(0) == 2 * batch + 1,
             "segment_attention: offsets must be (2B + 1) int32 on the device");
   const auto dtype = attention_dtype(q);
-  // (B, H, S, D) -> (B S, H, D): the packed layout of the variable-length kernels.
+  // (B, H, S, D) -> (B S, H, D): the packed layout of the variable-length kernels, made contiguous.
+  // With B = 1 a reshape alone is a strided view (head stride S D), the kernel's output takes the
+  // same strides, and the (B, S, H D) view below would fail: 1b runs at batch 1 hit that.
   auto packed = [&](const torch::Tensor& t) {
-    return t.to(dtype).transpose(1, 2).reshape({batch * tokens, heads, d});
+    return t.to(dtype).transpose(1, 2).contiguous().view({batch * tokens, heads, d});
   };
   auto result = at::_flash_attention_forward(packed(q), packed(k), packed(v), offsets, offsets, tokens, tokens,
                                              /*dropout_p=*/0.0, /*is_causal=*/false, /*return_debug_mask=*/false);

@@ -3,10 +3,12 @@
 // and the small model with model.segment_attention on against off (CUDA, bf16 autocast).
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autocast.h"
@@ -94,10 +96,12 @@ TEST_CASE("segment attention on CUDA: flash's variable-length kernels equal the 
   torch::manual_seed(5);
   const torch::Device cuda(torch::kCUDA);
   // Lengths: padded, full (empty padding segment), short; S past one 128-token kernel block.
-  const std::vector<int64_t> lengths = {300, 333, 17};
-  const int64_t batch = 3, heads = 4, tokens = 333, d = 64;
-  for (const bool autocast : {false, true}) {
-    INFO((autocast ? "fp32 inputs under bf16 autocast" : "bf16 inputs"));
+  // Batch 1 too: there the packed (B S, H, D) layout of a transposed input is a strided view.
+  const int64_t heads = 4, tokens = 333, d = 64;
+  for (const auto& [autocast, lengths] : std::vector<std::pair<bool, std::vector<int64_t>>>{
+           {false, {300, 333, 17}}, {true, {300, 333, 17}}, {false, {300}}, {true, {300}}}) {
+    const auto batch = static_cast<int64_t>(lengths.size());
+    INFO((autocast ? "fp32 inputs under bf16 autocast" : "bf16 inputs") << ", batch " << batch);
     const auto dtype = autocast ? torch::kFloat32 : torch::kBFloat16;
     auto make = [&] { return torch::randn({batch, heads, tokens, d}).to(dtype).to(cuda).requires_grad_(); };
     auto q = make(), k = make(), v = make();
@@ -141,14 +145,16 @@ TEST_CASE("the small model on CUDA: segment attention on matches the key mask, f
   const torch::Device cuda(torch::kCUDA);
   tt::HunyuanVideoConfig on = tt::test::small_model_config(), off = on;
   on.segment_attention = true;
+  // Batch 2 (sample 0 padded, sample 1 full) and batch 1 (padded), where the packing differs.
+  const int64_t batch = GENERATE(2, 1);
+  INFO("batch " << batch);
   std::vector<torch::Tensor> outputs;
   std::vector<std::map<std::string, torch::Tensor>> grads;
   for (const auto* config : {&on, &off}) {
     tt::HunyuanVideoTransformer model(*config);
     tt::test::randomise_weights(model, 3);
     model->to(cuda);
-    // Sample 0 padded, sample 1 full.
-    auto in = tt::test::inputs_on(tt::test::small_model_inputs(*config, 2, 8), cuda);
+    auto in = tt::test::inputs_on(tt::test::small_model_inputs(*config, batch, 8), cuda);
     in.text_right_padded = true;
     torch::Tensor out;
     {
