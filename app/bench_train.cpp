@@ -90,6 +90,14 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   return c;
 }
 
+BenchTrainRow row_of(const RowPlan& plan) {
+  BenchTrainRow row;
+  row.name = plan.name;
+  row.setup = plan.setup;
+  row.built = plan.built;
+  return row;
+}
+
 std::vector<nlohmann::json> read_rows(const std::string& path) {
   std::vector<nlohmann::json> rows;
   std::ifstream in(path);
@@ -182,7 +190,7 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
   for (const size_t index : order) {
     const RowPlan& plan = plans[index];
     listed[index] = true;
-    rows.push_back(BenchTrainRow{plan.name, plan.setup, plan.built});
+    rows.push_back(row_of(plan));
     BenchTrainRow& row = rows.back();
     if (!plan.built) continue;
     const std::string run = (fs::path(work.path()) / str_cat("row_", index + 1, "_run_", rows.size())).string();
@@ -197,8 +205,18 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
     try {
       run_training(request);
     } catch (...) {
+      // The row stops; the table keeps the rows before it and the rows after it still run.
       at::globalContext().setAllowTF32CuDNN(tf32_before);
-      throw;
+      const Error error = error_of_current_exception();
+      row.error = first_line(format_error(error));
+      row.error_exit_code = error_exit_code(error.code());
+      spdlog::error("bench --suite train: row {} ({}) stopped: {}", index + 1, plan.name, format_error(error));
+      release_cached_memory(device);
+      if (o.work_dir.empty()) {
+        std::error_code ignored;
+        fs::remove_all(run, ignored);
+      }
+      continue;
     }
     at::globalContext().setAllowTF32CuDNN(tf32_before);
 
@@ -233,7 +251,7 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
   }
   for (size_t index = 0; index < plans.size(); ++index) {
     if (listed[index]) continue;
-    rows.push_back(BenchTrainRow{plans[index].name, plans[index].setup, plans[index].built});
+    rows.push_back(row_of(plans[index]));
     rows.back().run = false;
   }
 
@@ -243,11 +261,15 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
   // Ratios against the first row that ran.
   double first = 0.0;
   for (const BenchTrainRow& row : rows)
-    if (row.built && row.run && first == 0.0) first = row.samples_per_s;
+    if (row.built && row.run && row.error.empty() && first == 0.0) first = row.samples_per_s;
   for (const BenchTrainRow& row : rows) {
     if (!row.built || !row.run) {
       std::cout << "| " << row.name << " | " << row.setup << (row.built ? " (not run in this call)" : "")
                 << " | — | — | — | — | — |\n";
+      continue;
+    }
+    if (!row.error.empty()) {
+      std::cout << "| " << row.name << " | " << row.setup << " | STOPPED: " << row.error << " | — | — | — | — |\n";
       continue;
     }
     char line[256];
@@ -270,7 +292,8 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
                      {"step_ms", row.step_ms},
                      {"gpu_busy_share", row.busy_share},
                      {"kernels", row.kernels},
-                     {"peak_gb", row.peak_gb}});
+                     {"peak_gb", row.peak_gb},
+                     {"error", row.error.empty() ? nlohmann::json() : nlohmann::json(row.error)}});
     std::ofstream file(o.json_path);
     file << out.dump(2) << "\n";
     TT_CHECK(file.good(), ErrorCode::kIo, "cannot write ", o.json_path);

@@ -49,9 +49,14 @@ struct BenchTrainRow {
   double samples_per_s = 0, step_ms = 0, peak_gb = 0;
   double busy_share = 0;  // of the traced steps
   int64_t kernels = 0;
+  /// Set when the row's training stopped (a TT_ERR_* error, out of memory, a LibTorch error): the
+  /// formatted error; nothing of the row is timed, and the rows after it still run.
+  std::string error;
+  int error_exit_code = 0;  // the error's exit status (core/errors.h)
 };
 
-/// Runs the rows, prints their table and returns them.
+/// Runs the rows, prints their table and returns them. A row whose training stops is marked
+/// STOPPED in the table and the JSON (its `error`) and the next rows run.
 std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& options);
 
 }  // namespace tt

@@ -179,7 +179,9 @@ int run_bench_command(BenchArgs& args) {
     TT_CHECK_HINT(args.rows.empty() || args.ablation, ErrorCode::kConfig, "add --ablation", "--rows needs --ablation");
     train.work_dir = args.work_dir;
     train.json_path = args.options.json_path;
-    run_bench_train(train);
+    // Every row runs; the first that stopped gives the exit status.
+    for (const BenchTrainRow& row : run_bench_train(train))
+      if (row.error_exit_code != 0) return row.error_exit_code;
     return 0;
   }
   TT_CHECK_HINT(!args.ablation, ErrorCode::kConfig, "use --suite train --ablation", "--ablation needs --suite train");

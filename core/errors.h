@@ -46,6 +46,13 @@ class Error : public std::runtime_error {
 /// "TT_ERR_X: message\n  hint: ..." — the text main() writes to stderr.
 std::string format_error(const Error& error);
 
+/// The tt::Error an exception in flight stands for (call inside a catch block): a tt::Error as it
+/// is; LibTorch's out-of-memory TT_ERR_MEMORY; other LibTorch errors TT_ERR_INTERNAL (with
+/// TELETRON_BACKTRACE=1 their whole message, stack included, goes to stderr first); file-system
+/// errors TT_ERR_IO; host allocation failures TT_ERR_MEMORY; anything else TT_ERR_INTERNAL.
+/// main() and the bench's rows report errors through it.
+Error error_of_current_exception();
+
 /// The first line of a message (LibTorch's carry a C++ backtrace after it).
 inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 

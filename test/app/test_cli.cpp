@@ -6,6 +6,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <fstream>
 
 #include <string>
@@ -205,4 +206,32 @@ TEST_CASE("bench --suite train --rows runs the rows named, in that order, and wr
   auto wrong = run_teletron("bench --suite train --ablation --rows 9 --device cpu --preset tiny");
   CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
   CHECK_THAT(wrong.output, ContainsSubstring("--rows: no row 9"));
+}
+
+TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and the next rows still run",
+          "[cli][bench]") {
+  tt::test::TempDir dir("tt_bench_stop");
+  const std::string json = dir / "rows.json";
+  // A non-finite gradient at step 2: the naive fp32 row (no loss scaling) stops with TT_ERR_NAN;
+  // main today in fp16 skips that update and is timed.
+  setenv("TELETRON_FAULTS", "nonfinite_grad@2", 1);
+  auto result = run_teletron(
+      "bench --suite train --ablation --rows 1,2 --device cpu --preset tiny --set model.num_layers=1 "
+      "--set model.num_single_layers=1 --set mixed_precision.dtype=fp16 "
+      "--frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps 2 --profile-steps 0 --samples 4 --json " +
+      json);
+  unsetenv("TELETRON_FAULTS");
+  INFO(result.output);
+  CHECK(result.exit_code == tt::error_exit_code(tt::ErrorCode::kNan));
+  CHECK_THAT(result.output, ContainsSubstring("| naive baseline | fp32, TF32 off, eager, fixed batch, latents read "
+                                              "inside the step | STOPPED: TT_ERR_NAN"));
+  std::ifstream in(json);
+  REQUIRE(in.good());
+  const nlohmann::json rows = nlohmann::json::parse(in);
+  REQUIRE(rows.size() >= 2);
+  CHECK(rows[0]["row"] == "naive baseline");
+  CHECK_THAT(rows[0]["error"].get<std::string>(), ContainsSubstring("TT_ERR_NAN"));
+  CHECK(rows[1]["row"] == "main today");
+  CHECK(rows[1]["error"].is_null());
+  CHECK(rows[1]["samples_per_s"].get<double>() > 0);
 }
