@@ -37,13 +37,14 @@ struct RowPlan {
   bool graphs = false;     // cuda_graph.enabled (text padding full with them, trimmed without)
   bool fused = false;      // model.fused_kernels
   bool segments = false;   // model.segment_attention
+  std::string scope = "auto";  // cuda_graph.scope
 };
 
 std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
   if (!o.ablation)
     return {{"this config", "the config's precision, data.prefetch and cuda_graph, fixed batch", true, true,
              o.config.mixed_precision.enabled, false, o.config.data.prefetch, o.config.cuda_graph.enabled != "false",
-             o.config.model.fused_kernels, o.config.model.segment_attention}};
+             o.config.model.fused_kernels, o.config.model.segment_attention, o.config.cuda_graph.scope}};
   return {
       {"naive baseline", "fp32, TF32 off, eager, fixed batch, latents read inside the step", true, false, false, false, 0,
        false},
@@ -58,6 +59,8 @@ std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
       // After the design's rows, so that their numbers stay: row 3 with segments for the padded text.
       {"+ CUDA Graphs, segments", "as + CUDA Graphs, padded text attended as segments (model.segment_attention)",
        true, true, true, false, 0, true, false, true},
+      {"+ CUDA Graphs of blocks", "as + CUDA Graphs, each Transformer block captured, the rest eager (cuda_graph.scope "
+       "blocks)", true, true, true, false, 0, true, false, false, "blocks"},
   };
 }
 
@@ -80,6 +83,7 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   // Graphs capture in the warm-up (its last step), so the timed steps replay; without them the
   // text padding is trimmed per batch as before graphs existed.
   c.cuda_graph.enabled = plan.graphs ? "auto" : "false";
+  c.cuda_graph.scope = plan.scope;
   c.cuda_graph.warmup_steps = std::max<int64_t>(2, o.warmup - 1);
   c.data.text_padding = plan.graphs ? "full" : "trim";
   c.train.max_steps = total;

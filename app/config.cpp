@@ -184,6 +184,8 @@ class Loader {
   void set_override_origin(const std::string& path, const std::string& origin);
   void walk(const YAML::Node& map, const std::string& prefix);
   void check_dynamic_batch();
+  /// mixed_precision.master_weights: bf16 needs bf16 autocast (enabled, dtype bf16).
+  void check_master_weights();
   /// Throws every collected problem as one kConfig error, the first one first.
   void throw_if_errors() const;
 
@@ -525,6 +527,19 @@ void Loader::check_dynamic_batch() {
   }
 }
 
+void Loader::check_master_weights() {
+  const MixedPrecisionSection& m = config_->mixed_precision;
+  if (m.master_weights != "bf16" || (m.enabled && m.dtype == "bf16")) return;
+  // The key that makes bf16 weights impossible, and where each of the two was written.
+  const std::string other = !m.enabled ? "mixed_precision.enabled" : "mixed_precision.dtype";
+  const std::string value = !m.enabled ? "false" : m.dtype;
+  errors_.push_back(str_cat(
+      full_path("mixed_precision.master_weights"), ": bf16 needs mixed_precision.enabled: true and ",
+      "mixed_precision.dtype: bf16 (the weights are used as bf16 only under bf16 autocast), got ", other, ": ",
+      value, " (master_weights set at ", where_set({"mixed_precision.master_weights"}), ", ", other, " at ",
+      where_set({other}), ")"));
+}
+
 // ---- the document and its overrides ---------------------------------------------------------
 
 Error config_error(const std::string& message, const char* hint = kHelpHint) {
@@ -629,6 +644,7 @@ Config load_config_text(const std::string& text, const std::string& origin,
   if (root.IsMap()) loader.walk(root, "");  // null: `tele_tron:` alone keeps every default
   loader.throw_if_errors();
   loader.check_dynamic_batch();
+  loader.check_master_weights();
   loader.throw_if_errors();
   return config;
 }

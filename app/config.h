@@ -103,6 +103,7 @@ struct MixedPrecisionSection {
   int64_t loss_scale_window = 2000;
   double init_scale = 65536.0;
   int64_t max_skipped_steps = 20;
+  std::string master_weights = "fp32";  // fp32 | bf16 (bf16 needs enabled and dtype bf16)
 
   bool operator==(const MixedPrecisionSection&) const = default;
 };
@@ -114,6 +115,7 @@ struct CudaGraphSection {
   int64_t capture_frequency = 5;
   int64_t retry = 3;        // env TELETRON_GRAPH_RETRY overrides
   double threshold = 0.8;   // env TELETRON_GRAPH_THRESHOLD overrides
+  std::string scope = "auto";  // auto | step | blocks: what a capture takes (StepGraphOptions::scope)
 
   bool operator==(const CudaGraphSection&) const = default;
 };
@@ -148,6 +150,8 @@ struct TrainSection {
   int64_t log_every = 10;
   int64_t checkpoint_every = 500;
   int64_t keep_checkpoints = 3;
+  bool expandable_segments = false;  // the CUDA caching allocator's expandable segments
+  double memory_cap = 1.0;           // in (0, 1]: the share of the GPU the allocator may take; 1 = no cap
 
   bool operator==(const TrainSection&) const = default;
 };

@@ -176,7 +176,7 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "Micro-batches whose gradients add up to one optimizer step (samples per step = batch_size x this)."},
 
     {.path = "mixed_precision.enabled", .kind = K::kBool, .at = TT_AT(mixed_precision.enabled),
-     .read_by = kT | kB, .doc = "On CUDA, run the step under autocast (mixed_precision.dtype) over fp32 master weights; false, or the CPU: fp32."},
+     .read_by = kT | kB, .doc = "On CUDA, run the step under autocast (mixed_precision.dtype) over the master weights (mixed_precision.master_weights); false, or the CPU with fp32 master weights: fp32."},
     {.path = "mixed_precision.dtype", .kind = K::kString, .at = TT_AT(mixed_precision.dtype), .choices = "bf16|fp16",
      .read_by = kT | kB, .doc = "The autocast type: bf16, or fp16 with dynamic loss scaling (which also runs on the CPU's fp32 step)."},
     {.path = "mixed_precision.loss_scale_window", .kind = K::kInt, .at = TT_AT(mixed_precision.loss_scale_window), .range = kAtLeastOne,
@@ -185,6 +185,9 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "fp16: the first loss scale."},
     {.path = "mixed_precision.max_skipped_steps", .kind = K::kInt, .at = TT_AT(mixed_precision.max_skipped_steps), .range = kAtLeastOne,
      .read_by = kT, .doc = "fp16: skipped steps in a row that stop the run with TT_ERR_NAN (without loss scaling the first one does)."},
+    // bf16 with fp16 or without mixed precision is refused at load (config.cpp, check_master_weights).
+    {.path = "mixed_precision.master_weights", .kind = K::kString, .at = TT_AT(mixed_precision.master_weights), .choices = "fp32|bf16",
+     .read_by = kT, .doc = "The dtype the weights and gradients are kept in. fp32: AdamW updates fp32 weights (16 bytes per parameter with the moments). bf16 (needs enabled: true and dtype: bf16; then the CPU runs bf16 autocast too): the model is converted once to bf16 on the device, with no fp32 copy; AdamW keeps fp32 moments and rounds each updated weight back stochastically, keyed by train.seed, the parameter and the step, so resumes and replays are exact (12 bytes per parameter: half the weight and gradient memory). The trade-off: an update smaller than half a bf16 gap (2^-8 near 1.0) is kept only in expectation, and each rounding adds noise of up to a gap, so the weights random-walk around the fp32 run's. A resume may not change it."},
 
     {.path = "cuda_graph.enabled", .kind = K::kString, .at = TT_AT(cuda_graph.enabled), .choices = "auto|true|false",
      .read_by = kT, .doc = "Capture the whole training step as a CUDA graph per step shape and replay it (auto: on when training on CUDA; the CPU always runs eagerly)."},
@@ -194,6 +197,8 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "Replays between two comparisons of replay and eager time (no eager step is re-run for them); eager steps between a failed capture and its retry."},
     {.path = "cuda_graph.retry", .kind = K::kInt, .at = TT_AT(cuda_graph.retry), .range = kNonNegative,
      .read_by = kT, .doc = "Failed captures of a step shape tolerated (each logged as a TT_ERR_GRAPH warning, the step run eagerly); one more and the shape runs eagerly for good. TELETRON_GRAPH_RETRY overrides it."},
+    {.path = "cuda_graph.scope", .kind = K::kString, .at = TT_AT(cuda_graph.scope), .choices = "auto|step|blocks",
+     .read_by = kT, .doc = "What is captured. step: the whole step (forward, backward, unscale, clip, optimizer). blocks: each Transformer block that is not checkpointed, forward and backward, one graph pair per block and step shape; the embedders, the loss and the optimizer run eagerly around them (what survives ops that cannot be captured). auto: the whole step, and the blocks for a step shape whose whole-step captures failed `retry` + 1 times. Steps with block graphs are timed against the shape's eager steps and dropped by the same threshold."},
     {.path = "cuda_graph.threshold", .kind = K::kFloat, .at = TT_AT(cuda_graph.threshold), .range = kThreshold,
      .read_by = kT, .doc = "The speed-up over eager (eager / replay GPU time) a graph must keep to stay, counted as max(threshold, 1): a graph slower than eager is always dropped, and a value above 1 asks for that much (1.1 = 10 % faster). TELETRON_GRAPH_THRESHOLD overrides it."},
 
@@ -240,6 +245,10 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "Steps between checkpoints (the last step always writes one)."},
     {.path = "train.keep_checkpoints", .kind = K::kInt, .at = TT_AT(train.keep_checkpoints), .range = kNonNegative,
      .read_by = kT, .doc = "How many of the newest checkpoints stay; 0 = keep all."},
+    {.path = "train.expandable_segments", .kind = K::kBool, .at = TT_AT(train.expandable_segments),
+     .read_by = kT, .doc = "On CUDA, the caching allocator grows its segments in place instead of making new ones (less fragmentation when shapes vary, e.g. buckets or a dynamic batch); a PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF that names expandable_segments wins. CUDA graphs' private pool keeps plain segments. The CPU ignores it."},
+    {.path = "train.memory_cap", .kind = K::kFloat, .at = TT_AT(train.memory_cap), .range = kFraction,
+     .read_by = kT, .doc = "On CUDA, the share of the GPU's memory the caching allocator may take (its per-process memory fraction); past it an allocation is out of memory (TT_ERR_MEMORY, or a smaller micro-batch with batch_size: dynamic, which budgets with min(dynamic_batch.memory_fraction, this)). 1.0 = no cap. The CPU ignores it."},
 
     {.path = "distributed.backend", .kind = K::kString, .at = TT_AT(distributed.backend), .choices = "nccl|gloo", .not_yet = kDistributed,
      .doc = "Collective backend between processes."},

@@ -106,6 +106,7 @@ const IdleByValue kIdleByValue[] = {
     {"cuda_graph.capture_frequency", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
     {"cuda_graph.retry", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
     {"cuda_graph.threshold", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
+    {"cuda_graph.scope", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
 };
 
 const char* idle_by_value(const Config& config, const std::string& path) {

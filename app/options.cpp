@@ -54,6 +54,13 @@ AdamWOptions adamw_options_from(const OptimizerSection& section) {
   return options;
 }
 
+AllocatorOptions allocator_options_from(const TrainSection& section) {
+  AllocatorOptions options;
+  options.expandable_segments = section.expandable_segments;
+  options.memory_cap = section.memory_cap;
+  return options;
+}
+
 double learning_rate_at(const OptimizerSection& section, int64_t step, int64_t max_steps) {
   if (step < section.warmup_steps) {
     return section.lr * static_cast<double>(step + 1) / static_cast<double>(section.warmup_steps);

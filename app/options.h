@@ -4,6 +4,7 @@
 
 #include "app/config.h"
 #include "core/adamw.h"
+#include "core/device.h"
 #include "model/flow_matching.h"
 #include "model/hunyuan_config.h"
 
@@ -13,6 +14,8 @@ namespace tt {
 HunyuanVideoConfig model_config_from(const ModelSection& model);
 FlowMatchingOptions flow_matching_options_from(const FlowMatchingSection& section);
 AdamWOptions adamw_options_from(const OptimizerSection& section);
+/// train.expandable_segments and train.memory_cap.
+AllocatorOptions allocator_options_from(const TrainSection& section);
 
 /// Learning rate at optimizer step `step` (0-based): linear warmup to the peak over warmup_steps,
 /// then constant or cosine decay to 0 at max_steps.

@@ -41,8 +41,12 @@ const SafeKey kSafeKeys[] = {
     {"cuda_graph.capture_frequency", "how often replays are compared with eager; the same math"},
     {"cuda_graph.retry", "how often a failed capture is tried again; the same math"},
     {"cuda_graph.threshold", "which graphs are kept; the same math"},
+    {"cuda_graph.scope", "what a capture takes (the whole step or the blocks); the same math"},
     {"data.text_padding", "text padding kept (masked) or trimmed; the same loss up to rounding"},
     {"vae.tile_batch", "how many VAE tiles go through the encoder at once; the same latents"},
+    {"train.expandable_segments", "how the CUDA allocator lays out its memory; the same math"},
+    {"train.memory_cap", "how much GPU memory the allocator may take; the same math (a dynamic batch may cut its "
+                         "micro-batches differently)"},
 };
 
 // The keys that split the global batch. When distributed training lands, its world-size key joins
@@ -69,6 +73,9 @@ const Part kParts[] = {
     {"gradient_accumulation", "the global batch"},
     {"dynamic_batch", "the global batch"},
     {"mixed_precision", "the precision"},
+    {"mixed_precision.master_weights",
+     "the weights' dtype: fp32 weights would be rounded to bf16 once, or bf16 ones continue without their "
+     "stochastic rounding, so the run does not continue as it would have"},
     {"optimizer", "the optimizer"},
     {"flow_matching", "the flow-matching objective"},
     {"distributed", "the distributed setup (not built yet: not known to keep the run)"},

@@ -19,6 +19,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/safetensors.h"
+#include "cuda/ops.h"
 #include "model/text_padding.h"
 
 namespace tt {
@@ -45,7 +46,16 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   TT_CHECK_HINT(allow_change_.empty() || !resume_.empty(), ErrorCode::kConfig,
                 "--allow-change only applies with --resume", "--allow-change given without --resume");
   device_ = resolve_device(config_.train.device, "tele_tron.train.device");
-  autocast_ = device_.is_cuda() && config_.mixed_precision.enabled;
+  // Before anything is allocated on the device (the settings apply to the segments made after).
+  allocator_ = configure_cuda_allocator(device_, allocator_options_from(config_.train));
+  bf16_master_ = config_.mixed_precision.master_weights == "bf16";
+  // The loader refuses this combination; a config built in code (bench) is checked here.
+  TT_CHECK_HINT(!bf16_master_ || (config_.mixed_precision.enabled && config_.mixed_precision.dtype == "bf16"),
+                ErrorCode::kConfig, "set mixed_precision.enabled: true and mixed_precision.dtype: bf16, or "
+                "mixed_precision.master_weights: fp32",
+                "tele_tron.mixed_precision.master_weights: bf16 needs bf16 autocast");
+  // bf16 weights run under bf16 autocast on the CPU too (fp32 weights there run in fp32).
+  autocast_ = config_.mixed_precision.enabled && (device_.is_cuda() || bf16_master_);
   autocast_dtype_ = config_.mixed_precision.dtype == "fp16" ? at::kHalf : at::kBFloat16;
   faults_ = FaultPlan::from_environment();
   if (!request.profile.empty()) profile_window_ = parse_profile_window(request.profile, "--profile");
@@ -73,7 +83,13 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
-  model_->to(device_);
+  // bf16 master weights: converted once, on the host, as they move (the device never holds an
+  // fp32 copy of the model).
+  if (bf16_master_) {
+    model_->to(device_, torch::kBFloat16);
+  } else {
+    model_->to(device_);
+  }
   model_->train();
   model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
   std::vector<std::string> names;
@@ -81,7 +97,10 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
     names.push_back(item.key());
     params_.push_back(item.value());
   }
-  optimizer_ = std::make_unique<AdamW>(params_, names, adamw_options_from(config_.optimizer));
+  // bf16 weights take their fp32 update rounded stochastically, keyed by (seed, parameter, step).
+  optimizer_ = std::make_unique<AdamW>(params_, names, adamw_options_from(config_.optimizer),
+                                       bf16_master_ ? keyed_bf16_rounding(static_cast<uint64_t>(config_.train.seed))
+                                                    : Bf16Rounding());
   LossScalerOptions scaling;
   // fp16 scales the loss also where the CPU runs the step in fp32 (the tests run it there).
   scaling.enabled = config_.mixed_precision.enabled && config_.mixed_precision.dtype == "fp16";
@@ -109,8 +128,16 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
                   "TELETRON_GRAPH_EMULATE: expected a number > 0, got '", emulate, "'");
     graph_options.emulate_speedup = speedup;
   }
-  if (config_.cuda_graph.enabled != "false" && (device_.is_cuda() || graph_options.emulate_speedup > 0))
-    graphs_ = std::make_unique<StepGraphs>(graph_options, device_);
+  if (config_.cuda_graph.enabled != "false" && (device_.is_cuda() || graph_options.emulate_speedup > 0)) {
+    graph_options.scope = config_.cuda_graph.scope;
+    // Block graphs belong to this model (scope blocks, or auto's fallback for a shape).
+    std::shared_ptr<BlockGraphs> blocks;
+    if (graph_options.scope != "step") {
+      blocks = std::make_shared<BlockGraphs>(device_, graph_options.emulate_speedup > 0);
+      model_->set_block_graphs(blocks);
+    }
+    graphs_ = std::make_unique<StepGraphs>(graph_options, device_, blocks);
+  }
   full_text_ = config_.data.text_padding == "full" || (config_.data.text_padding == "auto" && graphs_);
   limit_step_ = torch::full_like(step_counter_, -1);
   last_grad_norm_ = zero.clone();
@@ -119,7 +146,11 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
 void Trainer::announce() const {
   const std::string attention = configure_attention_backend();
   if (attention != "auto") spdlog::info("attention backend: {} (TELETRON_SDPA)", attention);
-  std::string precision = autocast_ ? str_cat(config_.mixed_precision.dtype, " autocast, fp32 master weights") : "fp32";
+  std::string precision = "fp32";
+  if (autocast_)
+    precision = str_cat(config_.mixed_precision.dtype, " autocast, ",
+                        bf16_master_ ? "bf16 master weights (fp32 moments, updates rounded stochastically)"
+                                     : "fp32 master weights");
   if (scaler_->enabled())
     precision += str_cat("; dynamic loss scaling from ", config_.mixed_precision.init_scale, ", x2 after ",
                          config_.mixed_precision.loss_scale_window, " clean steps, x0.5 and the update skipped on a "
@@ -128,9 +159,12 @@ void Trainer::announce() const {
   if (!faults_.empty()) spdlog::warn("TELETRON_FAULTS: injecting {}", faults_.describe());
   const CudaGraphSection& g = config_.cuda_graph;
   if (graphs_) {
-    spdlog::info("CUDA graphs: the whole step captured per step shape after {} eager steps, its replay compared with "
+    const char* what = g.scope == "blocks" ? "each Transformer block (forward and backward) captured"
+                       : g.scope == "auto"  ? "the whole step (its Transformer blocks where that fails) captured"
+                                            : "the whole step captured";
+    spdlog::info("CUDA graphs: {} per step shape after {} eager steps, its replay compared with "
                  "eager every {} replays and kept while {:g}x as fast or more, {} failed capture(s) retried{}",
-                 std::max<int64_t>(g.warmup_steps, 2), g.capture_frequency, std::max(g.threshold, 1.0), g.retry,
+                 what, std::max<int64_t>(g.warmup_steps, 2), g.capture_frequency, std::max(g.threshold, 1.0), g.retry,
                  std::getenv("TELETRON_GRAPH_EMULATE") ? " (EMULATED by TELETRON_GRAPH_EMULATE: no CUDA graph is made)"
                                                        : "");
   } else if (g.enabled != "false") {
@@ -141,6 +175,7 @@ void Trainer::announce() const {
                    key.path, key.where, describe_device(device_));
     }
   }
+  announce_allocator();
   spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
                model_->parameter_count(), model_->parameter_count() / 1e9, describe_hunyuan_config(model_config_));
   const auto& shape = dataset_->latent_shape();
@@ -151,7 +186,7 @@ void Trainer::announce() const {
     spdlog::info("batch: dynamic, {} samples per step; micro-batches from {} within [{}, {}]{}; {} steps; lr {:g} "
                  "({} warmup, {})",
                  cursor_.step_samples, d.initial, d.min, d.max,
-                 device_.is_cuda() ? str_cat(", sized per bucket to ", 100.0 * d.memory_fraction, " % of GPU memory")
+                 device_.is_cuda() ? str_cat(", sized per bucket to ", 100.0 * memory_budget(), " % of GPU memory")
                                    : std::string(" (no GPU memory to size them to)"),
                  config_.train.max_steps, config_.optimizer.lr, config_.optimizer.warmup_steps,
                  config_.optimizer.schedule);
@@ -161,6 +196,33 @@ void Trainer::announce() const {
                  config_.optimizer.lr, config_.optimizer.warmup_steps, config_.optimizer.schedule);
   }
   warn_unused_keys(config_, Command::kTrain);
+}
+
+void Trainer::announce_allocator() const {
+  const TrainSection& t = config_.train;
+  if (!device_.is_cuda()) {
+    // The allocator keys a CPU run was given do nothing, said once per key.
+    for (const ConfigSetKey& key : config_.set_keys) {
+      if (key.path != "train.expandable_segments" && key.path != "train.memory_cap") continue;
+      spdlog::warn("tele_tron.{}: set ({}), but the device is {}: it sets the CUDA caching allocator, which a CPU "
+                   "run does not use", key.path, key.where, describe_device(device_));
+    }
+    return;
+  }
+  // An environment variable that names expandable segments decides: said once, when the key is set too.
+  for (const ConfigSetKey& key : config_.set_keys) {
+    if (key.path != "train.expandable_segments" || allocator_.environment.empty()) continue;
+    spdlog::warn("tele_tron.train.expandable_segments: set ({}), but {} names expandable_segments and wins: "
+                 "expandable segments are {}", key.where, allocator_.environment,
+                 allocator_.expandable_segments ? "on" : "off");
+  }
+  if (!allocator_.expandable_segments && t.memory_cap >= 1.0) return;
+  const GpuMemory memory = gpu_memory(device_);
+  spdlog::info("CUDA allocator: expandable segments {}{}; {}", allocator_.expandable_segments ? "on" : "off",
+               allocator_.environment.empty() ? std::string() : str_cat(" (", allocator_.environment, ")"),
+               t.memory_cap < 1.0 ? str_cat("capped at ", 100.0 * t.memory_cap, " % of ",
+                                           static_cast<double>(memory.total) / (1u << 30), " GiB (train.memory_cap)")
+                                  : std::string("no memory cap"));
 }
 
 void Trainer::trace_batch(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs,
@@ -265,7 +327,7 @@ void Trainer::micro_step(const MicroBatch& micro) {
   }
   torch::Tensor prediction;
   {
-    AutocastScope autocast(autocast_, autocast_dtype_);
+    AutocastScope autocast(autocast_, autocast_dtype_, device_.type());
     prediction = model_->forward(inputs);
   }
   // The loss in fp32, whatever the autocast type; `weight` is the micro-batch's share of the step.
@@ -398,8 +460,8 @@ void Trainer::dynamic_step() {
       optimizer_->zero_grad(/*set_to_none=*/!graphs_);  // nothing of the failed attempt is applied
       release_cached_memory(device_);
       TT_CHECK_HINT(size > limits.min, ErrorCode::kMemory,
-                    "lower dynamic_batch.min or dynamic_batch.memory_fraction, use a smaller bucket, or turn on "
-                    "model.activation_checkpointing",
+                    "lower dynamic_batch.min or dynamic_batch.memory_fraction, use a smaller bucket, turn on "
+                    "model.activation_checkpointing, or raise train.memory_cap where it is below 1",
                     "step ", step_ + 1, ": out of memory at the smallest micro-batch (dynamic_batch.min = ", limits.min,
                     ") for bucket ", bucket, ": ", first_line(error.what_without_backtrace()));
       micro = std::max(limits.min, size / 2);
@@ -419,13 +481,13 @@ void Trainer::choose_micro_batch(int64_t bucket, int64_t measured_size, const Gp
   const int64_t fixed = before.allocated + grad_bytes;
   if (!after.known || after.peak <= fixed) return;
   const double per_sample = static_cast<double>(after.peak - fixed) / static_cast<double>(measured_size);
-  const double room = limits.memory_fraction * static_cast<double>(after.total) - static_cast<double>(fixed);
+  const double room = memory_budget() * static_cast<double>(after.total) - static_cast<double>(fixed);
   const int64_t fits = room > 0 ? static_cast<int64_t>(room / per_sample) : 0;
   const int64_t chosen = std::clamp(fits, limits.min, std::max(limits.min, std::min(limits.max, cursor_.step_samples)));
   micro_batch_[bucket] = chosen;
   spdlog::info("dynamic batch: bucket {}: {:.2f} GiB per sample at its peak (micro-batch {}), {:.0f} % of {:.1f} GiB "
                "allowed: micro-batches of {} ({} per step of {} samples)",
-               bucket, per_sample / (1u << 30), measured_size, 100.0 * limits.memory_fraction,
+               bucket, per_sample / (1u << 30), measured_size, 100.0 * memory_budget(),
                static_cast<double>(after.total) / (1u << 30), chosen, (cursor_.step_samples + chosen - 1) / chosen,
                cursor_.step_samples);
 }
@@ -642,8 +704,18 @@ void Trainer::run() {
 }
 
 void run_training(const TrainRequest& request) {
-  Trainer trainer(request);
-  trainer.run();
+  const double cap = request.config.train.memory_cap;
+  try {
+    Trainer trainer(request);
+    trainer.run();
+  } catch (const c10::OutOfMemoryError& error) {
+    if (cap >= 1.0) throw;
+    // Under a cap the allocator fails long before the device is full: name the key that set it.
+    throw Error(ErrorCode::kMemory,
+                str_cat("out of memory under tele_tron.train.memory_cap = ", cap, " (", 100.0 * cap,
+                        " % of the GPU): ", first_line(error.what_without_backtrace())),
+                "raise train.memory_cap (1.0 = no cap), or lower the batch or the resolution");
+  }
 }
 
 }  // namespace tt

@@ -1,6 +1,7 @@
 // `teletron train`: the training loop on cached latents — flow-matching loss through the
 // HunyuanVideo Transformer, AdamW with warmup + constant/cosine schedule, gradient clipping and
-// accumulation, bf16 autocast over fp32 master weights on CUDA (fp32 on CPU), metrics.jsonl,
+// accumulation, bf16 autocast over fp32 master weights on CUDA (fp32 on CPU), or bf16 master
+// weights with stochastically rounded updates (bf16 autocast on the CPU too), metrics.jsonl,
 // crash-safe checkpoints and exact resume. A resume first checks that the new config keeps the run
 // (app/resume_check: the model, the sample sequence, the global batch) and that the manifest's
 // contents are the run's (content hash in the checkpoint).

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -47,6 +48,11 @@ class Trainer {
 
  private:
   void announce() const;
+  /// What train.expandable_segments and train.memory_cap did (on the CPU: that they do nothing).
+  void announce_allocator() const;
+  /// The share of GPU memory a dynamic batch may fill: dynamic_batch.memory_fraction, within
+  /// train.memory_cap (the allocator fails past the cap whatever the fraction says).
+  double memory_budget() const { return std::min(config_.dynamic_batch.memory_fraction, config_.train.memory_cap); }
   std::optional<std::string> find_resume_folder() const;
   std::optional<StoredDataState> check_resume(const std::string& folder);
   void check_resumed_data(const std::string& folder, const StoredDataState& stored);
@@ -113,8 +119,10 @@ class Trainer {
   // manifest or global-batch change): the data order restarts at the next epoch.
   bool restart_epoch_ = false;
   torch::Device device_{torch::kCPU};
-  bool autocast_ = false;
+  bool autocast_ = false;  // on CUDA with mixed precision; on the CPU too with bf16 master weights
   at::ScalarType autocast_dtype_ = at::kBFloat16;  // mixed_precision.dtype
+  bool bf16_master_ = false;  // mixed_precision.master_weights: bf16 (model, gradients bf16; moments fp32)
+  AllocatorSetup allocator_;  // train.expandable_segments / train.memory_cap as they took effect
   HunyuanVideoConfig model_config_;
   std::string model_origin_;
   std::optional<WeightSource> initial_weights_;

@@ -113,8 +113,10 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double ma
     if (p.grad().defined()) grads.push_back(p.grad());
   }
   TT_ASSERT(!grads.empty(), "clip_grad_norm: no gradients");
-  auto norms = torch::_foreach_norm(grads, 2);
-  auto total = torch::linalg_vector_norm(torch::stack(norms), 2).to(torch::kFloat32);
+  // Each norm accumulated and returned in fp32, also for bf16 gradients (bf16 master weights): a
+  // bf16 norm keeps 8 bits, and squares summed in bf16 lose the small gradients entirely.
+  auto norms = at::_foreach_norm(grads, 2, at::kFloat);
+  auto total = torch::linalg_vector_norm(torch::stack(norms), 2);
   if (max_norm > 0) {
     // Scale by min(1, max_norm / (norm + 1e-6)) on the device; NaN norms stay NaN and are caught
     // by the caller's finiteness check.

@@ -61,8 +61,9 @@ class AdamW {
   Bf16Rounding bf16_rounding_;
 };
 
-/// Global L2 norm of all grads, and (when max_norm > 0) scales them so the norm is at most
-/// max_norm. Returns the norm before clipping as a 0-d fp32 device tensor (no host sync).
+/// Global L2 norm of all grads (fp32 or bf16), computed in fp32, and (when max_norm > 0) scales
+/// them so the norm is at most max_norm. Returns the norm before clipping as a 0-d fp32 device
+/// tensor (no host sync).
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
 }  // namespace tt

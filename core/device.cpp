@@ -13,6 +13,7 @@
 #include "core/errors.h"
 
 #ifdef TELETRON_WITH_CUDA
+#include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
@@ -96,6 +97,52 @@ void release_cached_memory(const torch::Device& device) {
 #ifdef TELETRON_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
+}
+
+std::string allocator_settings_with_expandable(const std::string& current, bool expandable) {
+  std::string settings;
+  size_t begin = 0;
+  while (begin < current.size()) {
+    size_t end = current.find(',', begin);
+    if (end == std::string::npos) end = current.size();
+    const std::string entry = current.substr(begin, end - begin);
+    const size_t name = entry.find_first_not_of(' ');
+    if (name != std::string::npos && entry.compare(name, 19, "expandable_segments") != 0) settings += entry + ",";
+    begin = end + 1;
+  }
+  return settings + (expandable ? "expandable_segments:True" : "expandable_segments:False");
+}
+
+AllocatorSetup configure_cuda_allocator(const torch::Device& device, const AllocatorOptions& options) {
+  AllocatorSetup setup;
+#ifdef TELETRON_WITH_CUDA
+  if (!device.is_cuda()) return setup;
+  namespace allocator = c10::CachingAllocator;
+  // LibTorch reads PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF: one that names
+  // expandable_segments has the last word.
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && std::string(value).find("expandable_segments") != std::string::npos) {
+      setup.environment = str_cat(name, "=", value);
+      break;
+    }
+  }
+  if (setup.environment.empty() &&
+      allocator::AcceleratorAllocatorConfig::use_expandable_segments() != options.expandable_segments) {
+    // A settings string resets every key it leaves out to its default: the ones LibTorch last
+    // parsed (the environment's, or an earlier run's in this process) go along.
+    allocator::setAllocatorSettings(
+        allocator_settings_with_expandable(allocator::getAllocatorSettings(), options.expandable_segments));
+  }
+  // The generic setting: CUDAAllocatorConfig's inline accessor reads false in any build but
+  // LibTorch's own (its driver-API macro).
+  setup.expandable_segments = allocator::AcceleratorAllocatorConfig::use_expandable_segments();
+  if (options.memory_cap < 1.0) {
+    at::globalContext().lazyInitDevice(at::kCUDA);  // the allocator knows its devices only then
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(options.memory_cap, device.index());
+  }
+#endif
+  return setup;
 }
 
 int allowed_cpu_count() {

@@ -1,5 +1,6 @@
-// Device selection and memory readings: which device a run uses, its name, and peak memory
-// (CUDA caching-allocator peak on the GPU, peak resident set size on the CPU).
+// Device selection and memory: which device a run uses, its name, the CUDA caching allocator's
+// settings (expandable segments, a memory cap) and peak memory (the caching allocator's peak on the
+// GPU, peak resident set size on the CPU).
 #pragma once
 
 #include <torch/types.h>
@@ -33,6 +34,33 @@ struct GpuMemory {
 GpuMemory gpu_memory(const torch::Device& device);
 /// Returns the allocator's cached, unused blocks to the driver (after an out-of-memory error).
 void release_cached_memory(const torch::Device& device);
+
+/// The CUDA caching allocator's settings a run asks for.
+struct AllocatorOptions {
+  /// Segments that grow in place (less fragmentation when shapes vary) instead of new ones.
+  bool expandable_segments = false;
+  /// The share of the device's memory the allocator may take, in (0, 1]; 1 = no cap.
+  double memory_cap = 1.0;
+};
+
+/// What configure_cuda_allocator left in effect.
+struct AllocatorSetup {
+  bool expandable_segments = false;
+  /// "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False" when that variable (or
+  /// PYTORCH_ALLOC_CONF) names expandable_segments: it decides, whatever the options say.
+  std::string environment;
+};
+
+/// `current`, a PYTORCH_ALLOC_CONF-style settings string, with its expandable_segments entry (if
+/// any) replaced by one saying `expandable`; the other entries as they were, so a list value like
+/// roundup_power2_divisions:[64:8,256:4] survives.
+std::string allocator_settings_with_expandable(const std::string& current, bool expandable);
+
+/// On CUDA, before the run allocates there: expandable segments on when asked (unless the
+/// environment names them; LibTorch's other settings from the environment are kept), and the
+/// allocator of `device` capped at memory_cap of its memory (past it an allocation raises
+/// out-of-memory). On the CPU it changes nothing and returns the defaults.
+AllocatorSetup configure_cuda_allocator(const torch::Device& device, const AllocatorOptions& options);
 
 /// CPU cores this process may run on (its affinity mask, so `taskset` counts).
 int allowed_cpu_count();

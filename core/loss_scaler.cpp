@@ -24,7 +24,13 @@ torch::Tensor LossScaler::unscale_and_check(const std::vector<torch::Tensor>& pa
   auto found_inf = torch::zeros({}, scale_.options());
   std::vector<torch::Tensor> grads;
   for (const torch::Tensor& param : params) {
-    if (param.grad().defined()) grads.push_back(param.grad());
+    if (!param.grad().defined()) continue;
+    if (param.grad().scalar_type() == torch::kBFloat16) {
+      TT_ASSERT(!options_.enabled,
+                "LossScaler: bf16 gradients are never scaled (fp16 autocast has fp32 master weights)");
+      continue;
+    }
+    grads.push_back(param.grad());
   }
   if (grads.empty()) return found_inf;
   // Disabled: the scale stays 1, so the same pass detects non-finite values and changes nothing.

@@ -34,7 +34,9 @@ class LossScaler {
   /// loss * scale when enabled, else loss itself.
   torch::Tensor scale_loss(const torch::Tensor& loss) const;
   /// Divides the parameters' gradients by the scale in place (enabled) and returns 0-d fp32 on the
-  /// device: 1 when any gradient holds inf or NaN, else 0. Parameters without a gradient are skipped.
+  /// device: 1 when any gradient holds inf or NaN, else 0. Parameters without a gradient are skipped,
+  /// and so are bf16 gradients (bf16 master weights), which are never scaled (only fp16 scales) and
+  /// which ATen's AMP kernel does not take on CUDA: the caller's gradient-norm check covers them.
   torch::Tensor unscale_and_check(const std::vector<torch::Tensor>& params) const;
   /// After the optimizer step: halves the scale where `found_inf` (0-d fp32) is 1 and resets the
   /// clean-step count, otherwise counts the step and grows the scale at `window`. No-op when disabled.

@@ -5,19 +5,18 @@
 
 #include <chrono>
 
+#include "core/block_graphs.h"
 #include "core/cuda_stream.h"
 #include "core/errors.h"
 #include "core/gpu_timer.h"
 
 #ifdef TELETRON_WITH_CUDA
-#include <ATen/core/CachingHostAllocator.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
+
+#include "core/graph_capture.h"
 #endif
 
 namespace tt {
@@ -30,11 +29,16 @@ struct StepGraphs::Graph {
 #endif
 };
 
+#ifdef TELETRON_WITH_CUDA
 struct StepGraphs::CudaState {
-  OwnedCudaStream stream{"the CUDA-graph capture stream"};
-  c10::MempoolId_t pool{0, 0};  // one private pool for every shape's graph
+  explicit CudaState(int index) : device_index(index), pool(index) {}
   int device_index = 0;
+  OwnedCudaStream stream{"the CUDA-graph capture stream"};
+  GraphPool pool;  // one private pool for every shape's graph
 };
+#else
+struct StepGraphs::CudaState {};
+#endif
 
 namespace {
 
@@ -44,74 +48,143 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// Cleanup after a failed capture: each step may already have been done (and then throws).
-template <typename Step>
-void ignoring_errors(const Step& step) {
-  try {
-    step();
-  } catch (const std::exception&) {
-  }
-}
-
 }  // namespace
 
-StepGraphs::StepGraphs(const StepGraphOptions& options, const torch::Device& device)
-    : options_(options), device_(device), policy_(options.policy) {
+StepGraphs::StepGraphs(const StepGraphOptions& options, const torch::Device& device,
+                       std::shared_ptr<BlockGraphs> blocks)
+    : options_(options), device_(device), policy_(options.policy), blocks_(std::move(blocks)) {
   TT_ASSERT(emulated() || device.is_cuda(), "StepGraphs: CUDA graphs need a CUDA device (or emulation)");
+  TT_ASSERT(options_.scope == "step" || options_.scope == "blocks" || options_.scope == "auto",
+            "StepGraphs: scope '", options_.scope, "'");
+  TT_ASSERT(options_.scope == "step" || blocks_ != nullptr, "StepGraphs: scope ", options_.scope,
+            " without the model's block graphs");
 #ifdef TELETRON_WITH_CUDA
-  if (!emulated()) {
-    cuda_ = std::make_unique<CudaState>();
-    cuda_->device_index = device.has_index() ? device.index() : c10::cuda::current_device();
-    cuda_->pool = at::cuda::graph_pool_handle();
-    // Our own use of the pool, on the device and the pinned-host allocator, for as long as this
-    // object lives. Each capture adds a use and each graph's end gives it back; an allocator
-    // whose pool use count reaches 0 keeps the pool only to free it, and refuses (an internal
-    // assert) any later capture into it. Without this use, a failed capture or a dropped graph
-    // that was the pool's only user would leave every later capture failing.
-    c10::cuda::CUDACachingAllocator::createOrIncrefPool(static_cast<c10::DeviceIndex>(cuda_->device_index),
-                                                        cuda_->pool);
-    at::getHostAllocator(at::kCUDA)->begin_allocate_to_pool(cuda_->pool, [](c10::Stream) { return false; });
-    at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(cuda_->pool);
-  }
+  if (!emulated())
+    cuda_ = std::make_unique<CudaState>(device.has_index() ? device.index() : c10::cuda::current_device());
 #else
   TT_ASSERT(emulated(), "StepGraphs: this build has no CUDA");
 #endif
 }
 
 StepGraphs::~StepGraphs() {
-  // Graphs go before the capture stream (which synchronises as it goes): a replay still queued
-  // keeps its executable graph alive until it finishes.
+  // Graphs go before the capture stream and the pool (our use of it goes last): a replay still
+  // queued keeps its executable graph alive until it finishes.
   graphs_.clear();
-#ifdef TELETRON_WITH_CUDA
-  if (cuda_) {
-    // Our use of the pool goes last: the allocators free its blocks once no graph uses it.
-    const c10::MempoolId_t pool = cuda_->pool;
-    ignoring_errors([&] {
-      c10::cuda::CUDACachingAllocator::releasePool(static_cast<c10::DeviceIndex>(cuda_->device_index), pool);
-    });
-    ignoring_errors([&] { at::getHostAllocator(at::kCUDA)->release_pool(pool); });
-  }
-#endif
 }
 
 void StepGraphs::run(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body,
                      bool eager_only, bool fail_capture) {
   poll(false);
+  // The policy's key: the shape itself for whole-step graphs, "blocks <shape>" for block graphs
+  // (scope blocks, or auto once the shape's whole-step captures ran out of retries).
+  const bool by_blocks = options_.scope == "blocks" ||
+                         (options_.scope == "auto" && policy_.eager_for_good(key) && !policy_.dropped(key));
+  const std::string policy_key = by_blocks ? "blocks " + key : key;
+  if (by_blocks && block_shapes_.emplace(policy_key, key).second && options_.scope == "auto")
+    spdlog::info("CUDA graphs: the whole step of shape [{}] could not be captured; its Transformer blocks are "
+                 "captured instead (cuda_graph.scope auto)", key);
   if (eager_only) {
-    run_eager(key, inputs, body, /*counted=*/false);
+    run_eager(policy_key, inputs, body, /*counted=*/false);
     return;
   }
-  switch (policy_.next(key)) {
+  switch (policy_.next(policy_key)) {
     case GraphAction::kEager:
-      run_eager(key, inputs, body, /*counted=*/true);
+      run_eager(policy_key, inputs, body, /*counted=*/true);
       return;
     case GraphAction::kCapture:
-      capture(key, inputs, body, fail_capture);
+      if (by_blocks) {
+        capture_blocks(policy_key, key, inputs, body, fail_capture);
+      } else {
+        capture(key, inputs, body, fail_capture);
+      }
       return;
     case GraphAction::kReplay:
-      replay(key, inputs);
+      if (by_blocks) {
+        replay_blocks(policy_key, key, inputs, body);
+      } else {
+        replay(key, inputs);
+      }
       return;
   }
+}
+
+namespace {
+
+// Block graphs are on for one step's body, and off again however it ends.
+class BlockStep {
+ public:
+  BlockStep(BlockGraphs& blocks, const std::string& shape, BlockGraphs::Mode mode, bool fail) : blocks_(blocks) {
+    blocks_.begin_step(shape, mode, fail);
+  }
+  ~BlockStep() {
+    if (!ended_) (void)blocks_.end_step();
+  }
+  BlockStep(const BlockStep&) = delete;
+  BlockStep& operator=(const BlockStep&) = delete;
+  std::string end() {
+    ended_ = true;
+    return blocks_.end_step();
+  }
+
+ private:
+  BlockGraphs& blocks_;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+void StepGraphs::capture_blocks(const std::string& key, const std::string& shape,
+                                const std::vector<torch::Tensor>& inputs, const Body& body, bool fail) {
+  std::string failure;
+  try {
+    BlockStep step(*blocks_, shape, BlockGraphs::Mode::kCapture, fail);
+    body(inputs);  // the blocks are captured as the step reaches them, then run through their graphs
+    failure = step.end();
+  } catch (...) {
+    blocks_->drop(shape);  // a step that failed (out of memory, say) keeps none of its captures
+    throw;
+  }
+  if (!failure.empty()) {
+    blocks_->drop(shape);
+    capture_failed(key, "the Transformer blocks of the step", failure);
+    return;
+  }
+  counts_.captures += 1;
+  policy_.capture_succeeded(key);
+  spdlog::info("CUDA graph: captured {} Transformer block(s) of the step of shape [{}], forward and backward; the "
+               "rest of the step runs eagerly",
+               blocks_->captured(shape), shape);
+}
+
+void StepGraphs::replay_blocks(const std::string& key, const std::string& shape,
+                               const std::vector<torch::Tensor>& inputs, const Body& body) {
+  counts_.replays += 1;
+  std::shared_ptr<GpuInterval> interval = emulated() ? nullptr : GpuInterval::start(device_);
+  {
+    BlockStep step(*blocks_, shape, BlockGraphs::Mode::kReplay, false);
+    body(inputs);
+    (void)step.end();
+  }
+  if (emulated()) {
+    report(key, true, policy_.eager_ms(key) / options_.emulate_speedup);
+    return;
+  }
+  interval->stop();
+  pending_.push_back(Pending{key, true, std::move(interval)});
+}
+
+void StepGraphs::capture_failed(const std::string& key, const std::string& what, const std::string& failure) {
+  counts_.failed_captures += 1;
+  policy_.capture_failed(key);
+  const bool whole_step_out = policy_.eager_for_good(key) && options_.scope == "auto" && key.rfind("blocks ", 0) != 0;
+  spdlog::warn("TT_ERR_GRAPH: capturing {} of shape [{}] failed: {}; the step ran eagerly ({}). Hint: "
+               "cuda_graph.retry sets how often a shape is tried again, cuda_graph.scope: blocks captures only the "
+               "Transformer blocks, cuda_graph.enabled: false turns graphs off",
+               what, key, failure,
+               whole_step_out ? "out of retries: its Transformer blocks are captured from now on"
+               : policy_.eager_for_good(key)
+                   ? "out of retries: this shape runs eagerly from now on"
+                   : str_cat("tried again after ", options_.policy.capture_frequency, " eager steps"));
 }
 
 void StepGraphs::run_eager(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body,
@@ -152,76 +225,17 @@ void StepGraphs::capture(const std::string& key, const std::vector<torch::Tensor
     }
   } else {
 #ifdef TELETRON_WITH_CUDA
-    const int index = cuda_->device_index;
-    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(index);
-    const c10::cuda::CUDAStream side =
-        c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(cuda_->stream.get(index)), index);
-    at::cuda::CUDAEvent inputs_ready;
-    inputs_ready.record(caller);
-    inputs_ready.block(side);
-    // However the block below is left, the caller's stream then waits for the capture stream.
-    struct Join {
-      const c10::cuda::CUDAStream& side;
-      const c10::cuda::CUDAStream& caller;
-      ~Join() {
-        try {
-          at::cuda::CUDAEvent done;
-          done.record(side);
-          done.block(caller);
-        } catch (const std::exception& error) {
-          spdlog::error("TT_ERR_SYNC: the CUDA-graph capture stream could not be joined: {}", first_line(error.what()));
-        }
-      }
-    } join{side, caller};
-    c10::cuda::CUDAStreamGuard on_side(side);
+    OnCaptureStream on_side(cuda_->stream, cuda_->device_index);
     body(graph->inputs);  // the step itself, eagerly; its errors (out of memory) are the caller's
     graph->graph = std::make_unique<at::cuda::CUDAGraph>();
-    // True from capture_begin's return until capture_end's: the pool's use is ours to give back
-    // (a CUDAGraph gives it back itself only after a capture that ended).
-    bool pool_in_use = false;
-    try {
-      // Thread-local mode: only this thread's unsafe CUDA calls break the capture, not the data
-      // pipeline's threads allocating and copying on their own streams meanwhile.
-      graph->graph->capture_begin(cuda_->pool, cudaStreamCaptureModeThreadLocal);
-      pool_in_use = true;
-      body(graph->inputs);
-      TT_CHECK(!fail, ErrorCode::kGraph, "injected by TELETRON_FAULTS (graph_capture)");
-      graph->graph->capture_end();
-      pool_in_use = false;
-    } catch (const std::exception& error) {
-      failure = first_line(error.what());
-      // A capture still open (perhaps invalidated) is ended and what it recorded dropped.
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-        cudaGraph_t partial = nullptr;
-        if (cudaStreamEndCapture(side.stream(), &partial) == cudaSuccess && partial != nullptr)
-          cudaGraphDestroy(partial);
-      }
-      if (pool_in_use) {
-        // As capture_end would have: stop recording into the pool (capture_end may have done so
-        // before it threw: then these say so, and are ignored) and give the use back.
-        const c10::MempoolId_t pool = cuda_->pool;
-        ignoring_errors([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(index, pool); });
-        ignoring_errors([&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool); });
-        ignoring_errors([&] { c10::cuda::CUDACachingAllocator::releasePool(index, pool); });
-        ignoring_errors([&] { at::getHostAllocator(at::kCUDA)->release_pool(pool); });
-      }
-      (void)cudaGetLastError();  // the capture's error is reported here, not by the next launch
-      graph->graph.reset();
-    }
+    failure = capture_graph(*graph->graph, cuda_->pool, [&] { body(graph->inputs); }, fail);
+    if (!failure.empty()) graph->graph.reset();
 #else
     TT_ASSERT(false, "StepGraphs: this build has no CUDA");
 #endif
   }
   if (!failure.empty()) {
-    counts_.failed_captures += 1;
-    policy_.capture_failed(key);
-    spdlog::warn("TT_ERR_GRAPH: capturing the step of shape [{}] failed: {}; the step ran eagerly ({}). Hint: "
-                 "cuda_graph.retry sets how often a shape is tried again, cuda_graph.enabled: false turns graphs off",
-                 key, failure,
-                 policy_.eager_for_good(key)
-                     ? "out of retries: this shape runs eagerly from now on"
-                     : str_cat("tried again after ", options_.policy.capture_frequency, " eager steps"));
+    capture_failed(key, "the step", failure);
     return;
   }
   graphs_[key] = std::move(graph);
@@ -277,12 +291,18 @@ void StepGraphs::report(const std::string& key, bool replay, double ms) {
     return;
   }
   policy_.replay_step(key, ms);
-  if (policy_.dropped(key) && graphs_.count(key) != 0) drop(key);
+  if (!policy_.dropped(key)) return;
+  const auto blocks = block_shapes_.find(key);
+  if (graphs_.count(key) != 0 || (blocks != block_shapes_.end() && blocks_->captured(blocks->second) > 0)) drop(key);
 }
 
 void StepGraphs::drop(const std::string& key) {
   spdlog::info("CUDA graph: shape [{}] runs eagerly from now on: {}", key, policy_.describe(key));
   counts_.dropped += 1;
+  if (auto blocks = block_shapes_.find(key); blocks != block_shapes_.end()) {
+    blocks_->drop(blocks->second);
+    return;
+  }
 #ifdef TELETRON_WITH_CUDA
   // Its pool blocks go back once the graph is gone: no replay of it may still be running then.
   if (!emulated()) c10::cuda::getCurrentCUDAStream(cuda_->device_index).synchronize();

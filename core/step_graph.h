@@ -47,10 +47,17 @@
 
 namespace tt {
 
+class BlockGraphs;
 class GpuInterval;
 
 struct StepGraphOptions {
   GraphPolicyOptions policy;
+  /// What a capture takes: "step" (the whole step), "blocks" (each Transformer block's forward and
+  /// backward, through `blocks`; the rest of the step eager) or "auto" (the whole step, and the
+  /// blocks for a step shape whose whole-step captures ran out of retries). With blocks, the
+  /// policy treats a step with block graphs as it treats a replay: timed against the shape's eager
+  /// steps, dropped unless as fast as the threshold asks.
+  std::string scope = "step";
   /// > 0: emulate graphs (see above), a replay reporting the eager mean divided by this factor.
   double emulate_speedup = 0;
 };
@@ -68,8 +75,10 @@ class StepGraphs {
  public:
   using Body = std::function<void(const std::vector<torch::Tensor>& inputs)>;
 
-  /// `device`: where the step runs; graphs need CUDA (or emulation).
-  StepGraphs(const StepGraphOptions& options, const torch::Device& device);
+  /// `device`: where the step runs; graphs need CUDA (or emulation). `blocks`: the model's block
+  /// graphs, needed unless the scope is "step".
+  StepGraphs(const StepGraphOptions& options, const torch::Device& device,
+             std::shared_ptr<BlockGraphs> blocks = nullptr);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
@@ -101,6 +110,12 @@ class StepGraphs {
   void run_eager(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body, bool counted);
   void capture(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body, bool fail);
   void replay(const std::string& key, const std::vector<torch::Tensor>& inputs);
+  // Block scope: `key` is the policy's, "blocks " + the step shape.
+  void capture_blocks(const std::string& key, const std::string& shape, const std::vector<torch::Tensor>& inputs,
+                      const Body& body, bool fail);
+  void replay_blocks(const std::string& key, const std::string& shape, const std::vector<torch::Tensor>& inputs,
+                     const Body& body);
+  void capture_failed(const std::string& key, const std::string& what, const std::string& failure);
   void drop(const std::string& key);
   bool emulated() const { return options_.emulate_speedup > 0; }
 
@@ -108,6 +123,8 @@ class StepGraphs {
   torch::Device device_;
   GraphPolicy policy_;
   std::map<std::string, std::unique_ptr<Graph>> graphs_;
+  std::shared_ptr<BlockGraphs> blocks_;
+  std::map<std::string, std::string> block_shapes_;  // policy key "blocks <shape>" -> shape, once used
   std::deque<Pending> pending_;
   StepGraphCounts counts_;
   struct CudaState;  // the capture stream and the pool (CUDA builds)

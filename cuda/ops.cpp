@@ -154,6 +154,13 @@ torch::Tensor stochastic_round_bf16(const torch::Tensor& x, const torch::Tensor&
   return bits.view(torch::kFloat32).to(torch::kBFloat16);  // exact: the low 16 bits are zero
 }
 
+std::function<torch::Tensor(const torch::Tensor&, int64_t, const torch::Tensor&)> keyed_bf16_rounding(uint64_t seed) {
+  return [seed](const torch::Tensor& x, int64_t index, const torch::Tensor& step) {
+    const auto key = (step.to(torch::kInt64) * (int64_t{1} << 32) + index).view({1});
+    return stochastic_round_bf16(x, key, seed);
+  };
+}
+
 // ---- colour conversion ----
 
 namespace {

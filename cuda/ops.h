@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <utility>
 
 #include "cuda/colour.h"
@@ -41,6 +42,13 @@ torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape
 /// come from keyed_uniform(key, x.numel(), seed, keyed::kStochasticRounding): a replay, a resumed
 /// run or another batching rounds alike. key: (1) int64 on x's device (no host read).
 torch::Tensor stochastic_round_bf16(const torch::Tensor& x, const torch::Tensor& key, uint64_t seed);
+
+/// How AdamW rounds a bf16 parameter's fp32 update (core/adamw.h's Bf16Rounding, the same
+/// signature): (updated value fp32, the parameter's index, its step count after this step, 0-d
+/// fp32 on the device) -> stochastic_round_bf16 keyed by (step << 32) | index under `seed`, so every
+/// parameter and step draws its own bits, and a replay or a resume draws the same ones. The key
+/// is made on the device (no host read: a captured step holds it).
+std::function<torch::Tensor(const torch::Tensor&, int64_t, const torch::Tensor&)> keyed_bf16_rounding(uint64_t seed);
 
 // ---- colour conversion ----
 

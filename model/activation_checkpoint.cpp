@@ -10,11 +10,15 @@
 namespace tt {
 namespace {
 
-// Carries the block function and the autocast state from forward to backward inside the context.
+// Carries the block function and both autocast states (CUDA, and the CPU's of a bf16-master-weight
+// run there) from forward to backward inside the context: the recomputation must cast as the
+// forward did, or its activations differ from the ones the gradients assume.
 struct BlockHolder : torch::CustomClassHolder {
   BlockFunction fn;
   bool autocast_cuda = false;
-  at::ScalarType autocast_dtype = at::kBFloat16;
+  at::ScalarType autocast_cuda_dtype = at::kBFloat16;
+  bool autocast_cpu = false;
+  at::ScalarType autocast_cpu_dtype = at::kBFloat16;
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -23,7 +27,9 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
                                                 const c10::intrusive_ptr<BlockHolder>& holder,
                                                 at::TensorList inputs) {
     holder->autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
-    holder->autocast_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    holder->autocast_cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    holder->autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
+    holder->autocast_cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
     ctx->saved_data["block"] = c10::IValue::make_capsule(holder);
     ctx->save_for_backward(inputs.vec());
     // Autograd is off inside Function::forward: nothing of the block is recorded.
@@ -43,7 +49,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     std::vector<torch::Tensor> outputs;
     {
       torch::AutoGradMode grad_on(true);
-      AutocastScope autocast(holder->autocast_cuda, holder->autocast_dtype);
+      AutocastScope autocast_cuda(holder->autocast_cuda, holder->autocast_cuda_dtype, at::kCUDA);
+      AutocastScope autocast_cpu(holder->autocast_cpu, holder->autocast_cpu_dtype, at::kCPU);
       outputs = holder->fn(inputs);
     }
     // Backpropagate through the recomputed block: parameter grads accumulate as usual; the

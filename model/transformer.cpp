@@ -328,14 +328,18 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
   // only values (module handles, sizes, the cached RoPE table's address), never locals by reference.
   const RopeTable* rope_table = &rope;
 
+  // Block graphs, when active, take every block that is not checkpointed (same block function).
+  const bool graphed = block_graphs_ && block_graphs_->active() && is_training() && torch::GradMode::is_enabled();
   for (auto& block : double_blocks_) {
-    if (checkpoint_this()) {
-      auto outputs = checkpointed(
-          [impl = block.ptr(), rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
-            auto result = impl->forward(in_[0], in_[1], in_[2], keys_from(in_, 3), *rope_table);
-            return std::vector<torch::Tensor>{result.first, result.second};
-          },
-          with_keys({video, text, vec}));
+    const int64_t index = block_index;
+    const bool recompute = checkpoint_this();
+    if (recompute || graphed) {
+      BlockFunction fn = [impl = block.ptr(), rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
+        auto result = impl->forward(in_[0], in_[1], in_[2], keys_from(in_, 3), *rope_table);
+        return std::vector<torch::Tensor>{result.first, result.second};
+      };
+      auto outputs = recompute ? checkpointed(fn, with_keys({video, text, vec}))
+                               : block_graphs_->run(index, fn, with_keys({video, text, vec}), block->parameters());
       video = outputs[0];
       text = outputs[1];
     } else {
@@ -344,12 +348,14 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
   }
   auto joint = torch::cat({video, text}, 1);
   for (auto& block : single_blocks_) {
-    if (checkpoint_this()) {
-      joint = checkpointed(
-          [impl = block.ptr(), n, rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
-            return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
-          },
-          with_keys({joint, vec}))[0];
+    const int64_t index = block_index;
+    const bool recompute = checkpoint_this();
+    if (recompute || graphed) {
+      BlockFunction fn = [impl = block.ptr(), n, rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
+        return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
+      };
+      joint = recompute ? checkpointed(fn, with_keys({joint, vec}))[0]
+                        : block_graphs_->run(index, fn, with_keys({joint, vec}), block->parameters())[0];
     } else {
       joint = block(joint, n, vec, keys, rope);
     }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "core/block_graphs.h"
 #include "model/hunyuan_config.h"
 #include "model/layers.h"
 #include "model/rope.h"
@@ -127,6 +128,9 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   /// Recompute every n-th block (double and single, counted together) in backward instead of
   /// keeping its activations; 0 = off.
   void set_activation_checkpointing(int64_t every_n) { checkpoint_every_n_ = every_n; }
+  /// Blocks not checkpointed run through these (CUDA graphs of single blocks, core/block_graphs.h)
+  /// while they are active; nullptr = always eagerly.
+  void set_block_graphs(std::shared_ptr<BlockGraphs> graphs) { block_graphs_ = std::move(graphs); }
 
  private:
   torch::Tensor condition_vector(const TransformerInputs& inputs);
@@ -142,6 +146,7 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   torch::nn::Linear proj_out_{nullptr};
   std::shared_ptr<RopeCache> rope_cache_;
   int64_t checkpoint_every_n_ = 0;
+  std::shared_ptr<BlockGraphs> block_graphs_;
 };
 TORCH_MODULE(HunyuanVideoTransformer);
 

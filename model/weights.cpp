@@ -12,7 +12,9 @@ namespace tt {
 safetensors::TensorMap snapshot_weights(const std::map<std::string, torch::Tensor>& tensors) {
   safetensors::TensorMap weights;
   for (const auto& [name, tensor] : tensors) {
-    weights[name] = tensor.detach().to(torch::kCPU, torch::kFloat32).clone();
+    // bf16 master weights stay bf16: exact, and half the file.
+    const auto dtype = tensor.scalar_type() == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
+    weights[name] = tensor.detach().to(torch::kCPU, dtype).clone();
   }
   return weights;
 }

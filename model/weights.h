@@ -21,7 +21,8 @@ void throw_if_weights_mismatch(const std::string& source, const std::vector<std:
                                const std::vector<std::string>& unexpected,
                                const std::vector<std::string>& misshaped);
 
-/// fp32 CPU copies of named tensors (e.g. model->diffusers_parameters()): what checkpoints hold.
+/// CPU copies of named tensors (e.g. model->diffusers_parameters()): what checkpoints hold. bf16
+/// tensors (bf16 master weights) stay bf16, everything else becomes fp32.
 safetensors::TensorMap snapshot_weights(const std::map<std::string, torch::Tensor>& tensors);
 
 /// Copies `weights` into `destinations` (name -> tensor or view, any dtype/device), converting

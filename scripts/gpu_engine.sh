@@ -3,7 +3,10 @@
 #   scripts/gpu_engine.sh tests [N]        the engine's [gpu] tests (CUDA graphs, fused kernels, segment attention), N runs
 #                                          each (default 3), one at a time; builds the test binaries.
 #   scripts/gpu_engine.sh ablation [ARGS]  teletron bench --suite train --ablation at the 1b preset's
-#                                          default shape (33x480x832); ARGS go to bench (--rows 2,3,2).
+#                                          default shape (33x480x832); ARGS go to bench. The rows, warm-up
+#                                          and timed steps of ablation, small and buckets come from ROWS,
+#                                          WARMUP and STEPS (ROWS=2,3,2): bench adds a repeated --rows to
+#                                          the part's own and refuses a second --warmup.
 #   scripts/gpu_engine.sh small [ARGS]     the same at 33x256x256 (16x9x32x32 latents), where launch
 #                                          overhead matters: main today against + CUDA Graphs, twice.
 #   scripts/gpu_engine.sh buckets [ARGS]   benchmark (c): mixed buckets 33x256x256, 33x480x832,
@@ -12,6 +15,11 @@
 #                                          latents, STEPS steps (default 300), same data and seed, for
 #                                          fp32, bf16, fp16, bf16 + graphs, bf16 + dynamic batch; the
 #                                          mean loss of the last 50 steps of each against fp32's.
+#   scripts/gpu_engine.sh seed [STEPS]     configs/seed_8xa100.yaml as written (dynamic batch from 32, accumulation 4,
+#                                          graphs on, bf16) on synthetic latents at 33x256x256 with the graph
+#                                          warm-up cut to 3 steps (100 would take the call's time): STEPS steps
+#                                          (default 8); the warnings for the keys that do not apply, the
+#                                          micro-batches chosen and the graphs' summary.
 #   TELETRON_PREBUILT=build/teletron OUT=/tmp/x CURVES_PRESET=tiny CURVES_TEXT=8 scripts/gpu_engine.sh curves 60
 #                                          is a dry run of a part on the CPU.
 set -uo pipefail
@@ -50,10 +58,11 @@ case "$part" in
     done
     grep -hE "FAILED:|largest relative" -A3 "$out/tests.log" | head -40 | tee -a "$out/summary.txt"
     ;;
-  ablation) bench ablation --ablation --warmup 10 --steps 30 "$@" ;;
-  small) bench small --ablation --rows 2,3,2,3 --frames 33 --height 256 --width 256 --warmup 10 --steps 30 "$@" ;;
-  buckets) bench buckets --ablation --rows 2,4,2,4 --buckets 33x256x256,33x480x832,65x256x448 --samples 24 \
-             --warmup 10 --steps 30 "$@" ;;
+  ablation) bench ablation --ablation --rows "${ROWS:-1,2,3,4,5,6,7,8}" --warmup "${WARMUP:-10}" --steps "${STEPS:-30}" "$@" ;;
+  small) bench small --ablation --rows "${ROWS:-2,3,2,3}" --frames 33 --height 256 --width 256 --warmup "${WARMUP:-10}" \
+           --steps "${STEPS:-30}" "$@" ;;
+  buckets) bench buckets --ablation --rows "${ROWS:-2,4,2,4}" --buckets 33x256x256,33x480x832,65x256x448 --samples 24 \
+             --warmup "${WARMUP:-10}" --steps "${STEPS:-30}" "$@" ;;
   curves)
     steps=${1:-300}
     work=/tmp/tt_curves; rm -rf "$work"; mkdir -p "$work"
@@ -91,6 +100,20 @@ for name, mean in means.items():
     rel = f"{100.0 * (mean - ref) / ref:+.2f} %" if ref else "—"
     print(f"| {name} | {len(open(os.path.join(work, name, 'metrics.jsonl')).readlines())} | {mean:.4f} | {rel} |")
 PY
+    ;;
+  seed)
+    steps=${1:-8}
+    work=/tmp/tt_seed; rm -rf "$work"; mkdir -p "$work"
+    sets=(--set "data.manifest=$work/data/manifest.jsonl" --set "data.buckets=[{frames: 33, height: 256, width: 256}]"
+          --set cuda_graph.warmup_steps=3 --set "train.max_steps=$steps" --set train.log_every=1
+          --set train.checkpoint_every=100000)
+    "$tt" synth-data "$here/../configs/seed_8xa100.yaml" "${sets[@]}" --output "$work/data" --samples 256 \
+      --text-length 256 >"$out/seed_data.log" 2>&1 || { tail -5 "$out/seed_data.log"; exit 1; }
+    start=$(date +%s)
+    timeout "${BENCH_TIMEOUT:-300}" "$tt" train "$here/../configs/seed_8xa100.yaml" "${sets[@]}" --output "$work/run" \
+      >"$out/seed.log" 2>&1
+    echo "seed config: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+    grep -E "warning|batch:|micro-batch|CUDA graph|step [0-9]+/|TT_ERR" "$out/seed.log" | head -60 | tee -a "$out/summary.txt"
     ;;
   *) echo "unknown part $part"; exit 2 ;;
 esac

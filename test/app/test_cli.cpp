@@ -138,7 +138,8 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   for (const char* row : {"| naive baseline |", "| main today |", "| + CUDA Graphs |", "| + dynamic batch |",
-                          "| + fused kernels and host fixes |", "| full stack |", "| + CUDA Graphs, segments |"})
+                          "| + fused kernels and host fixes |", "| full stack |", "| + CUDA Graphs, segments |",
+                          "| + CUDA Graphs of blocks |"})
     CHECK_THAT(result.output, ContainsSubstring(row));
   // Graphs need CUDA: on the CPU their rows run eagerly (cuda_graph.enabled auto), saying nothing of graphs.
   CHECK_THAT(result.output, ContainsSubstring("| + CUDA Graphs | as main today, the whole step captured"));
@@ -146,7 +147,7 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   CHECK_THAT(result.output, ContainsSubstring("4 timed steps after 2 warm-up steps, then 2 traced; global batch 4"));
   std::ifstream in(json);
   const nlohmann::json rows = nlohmann::json::parse(in);
-  REQUIRE(rows.size() == 7);
+  REQUIRE(rows.size() == 8);
   for (const auto& row : rows) {
     INFO(row.dump());
     if (!row["built"].get<bool>()) continue;

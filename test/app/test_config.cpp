@@ -428,6 +428,44 @@ TEST_CASE("several problems are reported together, the first one first", "[confi
   CHECK_THAT(e, ContainsSubstring("tele_tron.train.seed: expected an integer >= 0, got x"));
 }
 
+TEST_CASE("bf16 master weights need bf16 autocast; the allocator keys and their range", "[config][bf16]") {
+  const tt::Config defaults = load("tele_tron:\n");
+  CHECK(defaults.mixed_precision.master_weights == "fp32");
+  CHECK_FALSE(defaults.train.expandable_segments);
+  CHECK(defaults.train.memory_cap == 1.0);
+  const tt::Config c = load(
+      "tele_tron:\n  mixed_precision: {master_weights: bf16}\n  train: {expandable_segments: true, memory_cap: 0.5}\n");
+  CHECK(c.mixed_precision.master_weights == "bf16");
+  CHECK(c.train.expandable_segments);
+  CHECK(c.train.memory_cap == 0.5);
+  const tt::Config printed = load(tt::config_to_yaml(c));
+  CHECK(printed.mixed_precision == c.mixed_precision);
+  CHECK(printed.train == c.train);
+  CHECK(load("tele_tron:\n  mixed_precision: {dtype: fp16, master_weights: fp32}\n").mixed_precision.dtype == "fp16");
+  // bf16 weights with fp16 autocast or without autocast: the key, and where both keys were written.
+  CHECK_THAT(load_error("tele_tron:\n  mixed_precision:\n    dtype: fp16\n    master_weights: bf16\n"),
+             ContainsSubstring("tele_tron.mixed_precision.master_weights: bf16 needs mixed_precision.enabled: true "
+                               "and mixed_precision.dtype: bf16"));
+  CHECK_THAT(load_error("tele_tron:\n  mixed_precision:\n    dtype: fp16\n    master_weights: bf16\n"),
+             ContainsSubstring("got mixed_precision.dtype: fp16 (master_weights set at config.yaml:4:21, "
+                               "mixed_precision.dtype at config.yaml:3:12)"));
+  const std::string off =
+      load_error("tele_tron:\n  mixed_precision:\n    master_weights: bf16\n", {"mixed_precision.enabled=false"});
+  CHECK_THAT(off, ContainsSubstring("tele_tron.mixed_precision.master_weights: bf16 needs mixed_precision.enabled: true"));
+  CHECK_THAT(off, ContainsSubstring("got mixed_precision.enabled: false (master_weights set at config.yaml:3:21, "
+                                    "mixed_precision.enabled at --set mixed_precision.enabled=false)"));
+  CHECK_THAT(load_error("tele_tron:\n  mixed_precision: {master_weights: fp16}\n"),
+             ContainsSubstring("tele_tron.mixed_precision.master_weights: must be one of fp32 | bf16, got fp16"));
+  CHECK_THAT(load_error("tele_tron:\n  train: {memory_cap: 0}\n"),
+             ContainsSubstring("tele_tron.train.memory_cap: must be in (0, 1], got 0 (config.yaml:2:23)"));
+  CHECK_THAT(load_error("tele_tron:\n  train: {memory_cap: 1.5}\n"),
+             ContainsSubstring("tele_tron.train.memory_cap: must be in (0, 1], got 1.5"));
+  CHECK_THAT(load_error("tele_tron:\n  train: {expandable_segments: sometimes}\n"),
+             ContainsSubstring("tele_tron.train.expandable_segments: expected true or false, got sometimes"));
+  // Keys train reads: no start-up warning from the key table (a CPU run says what they do there).
+  CHECK(warnings(c).empty());
+}
+
 TEST_CASE("documents that are not a teletron config", "[config]") {
   CHECK_THAT(load_error(""), ContainsSubstring("config.yaml: the file is empty"));
   CHECK_THAT(load_error("# only a comment\n"), ContainsSubstring("config.yaml: the file is empty"));

@@ -122,6 +122,7 @@ TEST_CASE("resume check: every change to the run is TT_ERR_CONFIG naming the key
   check_blocked("model.preset=1b", "model.preset");
   check_blocked("vae.tiling=on", "vae.tiling");                               // the latents
   check_blocked("mixed_precision.enabled=false", "mixed_precision.enabled");  // the precision
+  check_blocked("mixed_precision.master_weights=bf16", "mixed_precision.master_weights");  // the weights' dtype
   check_blocked("flow_matching.shift=3.0", "flow_matching.shift");            // the objective
   check_blocked("flow_matching.timestep_sampling=uniform", "flow_matching.timestep_sampling");
   check_blocked("optimizer.lr=0.001", "optimizer.lr");  // the optimizer
@@ -191,6 +192,8 @@ TEST_CASE("resume check: cadence, paths, pipeline depth and execution knobs keep
   check_allowed(before, "cuda_graph.warmup_steps=7", "cuda_graph.warmup_steps");
   check_allowed(before, "cuda_graph.threshold=1.5", "cuda_graph.threshold");
   check_allowed(before, "data.text_padding=full", "data.text_padding");
+  check_allowed(before, "train.expandable_segments=true", "train.expandable_segments");
+  check_allowed(before, "train.memory_cap=0.5", "train.memory_cap");
 }
 
 TEST_CASE("resume check: max_steps may change; the note says what it does to the schedule", "[resume]") {

@@ -486,7 +486,8 @@ TEST_CASE("CUDA graphs (emulated on the CPU): warm-up, one capture, replays on e
                           "train " + ws.config + " --output " + graphs + " --set cuda_graph.enabled=true" + kGraphSets);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
-  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: the whole step captured per step shape after 2 eager steps"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: the whole step (its Transformer blocks where that fails) "
+                                           "captured per step shape after 2 eager steps"));
   CHECK_THAT(run.output, ContainsSubstring("EMULATED by TELETRON_GRAPH_EMULATE"));
   CHECK_THAT(run.output, ContainsSubstring("CUDA graph: captured the whole step of shape [latents [2, 16, 2, 8, 8] "
                                            "text 8 masked from 0] (1 graph in the pool)"));
@@ -544,7 +545,8 @@ TEST_CASE("CUDA graphs (emulated): an injected capture failure is a TT_ERR_GRAPH
 
   const std::string given_up = ws.dir / "given_up";
   auto none = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}, {"TELETRON_FAULTS", "graph_capture@3"}},
-                           "train " + ws.config + " --output " + given_up + kGraphSets + " --set cuda_graph.retry=0");
+                           "train " + ws.config + " --output " + given_up + kGraphSets +
+                               " --set cuda_graph.retry=0 --set cuda_graph.scope=step");
   INFO(none.output);
   REQUIRE(none.exit_code == 0);
   CHECK_THAT(none.output, ContainsSubstring("out of retries: this shape runs eagerly from now on"));
@@ -573,6 +575,82 @@ TEST_CASE("CUDA graphs (emulated): a graph slower than eager is dropped at its f
   CHECK(weight_difference(eager + "/checkpoints/step_0000008", slow + "/checkpoints/step_0000008") == 0.0);
 }
 
+// Block graphs (emulated) against eager: a graphed block's parameter gradients are autograd's of
+// its own recording, added into .grad (not bit for bit: the sum of a block's contributions is
+// formed before it is added), so the weights agree to fp32 summation order.
+constexpr double kBlockGraphTolerance = 1e-5;
+
+TEST_CASE("CUDA graphs of the blocks (emulated): each block's forward and backward through static buffers; the "
+          "weights are eager's to fp32 summation order, with accumulation and a checkpointed block",
+          "[train][graph][blocks]") {
+  for (const std::string extra : {std::string(), std::string(" --set gradient_accumulation=2 --set batch_size=1 "
+                                                             "--set model.activation_checkpointing.every_n=2")}) {
+    DYNAMIC_SECTION("extra sets:" << extra) {
+      Workspace ws(8);
+      const std::string eager = eager_reference(ws, "cpu", extra);
+      const std::string blocks = ws.dir / "blocks";
+      auto run = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}}, "train " + ws.config + " --output " + blocks +
+                                                                     kGraphSets + " --set cuda_graph.scope=blocks" + extra);
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
+      CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: each Transformer block (forward and backward) captured"));
+      // Checkpointed blocks (every 2nd from the first) are recomputed, not graphed.
+      CHECK_THAT(run.output, ContainsSubstring(extra.empty() ? "CUDA graph: captured 2 Transformer block(s) of the step"
+                                                             : "CUDA graph: captured 1 Transformer block(s) of the step"));
+      CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 5 replays"));
+      CHECK_THAT(run.output, !ContainsSubstring("TT_ERR_GRAPH"));
+      const double worst =
+          weight_difference(eager + "/checkpoints/step_0000008", blocks + "/checkpoints/step_0000008");
+      INFO("largest relative weight difference " << worst);
+      CHECK(worst <= kBlockGraphTolerance);
+    }
+  }
+}
+
+TEST_CASE("CUDA graphs (emulated), scope auto: a shape whose whole-step captures run out of retries gets block graphs; "
+          "a failed block capture is retried; block graphs slower than eager are dropped",
+          "[train][graph][blocks][faults]") {
+  Workspace ws(8);
+  const std::string eager = eager_reference(ws);
+  // Step 3's whole-step capture fails with no retry left: the blocks warm up (4-5), are captured
+  // at 6, replay at 7-8.
+  const std::string fallback = ws.dir / "fallback";
+  auto run = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}, {"TELETRON_FAULTS", "graph_capture@3"}},
+                          "train " + ws.config + " --output " + fallback + kGraphSets + " --set cuda_graph.retry=0");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("TT_ERR_GRAPH: capturing the step of shape [latents [2, 16, 2, 8, 8]"));
+  CHECK_THAT(run.output, ContainsSubstring("out of retries: its Transformer blocks are captured from now on"));
+  CHECK_THAT(run.output, ContainsSubstring("its Transformer blocks are captured instead (cuda_graph.scope auto)"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graph: captured 2 Transformer block(s) of the step of shape"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 1 failed, 2 replays"));
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", fallback + "/checkpoints/step_0000008") <=
+        kBlockGraphTolerance);
+
+  // scope blocks, the block capture at step 3 fails inside: retried after 2 eager steps (6), replays 7-8.
+  const std::string retried = ws.dir / "retried_blocks";
+  auto again = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}, {"TELETRON_FAULTS", "graph_capture@3"}},
+                            "train " + ws.config + " --output " + retried + kGraphSets + " --set cuda_graph.scope=blocks");
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK_THAT(again.output, ContainsSubstring("TT_ERR_GRAPH: capturing the Transformer blocks of the step of shape "
+                                             "[blocks latents [2, 16, 2, 8, 8]"));
+  CHECK_THAT(again.output, ContainsSubstring("block 0: injected by TELETRON_FAULTS (graph_capture)"));
+  CHECK_THAT(again.output, ContainsSubstring("CUDA graphs: 1 capture(s), 1 failed, 2 replays"));
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", retried + "/checkpoints/step_0000008") <=
+        kBlockGraphTolerance);
+
+  // Replays reported five times slower than eager: dropped at the first comparison, eager after.
+  const std::string slow = ws.dir / "slow_blocks";
+  auto dropped = run_with_env({{"TELETRON_GRAPH_EMULATE", "0.2"}},
+                              "train " + ws.config + " --output " + slow + kGraphSets + " --set cuda_graph.scope=blocks");
+  INFO(dropped.output);
+  REQUIRE(dropped.exit_code == 0);
+  CHECK_THAT(dropped.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 2 replays, 5 eager steps, 1 dropped"));
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", slow + "/checkpoints/step_0000008") <=
+        kBlockGraphTolerance);
+}
+
 // Captured steps on the GPU against eager ones: the same kernels on the same inputs, so the only
 // differences are the GEMM and attention algorithms cuBLAS and SDPA pick on the capture stream.
 constexpr double kGraphTolerance = 1e-3;  // relative, on the weights (bf16's epsilon is 7.8e-3)
@@ -580,11 +658,12 @@ constexpr double kGraphTolerance = 1e-3;  // relative, on the weights (bf16's ep
 // 13 CUDA steps with graphs (1-2 eager, 3 captured, 4-13 replayed, no comparison with eager in
 // between) against 13 eager ones, both with `sets`: every loss and the final weights within
 // kGraphTolerance. `shape`, when given, must appear in the capture's log line.
-void check_replays_equal_eager(const Workspace& ws, const std::string& sets, const std::string& shape) {
+void check_replays_equal_eager(const Workspace& ws, const std::string& sets, const std::string& shape,
+                               const std::string& graph_sets = "") {
   const std::string eager = eager_reference(ws, "cuda", " --max-steps 13" + sets);
   const std::string graphs = ws.dir / "graphs_cuda";
   auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" + kGraphSets +
-                          " --set cuda_graph.capture_frequency=1000" + sets);
+                          " --set cuda_graph.capture_frequency=1000" + sets + graph_sets);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.output, !ContainsSubstring("TT_ERR_GRAPH"));
@@ -608,6 +687,28 @@ TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 
   TT_REQUIRE_GPU();
   Workspace ws(8);
   check_replays_equal_eager(ws, "", "");
+}
+
+TEST_CASE("CUDA graphs of the blocks on the GPU: 10 steps with block graphs equal 10 eager steps; scope auto falls "
+          "back to block graphs after a failed whole-step capture", "[train][graph][gpu][blocks]") {
+  TT_REQUIRE_GPU();
+  Workspace ws(8);
+  // The scope only on the graph run: the eager reference (graphs off) would warn that it does nothing.
+  check_replays_equal_eager(ws, "", "CUDA graph: captured 2 Transformer block(s)", " --set cuda_graph.scope=blocks");
+  // Auto: step 3's whole capture fails (no retry), the blocks warm up at 4-5, are captured at 6, replay at 7-13.
+  const std::string eager = ws.dir / "eager_cuda";
+  const std::string fallback = ws.dir / "fallback_cuda";
+  auto run = train_with_faults("graph_capture@3", "train " + ws.config + " --device cuda --output " + fallback +
+                                                      " --max-steps 13" + kGraphSets +
+                                                      " --set cuda_graph.capture_frequency=1000 --set cuda_graph.retry=0");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, ContainsSubstring("its Transformer blocks are captured instead (cuda_graph.scope auto)"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graph: captured 2 Transformer block(s)"));
+  CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 1 failed, 7 replays"));
+  const double worst = weight_difference(eager + "/checkpoints/step_0000013", fallback + "/checkpoints/step_0000013");
+  INFO("largest relative weight difference " << worst);
+  CHECK(worst <= kGraphTolerance);
 }
 
 TEST_CASE("with model.segment_attention, the step shape of right-padded text says segments (emulated graphs)",

@@ -1,5 +1,6 @@
 // The fused AdamW against LibTorch's reference torch::optim::AdamW, gradient clipping, state I/O.
 #include <catch2/catch_test_macros.hpp>
+#include <cmath>
 #include <torch/torch.h>
 
 #include "core/adamw.h"
@@ -88,4 +89,16 @@ TEST_CASE("clip_grad_norm returns the norm and clips to max_norm", "[optim]") {
   auto norm_after = tt::clip_grad_norm({p, q}, 10.0);
   CHECK(std::abs(norm_after.item<float>() - 1.0f) < 1e-4);
   CHECK(std::abs(p.grad()[0].item<float>() - 0.6f) < 1e-4);
+}
+
+TEST_CASE("clip_grad_norm of bf16 gradients (bf16 master weights) is computed in fp32", "[optim][bf16]") {
+  auto w = torch::zeros({3}, torch::kBFloat16).requires_grad_(true);
+  w.mutable_grad() = torch::ones({3}, torch::kBFloat16);
+  // sqrt(3) = 1.7320508 in fp32; a bf16 norm would be 1.734375, 2.3e-3 off.
+  auto norm = tt::clip_grad_norm({w}, 1.0);
+  CHECK(norm.scalar_type() == torch::kFloat32);
+  CHECK(std::abs(norm.item<double>() - std::sqrt(3.0)) < 1e-6);
+  // Clipped in place, still bf16: each entry 1 / sqrt(3) to bf16's precision.
+  CHECK(w.grad().scalar_type() == torch::kBFloat16);
+  CHECK(std::abs(w.grad()[0].item<double>() - 1.0 / std::sqrt(3.0)) < 4e-3);
 }

@@ -1,7 +1,9 @@
-// Activation checkpointing gives the same outputs and gradients as running the block directly.
+// Activation checkpointing gives the same outputs and gradients as running the block directly,
+// also under autocast (the recomputation casts as the forward did).
 #include <catch2/catch_test_macros.hpp>
 #include <torch/torch.h>
 
+#include "core/autocast.h"
 #include "model/activation_checkpoint.h"
 
 TEST_CASE("checkpointed block: same outputs, input and parameter gradients", "[model][checkpoint]") {
@@ -31,4 +33,34 @@ TEST_CASE("checkpointed block: same outputs, input and parameter gradients", "[m
   CHECK(torch::allclose(x.grad(), grad_x, 1e-6, 1e-6));
   CHECK(torch::allclose(scale.grad(), grad_scale, 1e-6, 1e-6));
   CHECK(torch::allclose(a->weight.grad(), grad_a, 1e-6, 1e-6));
+}
+
+TEST_CASE("checkpointed block under CPU autocast: recomputed in bf16 as its forward ran, same gradients",
+          "[model][checkpoint][bf16]") {
+  torch::manual_seed(5);
+  torch::nn::Linear a(6, 8), b(8, 6);
+  auto block = [&](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+    return {b(torch::gelu(a(in[0])))};
+  };
+  auto x = torch::randn({4, 6}, torch::requires_grad());
+  // Output and gradients of x and a.weight; the backward runs outside the autocast scope, as the
+  // trainer's does, so a recomputation that did not restore it would run in fp32.
+  auto run = [&](bool checkpoint) {
+    x.mutable_grad() = torch::Tensor();
+    a->weight.mutable_grad() = torch::Tensor();
+    torch::Tensor out;
+    {
+      tt::AutocastScope autocast(true, at::kBFloat16, at::kCPU);
+      out = checkpoint ? tt::checkpointed(block, {x})[0] : block({x})[0];
+    }
+    out.to(torch::kFloat32).pow(2).sum().backward();
+    return std::vector<torch::Tensor>{out.detach(), x.grad().clone(), a->weight.grad().clone()};
+  };
+  const auto direct = run(false);
+  const auto saved = run(true);
+  CHECK(direct[0].scalar_type() == torch::kBFloat16);
+  for (size_t i = 0; i < direct.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(torch::equal(saved[i], direct[i]));
+  }
 }

@@ -1,6 +1,7 @@
-// bf16 master weights: stochastic rounding (cuda/ops.h stochastic_round_bf16) and AdamW over bf16
-// parameters (core/adamw.h), on the CPU (the rounding's CUDA path is keyed_uniform's kernel and
-// the same torch ops).
+// bf16 master weights: stochastic rounding (cuda/ops.h stochastic_round_bf16, keyed_bf16_rounding),
+// AdamW over bf16 parameters (core/adamw.h) and a bf16 model under CPU autocast, on the CPU (the
+// rounding's CUDA path is keyed_uniform's kernel and the same torch ops). Training runs with bf16
+// master weights, end to end, are in test/app/test_train_precision.cpp.
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
 
@@ -8,18 +9,13 @@
 #include <vector>
 
 #include "core/adamw.h"
+#include "core/autocast.h"
 #include "cuda/ops.h"
+#include "test/model/small_model.h"
 
 namespace {
 
 torch::Tensor key_of(int64_t value) { return torch::tensor({value}, torch::kInt64); }
-
-tt::Bf16Rounding keyed_rounding(uint64_t seed) {
-  return [seed](const torch::Tensor& x, int64_t index, const torch::Tensor& step) {
-    auto key = (step.to(torch::kInt64) * (int64_t{1} << 32) + index).view({1});
-    return tt::stochastic_round_bf16(x, key, seed);
-  };
-}
 
 }  // namespace
 
@@ -64,7 +60,7 @@ TEST_CASE("AdamW over bf16 weights follows fp32 master weights where round-to-ne
   options.lr = 1e-3;
   options.weight_decay = 0.0;
   tt::AdamW fp32({p32}, {"w"}, options);
-  tt::AdamW bf16({p16}, {"w"}, options, keyed_rounding(7));
+  tt::AdamW bf16({p16}, {"w"}, options, tt::keyed_bf16_rounding(7));
   const auto direction = torch::randn({n});
   const int64_t steps = 100;
   for (int64_t step = 0; step < steps; ++step) {
@@ -102,7 +98,7 @@ TEST_CASE("AdamW over bf16 weights: a skipped step changes nothing; a restored s
   auto w = torch::randn({300}).to(torch::kBFloat16);
   tt::AdamWOptions options;
   options.lr = 1e-2;
-  tt::AdamW opt({w}, {"w"}, options, keyed_rounding(1));
+  tt::AdamW opt({w}, {"w"}, options, tt::keyed_bf16_rounding(1));
   w.mutable_grad() = torch::randn({300}).to(torch::kBFloat16);
   opt.step();
   const auto before = w.clone();
@@ -112,7 +108,7 @@ TEST_CASE("AdamW over bf16 weights: a skipped step changes nothing; a restored s
   CHECK(opt.state_dict().at("optim.w.step").item<float>() == 1.0f);
   // Two optimizers from the same weights and state take the same next step, bit for bit.
   auto twin = before.clone();
-  tt::AdamW other({twin}, {"w"}, options, keyed_rounding(1));
+  tt::AdamW other({twin}, {"w"}, options, tt::keyed_bf16_rounding(1));
   other.load_state_dict(state);
   const auto grad = torch::randn({300}).to(torch::kBFloat16);
   w.mutable_grad() = grad;
@@ -121,4 +117,43 @@ TEST_CASE("AdamW over bf16 weights: a skipped step changes nothing; a restored s
   other.step();
   CHECK(torch::equal(w, twin));
   CHECK_FALSE(torch::equal(w, before));
+}
+
+TEST_CASE("a bf16 model runs forward and backward under CPU autocast: bf16 gradients, the same with checkpointed "
+          "blocks", "[model][bf16][checkpoint]") {
+  const tt::HunyuanVideoConfig config = tt::test::small_model_config();
+  tt::HunyuanVideoTransformer model(config);
+  tt::test::randomise_weights(model, 3);
+  model->to(torch::kBFloat16);
+  model->train();
+  const tt::TransformerInputs inputs = tt::test::small_model_inputs(config, 2, 8);  // fp32, as the trainer's
+  auto gradients = [&](int64_t every_n) {
+    model->set_activation_checkpointing(every_n);
+    model->zero_grad();
+    torch::Tensor out;
+    {
+      tt::AutocastScope autocast(true, at::kBFloat16, at::kCPU);
+      out = model->forward(inputs);
+    }
+    CHECK(out.scalar_type() == torch::kBFloat16);
+    out.to(torch::kFloat32).square().mean().backward();
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& item : model->named_parameters()) grads[item.key()] = item.value().grad().clone();
+    return grads;
+  };
+  const auto direct = gradients(0);
+  const auto saved = gradients(1);
+  // The same gradients, but for the conditioning's: every block adds to the gradient of `vec`,
+  // in bf16, in another order when the blocks are recomputed.
+  const std::map<std::string, double> errors = tt::test::gradient_errors(saved, direct);
+  for (const auto& [name, grad] : direct) {
+    INFO(name << ": relative error " << errors.at(name));
+    CHECK(grad.scalar_type() == torch::kBFloat16);
+    CHECK(torch::isfinite(grad).all().item<bool>());
+    if (name.rfind("time_text_embed.", 0) == 0) {
+      CHECK(errors.at(name) < 1e-2);
+    } else {
+      CHECK(torch::equal(saved.at(name), grad));
+    }
+  }
 }

@@ -1,0 +1,26 @@
+// Device helpers that run anywhere: the CUDA allocator's settings string (core/device.h). Setting
+// the allocator itself is covered on the GPU by test/app/test_train_precision.cpp's [gpu] cases.
+#include <catch2/catch_test_macros.hpp>
+
+#include <string>
+
+#include "core/device.h"
+
+TEST_CASE("the allocator settings keep every other entry and say expandable_segments once", "[device][memory]") {
+  CHECK(tt::allocator_settings_with_expandable("", true) == "expandable_segments:True");
+  CHECK(tt::allocator_settings_with_expandable("", false) == "expandable_segments:False");
+  // The environment's other keys go along (a settings string resets those it leaves out), a list
+  // value with its commas included; an earlier expandable_segments entry is replaced.
+  CHECK(tt::allocator_settings_with_expandable("max_split_size_mb:128,roundup_power2_divisions:[64:8,256:4]", true) ==
+        "max_split_size_mb:128,roundup_power2_divisions:[64:8,256:4],expandable_segments:True");
+  CHECK(tt::allocator_settings_with_expandable("expandable_segments:True,garbage_collection_threshold:0.6", false) ==
+        "garbage_collection_threshold:0.6,expandable_segments:False");
+  CHECK(tt::allocator_settings_with_expandable("max_split_size_mb:64, expandable_segments:False", true) ==
+        "max_split_size_mb:64,expandable_segments:True");
+}
+
+TEST_CASE("configure_cuda_allocator changes nothing for a CPU device", "[device][memory]") {
+  const tt::AllocatorSetup setup = tt::configure_cuda_allocator(torch::Device(torch::kCPU), {true, 0.5});
+  CHECK_FALSE(setup.expandable_segments);
+  CHECK(setup.environment.empty());
+}
