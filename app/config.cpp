@@ -529,7 +529,7 @@ void Loader::check_dynamic_batch() {
 
 void Loader::check_master_weights() {
   const MixedPrecisionSection& m = config_->mixed_precision;
-  if (m.master_weights != "bf16" || (m.enabled && m.dtype == "bf16")) return;
+  if (m.master_weights_usable()) return;
   // The key that makes bf16 weights impossible, and where each of the two was written.
   const std::string other = !m.enabled ? "mixed_precision.enabled" : "mixed_precision.dtype";
   const std::string value = !m.enabled ? "false" : m.dtype;

@@ -106,6 +106,9 @@ struct MixedPrecisionSection {
   std::string master_weights = "fp32";  // fp32 | bf16 (bf16 needs enabled and dtype bf16)
 
   bool operator==(const MixedPrecisionSection&) const = default;
+  /// bf16 master weights are used as bf16 only under bf16 autocast: false for bf16 weights
+  /// without it (the loader refuses that; the trainer checks configs built in code).
+  bool master_weights_usable() const { return master_weights != "bf16" || (enabled && dtype == "bf16"); }
 };
 
 struct CudaGraphSection {

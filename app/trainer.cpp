@@ -50,8 +50,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   allocator_ = configure_cuda_allocator(device_, allocator_options_from(config_.train));
   bf16_master_ = config_.mixed_precision.master_weights == "bf16";
   // The loader refuses this combination; a config built in code (bench) is checked here.
-  TT_CHECK_HINT(!bf16_master_ || (config_.mixed_precision.enabled && config_.mixed_precision.dtype == "bf16"),
-                ErrorCode::kConfig, "set mixed_precision.enabled: true and mixed_precision.dtype: bf16, or "
+  TT_CHECK_HINT(config_.mixed_precision.master_weights_usable(), ErrorCode::kConfig, "set mixed_precision.enabled: true and mixed_precision.dtype: bf16, or "
                 "mixed_precision.master_weights: fp32",
                 "tele_tron.mixed_precision.master_weights: bf16 needs bf16 autocast");
   // bf16 weights run under bf16 autocast on the CPU too (fp32 weights there run in fp32).
@@ -169,11 +168,8 @@ void Trainer::announce() const {
                                                        : "");
   } else if (g.enabled != "false") {
     // Graphs need CUDA: the cuda_graph keys a CPU run was given do nothing, said once.
-    for (const ConfigSetKey& key : config_.set_keys) {
-      if (key.path.rfind("cuda_graph.", 0) != 0) continue;
-      spdlog::warn("tele_tron.{}: set ({}), but the device is {}: every step runs eagerly (CUDA graphs need CUDA)",
-                   key.path, key.where, describe_device(device_));
-    }
+    warn_set_without_cuda([](const std::string& path) { return path.rfind("cuda_graph.", 0) == 0; },
+                          "every step runs eagerly (CUDA graphs need CUDA)");
   }
   announce_allocator();
   spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
@@ -198,15 +194,21 @@ void Trainer::announce() const {
   warn_unused_keys(config_, Command::kTrain);
 }
 
+void Trainer::warn_set_without_cuda(const std::function<bool(const std::string&)>& matches,
+                                    const std::string& why) const {
+  for (const ConfigSetKey& key : config_.set_keys) {
+    if (!matches(key.path)) continue;
+    spdlog::warn("tele_tron.{}: set ({}), but the device is {}: {}", key.path, key.where, describe_device(device_), why);
+  }
+}
+
 void Trainer::announce_allocator() const {
   const TrainSection& t = config_.train;
   if (!device_.is_cuda()) {
     // The allocator keys a CPU run was given do nothing, said once per key.
-    for (const ConfigSetKey& key : config_.set_keys) {
-      if (key.path != "train.expandable_segments" && key.path != "train.memory_cap") continue;
-      spdlog::warn("tele_tron.{}: set ({}), but the device is {}: it sets the CUDA caching allocator, which a CPU "
-                   "run does not use", key.path, key.where, describe_device(device_));
-    }
+    warn_set_without_cuda(
+        [](const std::string& path) { return path == "train.expandable_segments" || path == "train.memory_cap"; },
+        "it sets the CUDA caching allocator, which a CPU run does not use");
     return;
   }
   // An environment variable that names expandable segments decides: said once, when the key is set too.

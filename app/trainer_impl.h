@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -50,6 +51,8 @@ class Trainer {
   void announce() const;
   /// What train.expandable_segments and train.memory_cap did (on the CPU: that they do nothing).
   void announce_allocator() const;
+  /// Warns once for each set key `matches` picks that it does nothing without CUDA, and `why`.
+  void warn_set_without_cuda(const std::function<bool(const std::string&)>& matches, const std::string& why) const;
   /// The share of GPU memory a dynamic batch may fill: dynamic_batch.memory_fraction, within
   /// train.memory_cap (the allocator fails past the cap whatever the fraction says).
   double memory_budget() const { return std::min(config_.dynamic_batch.memory_fraction, config_.train.memory_cap); }

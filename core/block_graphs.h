@@ -27,6 +27,7 @@
 // One BlockGraphs per model and training run (no global state).
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -65,11 +66,12 @@ class BlockGraphs {
   /// True between begin_step and end_step with a mode other than kOff.
   bool active() const { return mode_ != Mode::kOff; }
 
-  /// Block `index` of the model on `inputs` (`params`: its parameters): eagerly when inactive or
-  /// without grad mode (evaluation), else captured or replayed as the step's mode says. After a
-  /// failed capture in this step the remaining blocks run eagerly.
+  /// Block `index` of the model on `inputs` (`module`: the block, whose parameters are read once,
+  /// at its capture): eagerly when inactive or without grad mode (evaluation), else captured or
+  /// replayed as the step's mode says. After a failed capture in this step the remaining blocks
+  /// run eagerly.
   std::vector<torch::Tensor> run(int64_t index, const Function& block, const std::vector<torch::Tensor>& inputs,
-                                 const std::vector<torch::Tensor>& params);
+                                 const torch::nn::Module& module);
 
   /// Blocks with graphs for `key`.
   int64_t captured(const std::string& key) const;

@@ -339,7 +339,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
         return std::vector<torch::Tensor>{result.first, result.second};
       };
       auto outputs = recompute ? checkpointed(fn, with_keys({video, text, vec}))
-                               : block_graphs_->run(index, fn, with_keys({video, text, vec}), block->parameters());
+                               : block_graphs_->run(index, fn, with_keys({video, text, vec}), *block);
       video = outputs[0];
       text = outputs[1];
     } else {
@@ -355,7 +355,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
         return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
       };
       joint = recompute ? checkpointed(fn, with_keys({joint, vec}))[0]
-                        : block_graphs_->run(index, fn, with_keys({joint, vec}), block->parameters())[0];
+                        : block_graphs_->run(index, fn, with_keys({joint, vec}), *block)[0];
     } else {
       joint = block(joint, n, vec, keys, rope);
     }

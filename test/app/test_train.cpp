@@ -15,6 +15,7 @@
 #include "core/checkpoint.h"
 #include "core/errors.h"
 #include "core/safetensors.h"
+#include "test/app/train_runs.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::ContainsSubstring;
@@ -24,51 +25,10 @@ using tt::test::TempDir;
 
 namespace {
 
-// A tiny model on (16, 2, 8, 8) latents with 8 text tokens: fast on two CPU cores.
-std::string small_config(const std::string& manifest, const std::string& extra = "") {
-  std::ostringstream text;
-  text << "tele_tron:\n"
-       << "  model:\n"
-       << "    preset: tiny\n"
-       << "    num_attention_heads: 2\n"
-       << "    attention_head_dim: 16\n"
-       << "    rope_axes_dim: [4, 6, 6]\n"
-       << "    num_layers: 1\n"
-       << "    num_single_layers: 1\n"
-       << "  data:\n"
-       << "    manifest: " << manifest << "\n"
-       << "    buckets: [{frames: 5, height: 64, width: 64}]\n"
-       << "  batch_size: 2\n"
-       << "  optimizer: {lr: 2.0e-3, warmup_steps: 5, weight_decay: 0.0}\n"
-       << "  flow_matching: {shift: 1.0}\n"
-       << "  train: {device: cpu, max_steps: 8, log_every: 1, checkpoint_every: 4, seed: 3}\n"
-       << extra;
-  return text.str();
-}
-
-struct Workspace {
-  TempDir dir{"tt_train"};
-  std::string config;
-  std::string manifest;
-
-  explicit Workspace(int samples = 8, const std::string& extra = "") {
-    manifest = dir / "data/manifest.jsonl";
-    config = dir / "config.yaml";
-    tt::test::write_file(config, small_config(manifest, extra));
-    auto made = run_teletron("synth-data " + config + " --output " + (dir / "data") + " --samples " +
-                             std::to_string(samples) + " --text-length 8");
-    INFO(made.output);
-    REQUIRE(made.exit_code == 0);
-  }
-};
-
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
+using Workspace = tt::test::TrainWorkspace;
+using tt::test::read_metrics;
+using tt::test::run_with_env;
+using tt::test::weight_difference;
 
 }  // namespace
 
@@ -438,27 +398,6 @@ TEST_CASE("dynamic batch: an injected out-of-memory halves the micro-batch and r
   CHECK_THAT(c.output, ContainsSubstring("out of memory at the smallest micro-batch (dynamic_batch.min = 1)"));
 }
 
-// Environment variables for one run of the executable.
-tt::test::CommandResult run_with_env(const std::vector<std::pair<std::string, std::string>>& env,
-                                     const std::string& args) {
-  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-  auto result = run_teletron(args);
-  for (const auto& [name, value] : env) unsetenv(name.c_str());
-  return result;
-}
-
-// Largest |a - b| / max|a| over the model tensors of two checkpoints.
-double weight_difference(const std::string& left_folder, const std::string& right_folder) {
-  const auto left = tt::checkpoint::load(left_folder);
-  const auto right = tt::checkpoint::load(right_folder);
-  double worst = 0.0;
-  for (const auto& [name, tensor] : left.model) {
-    const torch::Tensor other = right.model.at(name);
-    worst = std::max(worst, (tensor - other).abs().max().item<double>() / (tensor.abs().max().item<double>() + 1e-12));
-  }
-  return worst;
-}
-
 // Graphs every step shape after 2 eager steps, compared with eager every 2 replays; text padded
 // to the dataset's length (one shape) in both runs.
 constexpr const char* kGraphSets =
@@ -780,7 +719,7 @@ TEST_CASE("cached latents of two shapes train as two buckets: every batch one sh
   TempDir dir("tt_latent_buckets");
   const std::string config = dir / "config.yaml";
   const std::string manifest = dir / "data/manifest.jsonl";
-  tt::test::write_file(config, small_config(manifest));
+  tt::test::write_file(config, tt::test::small_train_config(manifest));
   // Four samples of (16, 2, 8, 8) latents, then four of (16, 3, 4, 8), in one manifest.
   std::string rows;
   const std::pair<const char*, const char*> shapes[] = {{"a", "[{frames: 5, height: 64, width: 64}]"},

@@ -21,6 +21,7 @@
 #include "core/checkpoint.h"
 #include "core/errors.h"
 #include "core/safetensors.h"
+#include "test/app/train_runs.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::ContainsSubstring;
@@ -29,59 +30,15 @@ using tt::test::TempDir;
 
 namespace {
 
-// test_train.cpp's tiny model on (16, 2, 8, 8) latents with 8 text tokens: fast on two CPU cores.
-std::string small_config(const std::string& manifest) {
-  std::ostringstream text;
-  text << "tele_tron:\n"
-       << "  model:\n"
-       << "    preset: tiny\n"
-       << "    num_attention_heads: 2\n"
-       << "    attention_head_dim: 16\n"
-       << "    rope_axes_dim: [4, 6, 6]\n"
-       << "    num_layers: 1\n"
-       << "    num_single_layers: 1\n"
-       << "  data:\n"
-       << "    manifest: " << manifest << "\n"
-       << "    buckets: [{frames: 5, height: 64, width: 64}]\n"
-       << "  batch_size: 2\n"
-       << "  optimizer: {lr: 2.0e-3, warmup_steps: 5, weight_decay: 0.0}\n"
-       << "  flow_matching: {shift: 1.0}\n"
-       << "  train: {device: cpu, max_steps: 8, log_every: 1, checkpoint_every: 4, seed: 3}\n";
-  return text.str();
-}
-
-struct Workspace {
-  TempDir dir{"tt_precision"};
-  std::string config;
-
-  explicit Workspace(int samples) {
-    const std::string manifest = dir / "data/manifest.jsonl";
-    config = dir / "config.yaml";
-    tt::test::write_file(config, small_config(manifest));
-    auto made = run_teletron("synth-data " + config + " --output " + (dir / "data") + " --samples " +
-                             std::to_string(samples) + " --text-length 8");
-    INFO(made.output);
-    REQUIRE(made.exit_code == 0);
-  }
-
-  /// `teletron train` on the workspace's config into dir/<run>; REQUIREs success.
-  tt::test::CommandResult train(const std::string& run, const std::string& args) const {
-    auto result = run_teletron("train " + config + " --output " + (dir / run) + " " + args);
-    INFO(result.output);
-    REQUIRE(result.exit_code == 0);
-    return result;
-  }
+// test_train.cpp's tiny model and workspace.
+struct Workspace : tt::test::TrainWorkspace {
+  explicit Workspace(int samples) : TrainWorkspace(samples, "", "tt_precision") {}
 };
+using tt::test::read_metrics;
+using tt::test::run_with_env;
+using tt::test::weight_difference;
 
 constexpr const char* kBf16 = " --set mixed_precision.master_weights=bf16";
-
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
 
 // The mean loss of the second half of a run's metrics rows.
 double late_loss(const std::string& run) {
@@ -92,32 +49,11 @@ double late_loss(const std::string& run) {
   return sum / static_cast<double>(rows.size() - rows.size() / 2);
 }
 
-// Largest |a - b| / max|a| over the model tensors of two checkpoints.
-double weight_difference(const std::string& left_folder, const std::string& right_folder) {
-  const auto left = tt::checkpoint::load(left_folder);
-  const auto right = tt::checkpoint::load(right_folder);
-  double worst = 0.0;
-  for (const auto& [name, tensor] : left.model) {
-    const torch::Tensor a = tensor.to(torch::kFloat64), b = right.model.at(name).to(torch::kFloat64);
-    worst = std::max(worst, (a - b).abs().max().item<double>() / (a.abs().max().item<double>() + 1e-12));
-  }
-  return worst;
-}
-
 // How often `text` occurs in `output`.
 int count_of(const std::string& output, const std::string& text) {
   int count = 0;
   for (size_t at = output.find(text); at != std::string::npos; at = output.find(text, at + 1)) ++count;
   return count;
-}
-
-// Environment variables for one run of the executable.
-tt::test::CommandResult run_with_env(const std::vector<std::pair<std::string, std::string>>& env,
-                                     const std::string& args) {
-  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-  auto result = run_teletron(args);
-  for (const auto& [name, value] : env) unsetenv(name.c_str());
-  return result;
 }
 
 }  // namespace

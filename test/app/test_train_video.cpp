@@ -18,10 +18,13 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "test/app/train_runs.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::ContainsSubstring;
 using tt::test::TempDir;
+
+using tt::test::read_metrics;
 
 namespace {
 
@@ -135,14 +138,6 @@ void check_pairing(const std::string& out, const std::vector<std::string>& files
     const auto text = tt::safetensors::load(dir / ("text" + std::to_string(r) + ".safetensors"), {"text_states"});
     CHECK(torch::equal(stored.at("text_states"), text.at("text_states")));
   }
-}
-
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  return rows;
 }
 
 }  // namespace
