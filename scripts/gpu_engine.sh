@@ -20,6 +20,9 @@
 #                                          warm-up cut to 3 steps (100 would take the call's time): STEPS steps
 #                                          (default 8); the warnings for the keys that do not apply, the
 #                                          micro-batches chosen and the graphs' summary.
+#   scripts/gpu_engine.sh blockdiff [STEPS] diagnosis of block graphs against eager on the tiny model of the [gpu]
+#                                          tests: checkpoints every step (default 6), per step the tensors that
+#                                          differ most (eager vs whole-step graphs vs block graphs; bf16 and fp32).
 #   TELETRON_PREBUILT=build/teletron OUT=/tmp/x CURVES_PRESET=tiny CURVES_TEXT=8 scripts/gpu_engine.sh curves 60
 #                                          is a dry run of a part on the CPU.
 set -uo pipefail
@@ -114,6 +117,60 @@ PY
       >"$out/seed.log" 2>&1
     echo "seed config: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
     grep -E "warning|batch:|micro-batch|CUDA graph|step [0-9]+/|TT_ERR" "$out/seed.log" | head -60 | tee -a "$out/summary.txt"
+    ;;
+  blockdiff)
+    steps=${1:-6}
+    work=/tmp/tt_blockdiff; rm -rf "$work"; mkdir -p "$work"
+    cat >"$work/config.yaml" <<YAML
+tele_tron:
+  model: {preset: tiny, num_attention_heads: 2, attention_head_dim: 16, rope_axes_dim: [4, 6, 6], num_layers: 1, num_single_layers: 1}
+  data: {manifest: $work/data/manifest.jsonl, buckets: [{frames: 5, height: 64, width: 64}], text_padding: full}
+  batch_size: 2
+  optimizer: {lr: 2.0e-3, warmup_steps: 5, weight_decay: 0.0}
+  flow_matching: {shift: 1.0}
+  train: {device: cuda, max_steps: $steps, log_every: 1, checkpoint_every: 1, seed: 3}
+  cuda_graph: {warmup_steps: 2, capture_frequency: 1000}
+YAML
+    "$tt" synth-data "$work/config.yaml" --output "$work/data" --samples 8 --text-length 8 >"$out/blockdiff_data.log" 2>&1 ||
+      { tail -5 "$out/blockdiff_data.log"; exit 1; }
+    for spec in "eager:--set cuda_graph.enabled=false" "step:--set cuda_graph.enabled=true" \
+                "blocks:--set cuda_graph.enabled=true --set cuda_graph.scope=blocks" \
+                "eager32:--set cuda_graph.enabled=false --set mixed_precision.enabled=false" \
+                "blocks32:--set cuda_graph.enabled=true --set cuda_graph.scope=blocks --set mixed_precision.enabled=false" \
+                ; do
+      name=${spec%%:*}; sets=${spec#*:}
+      # shellcheck disable=SC2086
+      timeout 120 "$tt" train "$work/config.yaml" --output "$work/$name" $sets \
+        >"$work/$name.log" 2>&1
+      echo "blockdiff $name: exit $?; $(grep -E 'CUDA graphs?:|TT_ERR' "$work/$name.log" | tail -2 | tr '\n' ' ')" |
+        tee -a "$out/summary.txt"
+    done
+    python3 - "$work" "$steps" <<'PY' | tee -a "$out/summary.txt"
+import json, struct, sys, os
+import numpy as np
+work, steps = sys.argv[1], int(sys.argv[2])
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n]); base = 8 + n; out = {}
+    for name, info in head.items():
+        if name == "__metadata__": continue
+        a, b = info["data_offsets"]; buf = raw[base + a:base + b]
+        if info["dtype"] == "F32": t = np.frombuffer(buf, np.float32)
+        elif info["dtype"] == "BF16": t = (np.frombuffer(buf, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else: continue
+        out[name] = t.astype(np.float64)
+    return out
+def ckpt(run, step):
+    return load(os.path.join(work, run, "checkpoints", f"step_{step:07d}", "model.safetensors"))
+pairs = [("eager", "step"), ("eager", "blocks"), ("eager32", "blocks32")]
+for ref, other in pairs:
+    for step in range(4, steps + 1):
+        try: a, b = ckpt(ref, step), ckpt(other, step)
+        except Exception as e: print(f"{other} step {step}: {e}"); continue
+        rows = sorted(((np.abs(a[k] - b[k]).max() / (np.abs(a[k]).max() + 1e-12), k) for k in a), reverse=True)
+        print(f"{other} vs {ref} step {step}: worst " + ", ".join(f"{k} {d:.2e}" for d, k in rows[:4]))
+PY
     ;;
   *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -598,7 +598,8 @@ constexpr double kGraphTolerance = 1e-3;  // relative, on the weights (bf16's ep
 // between) against 13 eager ones, both with `sets`: every loss and the final weights within
 // kGraphTolerance. `shape`, when given, must appear in the capture's log line.
 void check_replays_equal_eager(const Workspace& ws, const std::string& sets, const std::string& shape,
-                               const std::string& graph_sets = "") {
+                               const std::string& graph_sets = "", double weight_tolerance = kGraphTolerance,
+                               double loss_tolerance = kGraphTolerance) {
   const std::string eager = eager_reference(ws, "cuda", " --max-steps 13" + sets);
   const std::string graphs = ws.dir / "graphs_cuda";
   auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" + kGraphSets +
@@ -615,11 +616,12 @@ void check_replays_equal_eager(const Workspace& ws, const std::string& sets, con
   for (size_t i = 0; i < rows.size(); ++i) {
     INFO(rows[i].dump() << " against " << reference[i].dump());
     const double loss = reference[i]["loss"].get<double>();
-    CHECK(std::abs(rows[i]["loss"].get<double>() - loss) <= kGraphTolerance * std::abs(loss));
+    CHECK(std::abs(rows[i]["loss"].get<double>() - loss) <= loss_tolerance * std::abs(loss));
   }
+  if (weight_tolerance <= 0) return;  // weights not compared
   const double worst = weight_difference(eager + "/checkpoints/step_0000013", graphs + "/checkpoints/step_0000013");
   INFO("largest relative weight difference " << worst);
-  CHECK(worst <= kGraphTolerance);
+  CHECK(worst <= weight_tolerance);
 }
 
 TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 autocast)", "[train][graph][gpu]") {
@@ -628,17 +630,38 @@ TEST_CASE("CUDA graphs on the GPU: 10 replayed steps equal 10 eager steps (bf16 
   check_replays_equal_eager(ws, "", "");
 }
 
+// Block graphs against eager on the GPU. Their backward sums a block's gradient contributions to an
+// input used by every block (the conditioning vector) inside the block's graph, before autograd adds
+// the blocks' sums; eager autograd adds every contribution in one sequence. In bf16 the two orders
+// round apart by an ulp now and then, and AdamW turns such a difference in a near-zero gradient
+// into a step of lr: on the H200 (2026-12-02) the tiny model's weights differed by 2.3e-2 after 6
+// steps in bf16 while fp32 differed by 3e-6 (scripts/gpu_engine.sh blockdiff). So the weights are
+// compared in fp32, the bf16 runs by their losses.
+constexpr double kBlockGraphFp32Tolerance = 1e-4;
+constexpr const char* kFp32 = " --set mixed_precision.enabled=false";
+
 TEST_CASE("CUDA graphs of the blocks on the GPU: 10 steps with block graphs equal 10 eager steps; scope auto falls "
           "back to block graphs after a failed whole-step capture", "[train][graph][gpu][blocks]") {
   TT_REQUIRE_GPU();
   Workspace ws(8);
-  // The scope only on the graph run: the eager reference (graphs off) would warn that it does nothing.
-  check_replays_equal_eager(ws, "", "CUDA graph: captured 2 Transformer block(s)", " --set cuda_graph.scope=blocks");
-  // Auto: step 3's whole capture fails (no retry), the blocks warm up at 4-5, are captured at 6, replay at 7-13.
+  {
+    INFO("fp32: losses and weights");
+    // The scope only on the graph run: the eager reference (graphs off) would warn that it does nothing.
+    check_replays_equal_eager(ws, kFp32, "CUDA graph: captured 2 Transformer block(s)", " --set cuda_graph.scope=blocks",
+                              kBlockGraphFp32Tolerance, kBlockGraphFp32Tolerance);
+  }
+  {
+    INFO("bf16 autocast: losses");
+    Workspace bf16(8, "", "blocks_bf16");
+    check_replays_equal_eager(bf16, "", "CUDA graph: captured 2 Transformer block(s)", " --set cuda_graph.scope=blocks",
+                              /*weight_tolerance=*/0);
+  }
+  // Auto, fp32: step 3's whole capture fails (no retry), the blocks warm up at 4-5, are captured at
+  // 6, replay at 7-13; the eager reference is the fp32 one above.
   const std::string eager = ws.dir / "eager_cuda";
   const std::string fallback = ws.dir / "fallback_cuda";
   auto run = train_with_faults("graph_capture@3", "train " + ws.config + " --device cuda --output " + fallback +
-                                                      " --max-steps 13" + kGraphSets +
+                                                      " --max-steps 13" + kGraphSets + kFp32 +
                                                       " --set cuda_graph.capture_frequency=1000 --set cuda_graph.retry=0");
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
@@ -647,7 +670,7 @@ TEST_CASE("CUDA graphs of the blocks on the GPU: 10 steps with block graphs equa
   CHECK_THAT(run.output, ContainsSubstring("CUDA graphs: 1 capture(s), 1 failed, 7 replays"));
   const double worst = weight_difference(eager + "/checkpoints/step_0000013", fallback + "/checkpoints/step_0000013");
   INFO("largest relative weight difference " << worst);
-  CHECK(worst <= kGraphTolerance);
+  CHECK(worst <= kBlockGraphFp32Tolerance);
 }
 
 TEST_CASE("with model.segment_attention, the step shape of right-padded text says segments (emulated graphs)",
