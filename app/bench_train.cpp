@@ -247,6 +247,8 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
       const TraceBusy busy = trace_busy_of_file(trace);
       row.busy_share = busy.share();
       row.kernels = busy.kernels;
+      row.kernel_kind_s = busy.kind_s;
+      row.kernel_kinds = busy.kinds_text();
     }
     if (o.work_dir.empty()) {  // the run folder (its trace is tens of MB) goes once read
       std::error_code ignored;
@@ -282,6 +284,13 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
                   row.peak_gb, first > 0 ? row.samples_per_s / first : 0.0);
     std::cout << "| " << row.name << " | " << row.setup << " " << line << "\n";
   }
+  bool any_kinds = false;
+  for (const BenchTrainRow& row : rows) any_kinds = any_kinds || !row.kernel_kinds.empty();
+  if (any_kinds) {
+    std::cout << "\nKernel time of the traced steps by kind (summed durations):\n";
+    for (const BenchTrainRow& row : rows)
+      if (!row.kernel_kinds.empty()) std::cout << "- " << row.name << ": " << row.kernel_kinds << "\n";
+  }
   std::cout << "\n" << o.steps << " timed steps after " << o.warmup << " warm-up steps, then " << o.profile_steps
             << " traced; global batch " << o.batch * o.accumulation << "; latents " << shapes_text << ", "
             << o.text_tokens << " text tokens\n";
@@ -296,6 +305,7 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
                      {"step_ms", row.step_ms},
                      {"gpu_busy_share", row.busy_share},
                      {"kernels", row.kernels},
+                     {"kernel_seconds_by_kind", row.kernel_kind_s},
                      {"peak_gb", row.peak_gb},
                      {"error", row.error.empty() ? nlohmann::json() : nlohmann::json(row.error)}});
     std::ofstream file(o.json_path);

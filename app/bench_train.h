@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ struct BenchTrainRow {
   double samples_per_s = 0, step_ms = 0, peak_gb = 0;
   double busy_share = 0;  // of the traced steps
   int64_t kernels = 0;
+  std::map<std::string, double> kernel_kind_s;  // the traced steps' kernel time by kind (core/profiler.h)
+  std::string kernel_kinds;                     // ... as text, "attention 52 %, GEMM 30 %, ..."
   /// Set when the row's training stopped (a TT_ERR_* error, out of memory, a LibTorch error): the
   /// formatted error; nothing of the row is timed, and the rows after it still run.
   std::string error;

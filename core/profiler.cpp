@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
+#include <initializer_list>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +43,41 @@ ProfileWindow parse_profile_window(const std::string& text, const std::string& o
   return ProfileWindow{number(text.substr(0, colon)), number(text.substr(colon + 1))};
 }
 
+std::string kernel_kind(const std::string& name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  auto has = [&](std::initializer_list<const char*> parts) {
+    return std::any_of(parts.begin(), parts.end(), [&](const char* part) { return lower.find(part) != std::string::npos; });
+  };
+  // Order matters: cuDNN's attention kernels also say cudnn, AdamW's multi-tensor kernels also say
+  // elementwise-like things, our own kernels may mention norms.
+  if (has({"sdpa", "fmha", "flash", "attention", "attn"})) return "attention";
+  if (has({"multi_tensor", "adam", "_amp_", "amp_update", "non_finite"})) return "optimizer";
+  if (has({"tt::", "teletron"})) return "teletron";
+  if (has({"norm"})) return "norm";
+  if (has({"gemm", "nvjet", "xmma", "cutlass", "cublas", "gemv", "matmul", "splitk"})) return "GEMM";
+  if (has({"conv", "implicit_", "winograd", "cudnn"})) return "convolution";
+  if (has({"elementwise", "vectorized", "unrolled", "copy", "cast", "reduce", "index", "cat", "fill", "softmax",
+           "scatter", "gather", "where", "sum", "pow", "add", "mul"}))
+    return "elementwise";
+  return "other";
+}
+
+std::string TraceBusy::kinds_text() const {
+  double total = 0;
+  for (const auto& [kind, seconds] : kind_s) total += seconds;
+  if (total <= 0) return "";
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [kind, seconds] : kind_s) order.emplace_back(seconds, kind);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string text;
+  for (const auto& [seconds, kind] : order) {
+    if (!text.empty()) text += ", ";
+    text += kind + " " + std::to_string(static_cast<int>(100.0 * seconds / total + 0.5)) + " %";
+  }
+  return text;
+}
+
 TraceBusy trace_busy(const nlohmann::json& trace) {
   TraceBusy busy;
   const auto events = trace.find("traceEvents");
@@ -58,7 +95,10 @@ TraceBusy trace_busy(const nlohmann::json& trace) {
     start = any ? std::min(start, begin) : begin;
     end = any ? std::max(end, finish) : finish;
     any = true;
-    if (event.value("cat", std::string()) == "kernel") kernels.emplace_back(begin, finish);
+    if (event.value("cat", std::string()) == "kernel") {
+      kernels.emplace_back(begin, finish);
+      busy.kind_s[kernel_kind(event.value("name", std::string()))] += (finish - begin) * 1e-6;
+    }
   }
   if (!any) return busy;
   busy.wall_s = (end - start) * 1e-6;

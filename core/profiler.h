@@ -8,8 +8,11 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tt {
 
@@ -27,8 +30,20 @@ struct TraceBusy {
   double wall_s = 0;       // first event start .. last event end, every event of the trace
   double kernel_s = 0;     // union of the GPU kernel intervals
   int64_t kernels = 0;     // kernel events counted
+  /// Summed kernel durations (not their union) by kind (kernel_kind), in seconds: where the
+  /// GPU's time goes.
+  std::map<std::string, double> kind_s;
   double share() const { return wall_s > 0 ? kernel_s / wall_s : 0.0; }
+  /// The kinds by falling time with their share of the summed kernel time, e.g.
+  /// "attention 52 %, GEMM 30 %, …" ("" without kernels).
+  std::string kinds_text() const;
 };
+
+/// The kind of a GPU kernel by its name: "attention" (SDPA: flash, cuDNN, memory-efficient),
+/// "GEMM", "convolution", "norm", "optimizer" (multi-tensor / AdamW / AMP), "teletron" (our own
+/// kernels, namespace tt), "elementwise" (elementwise, copies, casts, reductions, indexing) or
+/// "other".
+std::string kernel_kind(const std::string& name);
 
 /// Busy time of a Chrome trace (Kineto's JSON: traceEvents with ph "X", ts and dur in µs, GPU
 /// kernels under cat "kernel"): overlapping kernels (several streams) count once.

@@ -42,7 +42,7 @@ bench() {  # bench LABEL ARGS...: one bench --suite train call, its table into t
   local label=$1; shift
   timeout "${BENCH_TIMEOUT:-400}" "$tt" bench --suite train --json "$out/$label.json" "$@" >"$out/$label.log" 2>&1
   echo "$label: bench exit $?" | tee -a "$out/summary.txt"
-  grep -E "^\||timed steps|CUDA graph|TT_ERR" "$out/$label.log" | tee -a "$out/summary.txt"
+  grep -E "^\||^- |Kernel time|timed steps|CUDA graph|TT_ERR" "$out/$label.log" | tee -a "$out/summary.txt"
 }
 
 case "$part" in

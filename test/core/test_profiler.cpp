@@ -43,4 +43,37 @@ TEST_CASE("a trace's GPU busy share is the union of its kernel intervals over it
   CHECK(busy.kernels == 4);
   CHECK_THAT(busy.share(), WithinAbs(0.4, 1e-9));
   CHECK(tt::trace_busy(nlohmann::json::object()).share() == 0.0);
+  // Kinds: summed durations (overlap counts twice), the names here are "a", "b", "c", "d": other.
+  CHECK_THAT(busy.kind_s.at("other"), WithinAbs(500e-6, 1e-12));
+  CHECK(busy.kind_s.size() == 1);
+  CHECK(busy.kinds_text() == "other 100 %");
+  CHECK(tt::TraceBusy{}.kinds_text().empty());
+}
+
+TEST_CASE("kernels are sorted into kinds by name, and a trace says where its kernel time went", "[profile]") {
+  // Names as Kineto writes them for LibTorch's and cuBLAS/cuDNN's kernels on the H200.
+  CHECK(tt::kernel_kind("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1") ==
+        "attention");
+  CHECK(tt::kernel_kind("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>") ==
+        "attention");
+  CHECK(tt::kernel_kind("fmha_cutlassB_bf16_aligned_64x64_k128_sm80") == "attention");
+  CHECK(tt::kernel_kind("nvjet_tst_192x192_64x3_2x1_v_bz_coopB_TNT") == "GEMM");
+  CHECK(tt::kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1") == "GEMM");
+  CHECK(tt::kernel_kind("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>") ==
+        "norm");
+  CHECK(tt::kernel_kind("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>") ==
+        "elementwise");
+  CHECK(tt::kernel_kind("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>") ==
+        "optimizer");
+  CHECK(tt::kernel_kind("void tt::cuda::gated_residual_kernel<__nv_bfloat16>(...)") == "teletron");
+  CHECK(tt::kernel_kind("sm90_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32_nhwckrsc_nhwc") == "GEMM");
+  CHECK(tt::kernel_kind("cudnn::conv3d_fprop_kernel") == "convolution");
+  CHECK(tt::kernel_kind("mystery") == "other");
+  const nlohmann::json trace = {
+      {"traceEvents",
+       {{{"ph", "X"}, {"cat", "kernel"}, {"name", "fmha_cutlassF_bf16"}, {"ts", 0}, {"dur", 600}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "nvjet_tst_128x256"}, {"ts", 600}, {"dur", 300}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "vectorized_elementwise_kernel"}, {"ts", 900}, {"dur", 100}}}}};
+  const tt::TraceBusy busy = tt::trace_busy(trace);
+  CHECK(busy.kinds_text() == "attention 60 %, GEMM 30 %, elementwise 10 %");
 }
