@@ -137,7 +137,8 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
     }
     graphs_ = std::make_unique<StepGraphs>(graph_options, device_, blocks);
   }
-  full_text_ = config_.data.text_padding == "full" || (config_.data.text_padding == "auto" && graphs_);
+  full_text_ = config_.data.text_padding == "full";
+  text_by_measure_ = config_.data.text_padding == "auto" && graphs_;
   limit_step_ = torch::full_like(step_counter_, -1);
   last_grad_norm_ = zero.clone();
 }
@@ -279,13 +280,14 @@ torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::
   return torch::cat({noisy, first_frame.to(noisy.scalar_type()), mask.to(noisy.scalar_type())}, 1);
 }
 
-Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t first, double weight) const {
+Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t first, double weight,
+                                           bool full_text) const {
   MicroBatch micro;
   micro.latents = batch.latents.to(device_);
   // Padding shared by the whole micro-batch is dropped on the host (no device sync), and attention
   // runs unmasked when nothing is left to mask.
   TrimmedText text;
-  if (full_text_) {
+  if (full_text) {
     // The dataset's text length, always masked: one step shape per bucket.
     text.states = batch.text_states;
     text.mask = batch.text_mask != 0;
@@ -360,19 +362,50 @@ void Trainer::train_step() {
       auto wait_start = Clock::now();
       LatentBatch batch = next_batch();
       data_wait_s_ += seconds_since(wait_start);
-      micro_step(prepare_micro(batch, micro * config_.batch_size, weight));
+      micro_step(prepare_micro(batch, micro * config_.batch_size, weight, full_text_));
     }
     end_step();
     return;
   }
-  std::vector<MicroBatch> parts;
+  std::vector<LatentBatch> batches;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     auto wait_start = Clock::now();
-    LatentBatch batch = next_batch();
+    batches.push_back(next_batch());
     data_wait_s_ += seconds_since(wait_start);
-    parts.push_back(prepare_micro(batch, micro * config_.batch_size, weight));
   }
-  run_step(parts, step_fault_at(step_ + 1), /*inject_oom=*/false);
+  const std::string bucket = bucket_of(batches.front());
+  const TextRun how = text_run(bucket);
+  const bool full = how == TextRun::kPaddedGraphs || (how == TextRun::kAsConfigured && full_text_);
+  std::vector<MicroBatch> parts;
+  for (int64_t micro = 0; micro < micro_steps; ++micro)
+    parts.push_back(prepare_micro(batches[static_cast<size_t>(micro)], micro * config_.batch_size, weight, full));
+  const bool fault = step_fault_at(step_ + 1);
+  run_step(parts, fault || how == TextRun::kTrimmedEager, /*inject_oom=*/false,
+           how == TextRun::kTrimmedReference && !fault ? "text trimmed " + bucket : "");
+  if (how == TextRun::kPaddedGraphs) after_padded_step(bucket, step_key(parts));
+}
+
+std::string Trainer::bucket_of(const LatentBatch& batch) {
+  return str_cat(batch.latents.sizes().slice(1));
+}
+
+Trainer::TextRun Trainer::text_run(const std::string& bucket) {
+  if (!text_by_measure_) return TextRun::kAsConfigured;
+  TextChoice& choice = text_choice_[bucket];
+  if (choice.trimmed) return TextRun::kTrimmedEager;
+  if (choice.trimmed_steps < std::max<int64_t>(config_.cuda_graph.warmup_steps, 3)) {
+    choice.trimmed_steps += 1;
+    return TextRun::kTrimmedReference;
+  }
+  return TextRun::kPaddedGraphs;
+}
+
+void Trainer::after_padded_step(const std::string& bucket, const std::string& key) {
+  graphs_->set_reference(key, "text trimmed " + bucket);
+  if (!graphs_->gave_up(key)) return;
+  text_choice_[bucket].trimmed = true;
+  spdlog::info("CUDA graphs: bucket {}: the text is trimmed per batch and the steps run eagerly from now on (data."
+               "text_padding auto): the graphs of its padded step [{}] were given up", bucket, key);
 }
 
 std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {
@@ -386,7 +419,8 @@ std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {
   return key;
 }
 
-void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom) {
+void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom,
+                       const std::string& reference) {
   // The step body: graph-safe (core/step_graph.h), on the micro-batches' tensors, four per part.
   std::vector<MicroMeta> meta;
   for (const MicroBatch& part : parts) meta.push_back(part.meta);
@@ -409,6 +443,10 @@ void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bo
   }
   if (!graphs_) {
     body(tensors);
+    return;
+  }
+  if (!reference.empty() && !eager_only) {
+    graphs_->run_reference(reference, tensors, body);
     return;
   }
   graphs_->run(step_key(parts), tensors, body, eager_only, faults_.at(Fault::kGraphCapture, step_ + 1));
@@ -437,8 +475,12 @@ void Trainer::dynamic_step() {
   if (found == micro_batch_.end())
     found = micro_batch_.emplace(bucket, limits.initial).first;  // within [min, max]: checked at load
   int64_t& micro = found->second;
-  // A bucket's first step on a GPU measures its peak memory per sample (eagerly).
+  // A bucket's first step on a GPU measures its peak memory per sample (eagerly; with the text
+  // padded when it may be: the larger of the two).
   const bool measure = device_.is_cuda() && measured_.insert(bucket).second;
+  const std::string text_bucket = bucket_of(batch);
+  const TextRun how = measure ? TextRun::kAsConfigured : text_run(text_bucket);
+  const bool full = how == TextRun::kPaddedGraphs || (how == TextRun::kAsConfigured && (full_text_ || text_by_measure_));
   for (int64_t attempt = 0;; ++attempt) {
     const int64_t size = std::min(micro, total);
     GpuMemory before;
@@ -451,10 +493,13 @@ void Trainer::dynamic_step() {
       for (int64_t first = 0; first < total; first += size) {
         const int64_t count = std::min(size, total - first);
         parts.push_back(prepare_micro(slice_batch(batch, first, count), first,
-                                      static_cast<double>(count) / static_cast<double>(total)));
+                                      static_cast<double>(count) / static_cast<double>(total), full));
       }
       const bool inject_oom = attempt == 0 && faults_.at(Fault::kOom, step_ + 1);
-      run_step(parts, measure || step_fault_at(step_ + 1), inject_oom);
+      const bool fault = step_fault_at(step_ + 1);
+      run_step(parts, measure || fault || how == TextRun::kTrimmedEager, inject_oom,
+               how == TextRun::kTrimmedReference && !fault ? "text trimmed " + text_bucket : "");
+      if (how == TextRun::kPaddedGraphs) after_padded_step(text_bucket, step_key(parts));
       last_micro_batch_ = size;
       if (measure) choose_micro_batch(bucket, size, before, gpu_memory(device_));
       return;

@@ -86,7 +86,9 @@ class Trainer {
   /// One optimizer step: the learning rate set, the data read, the step run (eagerly or as a graph).
   void train_step();
   /// The micro-batch holding samples first.. of the step, weighing `weight` of its loss.
-  MicroBatch prepare_micro(const LatentBatch& batch, int64_t first, double weight) const;
+  /// `full_text`: the text keeps the dataset's padding (masked), else padding shared by the batch is
+  /// dropped.
+  MicroBatch prepare_micro(const LatentBatch& batch, int64_t first, double weight, bool full_text) const;
   /// The parts of the step body (graph-safe, core/step_graph.h): gradients and the step loss
   /// zeroed in place; one micro-batch's forward and backward, its loss added to step_loss_; clip,
   /// the update and the counters (finish_step), the step loss added to loss_sum_.
@@ -96,7 +98,25 @@ class Trainer {
   /// The whole step on prepared micro-batches: through graphs_ when graphs are on. `eager_only`:
   /// this step must not be captured or replayed (an injected fault, a memory measurement).
   /// `inject_oom`: the last micro-batch raises out-of-memory (TELETRON_FAULTS oom@N).
-  void run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom);
+  /// `reference`: run eagerly and timed as that never-captured shape (the bucket's trimmed-text
+  /// reference, see TextChoice).
+  void run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom,
+                const std::string& reference = "");
+  /// data.text_padding auto with graphs: how a bucket's text is padded, chosen by measurement. Its
+  /// first max(cuda_graph.warmup_steps, 3) steps run with the text trimmed, eagerly, timed as the
+  /// reference shape "text trimmed <bucket>"; then the text is padded to the dataset's length (one
+  /// step shape) and goes through the graphs, whose comparisons weigh the trimmed steps too; once
+  /// the bucket's graphs are given up (slower than the trimmed or padded eager steps, or out of
+  /// retries) its text is trimmed and its steps run eagerly for good.
+  struct TextChoice {
+    int64_t trimmed_steps = 0;  // reference steps run
+    bool trimmed = false;       // graphs given up: trimmed and eager from now on
+  };
+  enum class TextRun { kPaddedGraphs, kTrimmedReference, kTrimmedEager, kAsConfigured };
+  TextRun text_run(const std::string& bucket);
+  /// After a step of `bucket` with `key` ran padded through the graphs: gives up the padding when the graphs did.
+  void after_padded_step(const std::string& bucket, const std::string& key);
+  static std::string bucket_of(const LatentBatch& batch);
   /// The graph shape of a step: every micro-batch's latent shape, text length, mask and offset.
   static std::string step_key(const std::vector<MicroBatch>& parts);
   /// batch_size: dynamic: the step's micro-batches at the bucket's size, again from the start with
@@ -157,6 +177,8 @@ class Trainer {
   std::filesystem::path run_dir_;
   std::unique_ptr<StepGraphs> graphs_;  // cuda_graph on: the step captured per shape and replayed
   bool full_text_ = false;              // data.text_padding resolved: keep the padding (masked), no trim
+  bool text_by_measure_ = false;        // data.text_padding auto with graphs: per bucket, TextChoice
+  std::map<std::string, TextChoice> text_choice_;
   torch::Tensor step_loss_;    // 0-d fp32: the current step's loss
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
   torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report

@@ -81,7 +81,10 @@ void GraphPolicy::replay_step(const std::string& shape, double ms) {
   s.window_ms_sum += ms;
   if (s.window_replays < options_.capture_frequency) return;
   const double replay = s.window_ms_sum / static_cast<double>(s.window_replays);
-  const double eager = s.timed > 0 ? s.eager_ms_sum / static_cast<double>(s.timed) : 0.0;
+  double eager = s.timed > 0 ? s.eager_ms_sum / static_cast<double>(s.timed) : 0.0;
+  const double reference = s.reference.empty() ? 0.0 : eager_ms(s.reference);
+  s.last_by_reference = reference > 0 && (eager <= 0 || reference < eager);
+  if (s.last_by_reference) eager = reference;
   s.last_speedup = replay > 0 ? eager / replay : 0.0;
   s.last_eager_ms = eager;
   s.last_replay_ms = replay;
@@ -91,6 +94,11 @@ void GraphPolicy::replay_step(const std::string& shape, double ms) {
     s.phase = Phase::kEagerForGood;
     s.dropped = true;
   }
+}
+
+void GraphPolicy::set_reference(const std::string& shape, const std::string& reference) {
+  TT_ASSERT(shape != reference, "GraphPolicy: a shape cannot be its own reference");
+  at(shape).reference = reference;
 }
 
 bool GraphPolicy::dropped(const std::string& shape) const {
@@ -111,7 +119,11 @@ bool GraphPolicy::eager_for_good(const std::string& shape) const {
 
 std::string GraphPolicy::describe_all() const {
   std::string text;
-  for (const auto& [shape, state] : shapes_) text += str_cat("[", shape, "]: ", describe(shape), "\n");
+  for (const auto& [shape, state] : shapes_) {
+    // A shape only named (a reference set ahead of any step) has nothing to say.
+    if (state.eager_steps == 0 && state.failures == 0 && state.phase == Phase::kWarmup) continue;
+    text += str_cat("[", shape, "]: ", describe(shape), "\n");
+  }
   return text;
 }
 
@@ -121,9 +133,12 @@ std::string GraphPolicy::describe(const std::string& shape) const {
   const Shape& s = found->second;
   const double eager = s.timed > 0 ? s.eager_ms_sum / static_cast<double>(s.timed) : 0.0;
   std::string text = str_cat("eager ", eager, " ms (", s.timed, " timed)");
+  if (!s.reference.empty()) text += str_cat(", eager alternative [", s.reference, "] ", eager_ms(s.reference), " ms");
   if (s.failures > 0) text += str_cat(", ", s.failures, " failed capture(s)");
   if (s.last_speedup > 0)
-    text += str_cat("; at the last comparison eager ", s.last_eager_ms, " ms, replay ", s.last_replay_ms, " ms: ",
+    text += str_cat("; at the last comparison eager ", s.last_eager_ms, " ms",
+                    s.last_by_reference ? str_cat(" ([", s.reference, "], faster than this shape's ", eager, " ms)") : "",
+                    ", replay ", s.last_replay_ms, " ms: ",
                     s.last_speedup, "x, ",
                     s.dropped ? "dropped (not faster than the threshold allows)" : "kept");
   if (s.phase == Phase::kEagerForGood && !s.dropped) text += ", eager for good (out of retries)";

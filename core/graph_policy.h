@@ -11,7 +11,10 @@
 // A captured shape replays; every `capture_frequency` replays their mean time is compared with the
 // eager reference (no eager steps are re-run for it), and the graph is dropped for good unless
 // eager / replay >= max(threshold, 1): a graph slower than eager is never kept, and a threshold
-// above 1 asks for that much speed-up (1.1 = 10 % faster).
+// above 1 asks for that much speed-up (1.1 = 10 % faster). A shape may name a reference shape
+// (set_reference): the eager steps of another way to run the same samples that is never captured
+// (the bucket with its text padding trimmed per batch); the eager side of a comparison is then the
+// faster of the two means, so a graph is kept only while it beats every eager alternative timed.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +55,8 @@ class GraphPolicy {
   /// A replay of `shape` took `ms`; every capture_frequency replays the graph may be dropped
   /// (dropped() says so, and next() answers kEager from then on).
   void replay_step(const std::string& shape, double ms);
+  /// `reference`'s timed eager steps count as an eager alternative of `shape` at its comparisons.
+  void set_reference(const std::string& shape, const std::string& reference);
 
   bool dropped(const std::string& shape) const;
   /// The mean time of the shape's timed eager steps (0 before any).
@@ -78,7 +83,9 @@ class GraphPolicy {
     double last_speedup = 0;      // eager / replay at the last comparison
     double last_eager_ms = 0;     // the two means compared then
     double last_replay_ms = 0;
+    bool last_by_reference = false;  // the reference's eager mean was the one compared
     bool dropped = false;
+    std::string reference;        // set_reference's shape, or ""
   };
   Shape& at(const std::string& shape);
 

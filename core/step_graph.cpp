@@ -108,6 +108,24 @@ void StepGraphs::run(const std::string& key, const std::vector<torch::Tensor>& i
   }
 }
 
+void StepGraphs::run_reference(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body) {
+  poll(false);
+  run_eager(key, inputs, body, /*counted=*/true);
+}
+
+void StepGraphs::set_reference(const std::string& key, const std::string& reference) {
+  policy_.set_reference(key, reference);
+  policy_.set_reference("blocks " + key, reference);
+}
+
+bool StepGraphs::gave_up(const std::string& key) const {
+  const std::string blocks = "blocks " + key;
+  if (options_.scope == "step") return policy_.eager_for_good(key);
+  if (options_.scope == "blocks") return policy_.eager_for_good(blocks);
+  // auto: a whole-step graph dropped for its speed ends there; one out of retries goes on to blocks.
+  return policy_.eager_for_good(key) && (policy_.dropped(key) || policy_.eager_for_good(blocks));
+}
+
 namespace {
 
 // Block graphs are on for one step's body, and off again however it ends.

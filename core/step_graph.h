@@ -91,6 +91,15 @@ class StepGraphs {
   /// capture's own failures do not.
   void run(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body, bool eager_only,
            bool fail_capture);
+  /// Runs one step eagerly, timed as an eager step of `key`, a shape that is never captured: the
+  /// reference of other shapes (set_reference), e.g. a bucket's steps with their text trimmed.
+  void run_reference(const std::string& key, const std::vector<torch::Tensor>& inputs, const Body& body);
+  /// The comparisons of shape `key` (whole-step or block graphs) also weigh `reference`'s eager
+  /// steps (GraphPolicy::set_reference): its graphs are kept only while faster than both.
+  void set_reference(const std::string& key, const std::string& reference);
+  /// True once shape `key` runs eagerly for good: its graphs (whole-step, or blocks where the
+  /// scope leads there) were dropped or ran out of retries.
+  bool gave_up(const std::string& key) const;
   /// Waits for the timings still outstanding and hands them to the policy.
   void flush();
 

@@ -514,6 +514,54 @@ TEST_CASE("CUDA graphs (emulated): a graph slower than eager is dropped at its f
   CHECK(weight_difference(eager + "/checkpoints/step_0000008", slow + "/checkpoints/step_0000008") == 0.0);
 }
 
+TEST_CASE("text padding auto with CUDA graphs (emulated): a bucket's first steps run trimmed and timed, then padded "
+          "through the graphs, which are given up for trimmed eager steps when they do not beat them",
+          "[train][graph][padding]") {
+  Workspace ws(8);
+  // The reference: eager, text trimmed per batch. Padded or trimmed, the loss is the same up to rounding.
+  const std::string eager = ws.dir / "eager_trim";
+  ws.train("eager_trim", "--max-steps 12 --set cuda_graph.enabled=false --set data.text_padding=trim");
+  const std::string sets =
+      " --set data.text_padding=auto --set cuda_graph.warmup_steps=2 --set cuda_graph.capture_frequency=2";
+  // Steps 1-3 trimmed (the reference, 2 timed), 4-5 padded eagerly, 6 captured, 7-8 replayed and
+  // compared: a replay reported 5x slower than the padded eager step is slower than the trimmed
+  // steps too, so steps 9-12 run trimmed and eagerly.
+  const std::string slow = ws.dir / "slow";
+  auto dropped = run_with_env({{"TELETRON_GRAPH_EMULATE", "0.2"}},
+                              "train " + ws.config + " --output " + slow + " --max-steps 12" + sets);
+  INFO(dropped.output);
+  REQUIRE(dropped.exit_code == 0);
+  CHECK_THAT(dropped.output, ContainsSubstring("CUDA graph: captured the whole step of shape [latents [2, 16, 2, 8, 8] "
+                                               "text 8 masked from 0]"));
+  CHECK_THAT(dropped.output, ContainsSubstring("bucket [16, 2, 8, 8]: the text is trimmed per batch and the steps run "
+                                               "eagerly from now on"));
+  CHECK_THAT(dropped.output, ContainsSubstring("[text trimmed [16, 2, 8, 8]]: eager"));
+  // The padded shape's comparisons weigh the trimmed steps; after the drop no padded step ran
+  // (its one timed eager step is step 5's; steps 9-12 are trimmed, eager and not timed).
+  const std::string padded_line = "[latents [2, 16, 2, 8, 8] text 8 masked from 0]: eager ";
+  const size_t at = dropped.output.rfind(padded_line);  // the run's summary, after the drop's own line
+  REQUIRE(at != std::string::npos);
+  const std::string summary = dropped.output.substr(at, dropped.output.find(']', at + padded_line.size()) - at);
+  INFO(summary);
+  CHECK_THAT(summary, ContainsSubstring(" ms (1 timed), eager alternative [text trimmed [16, 2, 8, 8"));
+  CHECK_THAT(dropped.output, !ContainsSubstring("[blocks latents"));  // scope auto's block key only named
+  CHECK_THAT(dropped.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 2 replays, 9 eager steps, 1 dropped"));
+  // Replays reported 5x faster than the padded eager step: kept, steps 7-12 replay.
+  const std::string fast = ws.dir / "fast";
+  auto kept = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}},
+                           "train " + ws.config + " --output " + fast + " --max-steps 12" + sets);
+  INFO(kept.output);
+  REQUIRE(kept.exit_code == 0);
+  CHECK_THAT(kept.output, !ContainsSubstring("the text is trimmed per batch"));
+  CHECK_THAT(kept.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 6 replays, 5 eager steps, 0 dropped"));
+  // Both against the trimmed eager run: fp32 on the CPU, padded (masked) and trimmed text agree to
+  // summation order.
+  for (const std::string& run : {slow, fast}) {
+    INFO(run);
+    CHECK(weight_difference(eager + "/checkpoints/step_0000012", run + "/checkpoints/step_0000012") <= 1e-5);
+  }
+}
+
 // Block graphs (emulated) against eager: a graphed block's parameter gradients are autograd's of
 // its own recording, added into .grad (not bit for bit: the sum of a block's contributions is
 // formed before it is added), so the weights agree to fp32 summation order.

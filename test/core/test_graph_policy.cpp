@@ -112,3 +112,37 @@ TEST_CASE("graph policy: a graph not faster than eager is dropped, whatever the 
     CHECK(policy->dropped("a"));
   }
 }
+
+TEST_CASE("graph policy: a reference's eager steps count as an eager alternative; the graph must beat the faster",
+          "[graph]") {
+  // "a" padded: eager 10 ms; its reference "trim a" (the same samples, text trimmed): eager 7 ms.
+  auto policy = std::make_unique<tt::GraphPolicy>(options(3, 2, 0, 0.8));
+  for (double ms : {50.0, 7.0, 7.0}) policy->eager_step("trim a", ms);
+  CHECK(policy->eager_ms("trim a") == 7.0);
+  run_eager(*policy, "a", 10.0);
+  REQUIRE(policy->next("a") == GraphAction::kCapture);
+  policy->set_reference("a", "trim a");
+  policy->capture_succeeded("a");
+  SECTION("replay faster than the padded eager step but not than the trimmed one: dropped") {
+    policy->replay_step("a", 8.0);
+    policy->replay_step("a", 8.0);
+    CHECK(policy->dropped("a"));
+    CHECK(policy->next("a") == GraphAction::kEager);
+    CHECK_THAT(policy->describe("a"), ContainsSubstring("eager 7 ms ([trim a], faster than this shape's 10 ms)"));
+  }
+  SECTION("replay faster than both: kept") {
+    policy->replay_step("a", 6.0);
+    policy->replay_step("a", 6.0);
+    CHECK_FALSE(policy->dropped("a"));
+    CHECK(policy->next("a") == GraphAction::kReplay);
+  }
+  SECTION("a reference slower than the shape's own eager steps changes nothing") {
+    policy->set_reference("a", "slow");
+    for (double ms : {50.0, 20.0}) policy->eager_step("slow", ms);
+    policy->replay_step("a", 9.0);
+    policy->replay_step("a", 9.0);
+    CHECK_FALSE(policy->dropped("a"));
+    CHECK_THAT(policy->describe("a"), !ContainsSubstring("faster than this shape's"));
+    CHECK_THAT(policy->describe("a"), ContainsSubstring("eager alternative [slow] 20 ms"));
+  }
+}
