@@ -38,6 +38,7 @@ struct RowPlan {
   bool fused = false;      // model.fused_kernels
   bool segments = false;   // model.segment_attention
   std::string scope = "auto";  // cuda_graph.scope
+  bool padded = false;     // with graphs: text always padded (data.text_padding full), else auto
 };
 
 std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
@@ -50,17 +51,20 @@ std::vector<RowPlan> plan_rows(const BenchTrainOptions& o) {
        false},
       {"main today", "bf16 autocast, eager, fixed batch, latents read inside the step", true, true, true, false, 0,
        false},
-      {"+ CUDA Graphs", "as main today, the whole step captured (text padded to full length, masked)", true, true, true,
-       false, 0, true},
+      {"+ CUDA Graphs", "as main today, the whole step captured; text padding auto (padded to full length and "
+       "captured, unless the bucket's trimmed eager steps are faster)", true, true, true, false, 0, true},
       {"+ dynamic batch", "as + CUDA Graphs, micro-batches sized to memory", true, true, true, true, 0, true},
       {"+ fused kernels and host fixes", "as + dynamic batch, model.fused_kernels, latents read ahead (data.prefetch 2)",
        true, true, true, true, 2, true, true},
       {"full stack", "everything built so far (+ segment attention)", true, true, true, true, 2, true, true, true},
       // After the design's rows, so that their numbers stay: row 3 with segments for the padded text.
-      {"+ CUDA Graphs, segments", "as + CUDA Graphs, padded text attended as segments (model.segment_attention)",
-       true, true, true, false, 0, true, false, true},
-      {"+ CUDA Graphs of blocks", "as + CUDA Graphs, each Transformer block captured, the rest eager (cuda_graph.scope "
-       "blocks)", true, true, true, false, 0, true, false, false, "blocks"},
+      {"+ CUDA Graphs, segments", "as + CUDA Graphs with the text always padded (full), attended as segments "
+       "(model.segment_attention)", true, true, true, false, 0, true, false, true, "auto", true},
+      {"+ CUDA Graphs of blocks", "as + CUDA Graphs with the text always padded (full), each Transformer block "
+       "captured, the rest eager (cuda_graph.scope blocks)", true, true, true, false, 0, true, false, false, "blocks",
+       true},
+      {"+ CUDA Graphs, padded", "as + CUDA Graphs with the text always padded to full length and masked (data."
+       "text_padding full): the graphs alone", true, true, true, false, 0, true, false, false, "auto", true},
   };
 }
 
@@ -80,12 +84,20 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   c.data.prefetch = plan.prefetch;
   c.model.fused_kernels = plan.fused;
   c.model.segment_attention = plan.segments;
-  // Graphs capture in the warm-up (its last step), so the timed steps replay; without them the
-  // text padding is trimmed per batch as before graphs existed.
+  // Graphs capture in the warm-up, so the timed steps replay; without them the text padding is
+  // trimmed per batch as before graphs existed. Padded rows: graph warm-up up to the warm-up's last
+  // step. Auto rows: the trimmed reference steps, as many padded eager ones, the capture and two
+  // replays for the first comparison (every 2 replays) fit in the warm-up when it has 12 steps or more
+  // (the replays' times reach the policy a step or two after they are queued).
   c.cuda_graph.enabled = plan.graphs ? "auto" : "false";
   c.cuda_graph.scope = plan.scope;
-  c.cuda_graph.warmup_steps = std::max<int64_t>(2, o.warmup - 1);
-  c.data.text_padding = plan.graphs ? "full" : "trim";
+  c.data.text_padding = !plan.graphs ? "trim" : plan.padded ? "full" : "auto";
+  if (!plan.graphs || plan.padded) {
+    c.cuda_graph.warmup_steps = std::max<int64_t>(2, o.warmup - 1);
+  } else {
+    c.cuda_graph.warmup_steps = std::max<int64_t>(3, (o.warmup - 6) / 2);
+    c.cuda_graph.capture_frequency = 2;
+  }
   c.train.max_steps = total;
   c.train.log_every = every;
   c.train.checkpoint_every = total;

@@ -122,7 +122,7 @@ const ConfigField kFields[] = {
     {.path = "data.prefetch", .kind = K::kInt, .at = TT_AT(data.prefetch), .range = kNonNegative,
      .read_by = kReadTrainLatents, .doc = "data.source: latents: batches read, pinned and copied to the GPU ahead of the step on a thread and CUDA stream of their own; 0 = inside the step."},
     {.path = "data.text_padding", .kind = K::kString, .at = TT_AT(data.text_padding), .choices = "auto|full|trim",
-     .read_by = kT, .doc = "Text padding in a batch: trim drops the columns that are padding in every sample (attention unmasked when none is left), full keeps the dataset's text length with the mask, so that the step has one shape per bucket; auto: full when CUDA graphs are on (one graph per bucket instead of one per text length), trim otherwise. The same loss either way, up to rounding."},
+     .read_by = kT, .doc = "Text padding in a batch: trim drops the columns that are padding in every sample (attention unmasked when none is left), full keeps the dataset's text length with the mask, so that the step has one shape per bucket; auto: trim without CUDA graphs; with them, chosen per bucket by measurement: its first max(cuda_graph.warmup_steps, 3) steps run trimmed and eagerly, then padded (full) through the graphs, which are kept only while faster than both kinds of eager step; once given up, the bucket runs trimmed and eagerly. The same loss either way, up to rounding."},
     {.path = "data.min_motion", .kind = K::kOptFloat, .at = TT_AT(data.min_motion), .not_yet = kMotion,
      .doc = "Clips whose optical-flow motion score is below this are left out; null = keep all."},
 

@@ -139,7 +139,7 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   REQUIRE(result.exit_code == 0);
   for (const char* row : {"| naive baseline |", "| main today |", "| + CUDA Graphs |", "| + dynamic batch |",
                           "| + fused kernels and host fixes |", "| full stack |", "| + CUDA Graphs, segments |",
-                          "| + CUDA Graphs of blocks |"})
+                          "| + CUDA Graphs of blocks |", "| + CUDA Graphs, padded |"})
     CHECK_THAT(result.output, ContainsSubstring(row));
   // Graphs need CUDA: on the CPU their rows run eagerly (cuda_graph.enabled auto), saying nothing of graphs.
   CHECK_THAT(result.output, ContainsSubstring("| + CUDA Graphs | as main today, the whole step captured"));
@@ -147,7 +147,7 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   CHECK_THAT(result.output, ContainsSubstring("4 timed steps after 2 warm-up steps, then 2 traced; global batch 4"));
   std::ifstream in(json);
   const nlohmann::json rows = nlohmann::json::parse(in);
-  REQUIRE(rows.size() == 8);
+  REQUIRE(rows.size() == 9);
   for (const auto& row : rows) {
     INFO(row.dump());
     if (!row["built"].get<bool>()) continue;
@@ -204,9 +204,9 @@ TEST_CASE("bench --suite train --rows runs the rows named, in that order, and wr
     CHECK(refused.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
     CHECK_THAT(refused.output, ContainsSubstring("is not a clip shape"));
   }
-  auto wrong = run_teletron("bench --suite train --ablation --rows 9 --device cpu --preset tiny");
+  auto wrong = run_teletron("bench --suite train --ablation --rows 10 --device cpu --preset tiny");
   CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
-  CHECK_THAT(wrong.output, ContainsSubstring("--rows: no row 9"));
+  CHECK_THAT(wrong.output, ContainsSubstring("--rows: no row 10"));
 }
 
 TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and the next rows still run",
