@@ -393,10 +393,13 @@ Trainer::TextRun Trainer::text_run(const std::string& bucket) {
   if (!text_by_measure_) return TextRun::kAsConfigured;
   TextChoice& choice = text_choice_[bucket];
   if (choice.trimmed) return TextRun::kTrimmedEager;
-  if (choice.trimmed_steps < std::max<int64_t>(config_.cuda_graph.warmup_steps, 3)) {
+  // Padded first (the bucket's very first step pays for allocation either way), then alternating.
+  if (choice.trimmed_steps < std::max<int64_t>(config_.cuda_graph.warmup_steps, 3) &&
+      choice.trimmed_steps < choice.padded_steps) {
     choice.trimmed_steps += 1;
     return TextRun::kTrimmedReference;
   }
+  choice.padded_steps += 1;
   return TextRun::kPaddedGraphs;
 }
 

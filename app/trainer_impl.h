@@ -102,13 +102,15 @@ class Trainer {
   /// reference, see TextChoice).
   void run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom,
                 const std::string& reference = "");
-  /// data.text_padding auto with graphs: how a bucket's text is padded, chosen by measurement. Its
-  /// first max(cuda_graph.warmup_steps, 3) steps run with the text trimmed, eagerly, timed as the
-  /// reference shape "text trimmed <bucket>"; then the text is padded to the dataset's length (one
-  /// step shape) and goes through the graphs, whose comparisons weigh the trimmed steps too; once
-  /// the bucket's graphs are given up (slower than the trimmed or padded eager steps, or out of
+  /// data.text_padding auto with graphs: how a bucket's text is padded, chosen by measurement. The
+  /// text padded to the dataset's length (one step shape) goes through the graphs; during the
+  /// bucket's warm-up every other step runs with the text trimmed instead, eagerly, timed as the
+  /// reference shape "text trimmed <bucket>" (max(cuda_graph.warmup_steps, 3) of them, alternating
+  /// so that both kinds see the same cold start), and the graphs' comparisons weigh those steps too;
+  /// once the bucket's graphs are given up (slower than the trimmed or padded eager steps, or out of
   /// retries) its text is trimmed and its steps run eagerly for good.
   struct TextChoice {
+    int64_t padded_steps = 0;   // steps run padded
     int64_t trimmed_steps = 0;  // reference steps run
     bool trimmed = false;       // graphs given up: trimmed and eager from now on
   };

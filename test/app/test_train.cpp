@@ -523,9 +523,9 @@ TEST_CASE("text padding auto with CUDA graphs (emulated): a bucket's first steps
   ws.train("eager_trim", "--max-steps 12 --set cuda_graph.enabled=false --set data.text_padding=trim");
   const std::string sets =
       " --set data.text_padding=auto --set cuda_graph.warmup_steps=2 --set cuda_graph.capture_frequency=2";
-  // Steps 1-3 trimmed (the reference, 2 timed), 4-5 padded eagerly, 6 captured, 7-8 replayed and
-  // compared: a replay reported 5x slower than the padded eager step is slower than the trimmed
-  // steps too, so steps 9-12 run trimmed and eagerly.
+  // Padded steps 1 and 3 eager, 5 captured, 7-8 replayed and compared; steps 2, 4 and 6 trimmed
+  // (the reference, 4 and 6 timed). A replay reported 5x slower than the padded eager step is
+  // slower than the trimmed steps too, so steps 9-12 run trimmed and eagerly.
   const std::string slow = ws.dir / "slow";
   auto dropped = run_with_env({{"TELETRON_GRAPH_EMULATE", "0.2"}},
                               "train " + ws.config + " --output " + slow + " --max-steps 12" + sets);
@@ -537,7 +537,7 @@ TEST_CASE("text padding auto with CUDA graphs (emulated): a bucket's first steps
                                                "eagerly from now on"));
   CHECK_THAT(dropped.output, ContainsSubstring("[text trimmed [16, 2, 8, 8]]: eager"));
   // The padded shape's comparisons weigh the trimmed steps; after the drop no padded step ran
-  // (its one timed eager step is step 5's; steps 9-12 are trimmed, eager and not timed).
+  // (its one timed eager step is step 3's; steps 9-12 are trimmed, eager and not timed).
   const std::string padded_line = "[latents [2, 16, 2, 8, 8] text 8 masked from 0]: eager ";
   const size_t at = dropped.output.rfind(padded_line);  // the run's summary, after the drop's own line
   REQUIRE(at != std::string::npos);
@@ -546,7 +546,7 @@ TEST_CASE("text padding auto with CUDA graphs (emulated): a bucket's first steps
   CHECK_THAT(summary, ContainsSubstring(" ms (1 timed), eager alternative [text trimmed [16, 2, 8, 8"));
   CHECK_THAT(dropped.output, !ContainsSubstring("[blocks latents"));  // scope auto's block key only named
   CHECK_THAT(dropped.output, ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 2 replays, 9 eager steps, 1 dropped"));
-  // Replays reported 5x faster than the padded eager step: kept, steps 7-12 replay.
+  // Replays reported 5x faster than the padded eager step: kept, steps 7-12 replay (and 5 is the capture).
   const std::string fast = ws.dir / "fast";
   auto kept = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}},
                            "train " + ws.config + " --output " + fast + " --max-steps 12" + sets);
