@@ -49,6 +49,27 @@ double measure_matmul_rate(const torch::Device& device, torch::Dtype half) {
   return 2.0 * n * n * n / seconds;
 }
 
+// Bytes of the weights autocast casts to `half` in a forward (those of Linear and Conv3d modules:
+// the model's GEMM and convolution weights and biases); the casts live until backward has used them.
+int64_t autocast_copy_bytes(torch::nn::Module& model) {
+  int64_t bytes = 0;
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (!module->as<torch::nn::Linear>() && !module->as<torch::nn::Conv3d>()) continue;
+    for (const torch::Tensor& p : module->parameters(/*recurse=*/false))
+      if (p.scalar_type() == torch::kFloat32) bytes += p.numel() * 2;
+  }
+  return bytes;
+}
+
+int64_t bytes_of(const std::vector<torch::Tensor>& tensors, bool grads) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& t : tensors) {
+    const torch::Tensor& x = grads ? t.grad() : t;
+    if (x.defined()) bytes += x.numel() * x.element_size();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 void run_bench(const BenchOptions& options) {
@@ -121,9 +142,17 @@ void run_bench(const BenchOptions& options) {
                o.batch, mc.in_channels, lt, lh, lw, video_tokens, o.text_tokens, o.text_valid);
   spdlog::info("model: {:.1f} M parameters; {}", model->parameter_count() / 1e6, describe_hunyuan_config(mc));
   const double matmul_rate = measure_matmul_rate(device, half);
+  const GpuMemory before = gpu_memory(device);  // parameters, inputs, target
   reset_peak_memory(device);
   const double fwd_bwd_s = time_it(device, o.warmup, o.steps, forward_backward);
   const double fwd_bwd_peak = peak_memory_gb(device);
+  // The peak's parts: what the step starts with, the gradients it leaves, the weights' autocast
+  // copies (counted), and the rest, the activations saved for backward and its scratch.
+  const GpuMemory after = gpu_memory(device);
+  const int64_t param_bytes = bytes_of(params, false), grad_bytes = bytes_of(params, true);
+  const int64_t copy_bytes = autocast ? autocast_copy_bytes(*model) : 0;
+  const int64_t activation_bytes = after.known ? after.peak - after.allocated - copy_bytes : 0;
+  const int64_t input_bytes = before.known ? before.allocated - param_bytes : 0;
   double step_s = 0.0;
   if (o.optimizer) step_s = time_it(device, 1, o.steps, full_step);
   const double peak = peak_memory_gb(device);
@@ -141,6 +170,15 @@ void run_bench(const BenchOptions& options) {
   std::cout << "| MFU fwd+bwd vs measured matmul | " << 100.0 * mfu(fwd_bwd_s, matmul_rate) << " % |\n";
   std::cout << "| MFU fwd+bwd vs 989 TFLOP/s | " << 100.0 * mfu(fwd_bwd_s, kDatasheetBf16) << " % |\n";
   std::cout << "| peak memory fwd+bwd | " << fwd_bwd_peak << " GiB |\n";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  if (after.known) {
+    std::cout << "| of it: parameters | " << param_bytes / kGiB << " GiB |\n";
+    std::cout << "| of it: gradients | " << grad_bytes / kGiB << " GiB |\n";
+    std::cout << "| of it: autocast copies of the Linear/Conv weights | " << copy_bytes / kGiB << " GiB |\n";
+    std::cout << "| of it: inputs and other tensors held before the step | " << input_bytes / kGiB << " GiB |\n";
+    std::cout << "| of it: activations (peak - held after the step - autocast copies) | " << activation_bytes / kGiB
+              << " GiB |\n";
+  }
   if (o.optimizer) {
     std::cout << "| full step (fwd+bwd+clip+AdamW) | " << step_s * 1e3 << " ms |\n";
     std::cout << "| MFU full step vs measured matmul | " << 100.0 * mfu(step_s, matmul_rate) << " % |\n";
@@ -161,6 +199,11 @@ void run_bench(const BenchOptions& options) {
                           {"mfu_measured", mfu(fwd_bwd_s, matmul_rate)},
                           {"mfu_datasheet", mfu(fwd_bwd_s, kDatasheetBf16)},
                           {"peak_gb_fwd_bwd", fwd_bwd_peak},
+                          {"parameter_bytes", param_bytes},
+                          {"gradient_bytes", grad_bytes},
+                          {"autocast_copy_bytes", copy_bytes},
+                          {"input_bytes", input_bytes},
+                          {"activation_bytes", activation_bytes},
                           {"full_step_ms", step_s * 1e3},
                           {"peak_gb", peak}};
     std::ofstream out(o.json_path);

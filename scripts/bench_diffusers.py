@@ -112,18 +112,27 @@ def main():
     result = dict(diffusers_version=diffusers.__version__, torch_version=torch.__version__,
                   device=torch.cuda.get_device_name(), parameters=params, video_tokens=n, text_tokens=l,
                   text_valid=args.text_valid, matmul_tflops=matmul_rate / 1e12, step_tflop=flops / 1e12)
+    gib = 2 ** 30
     torch.cuda.reset_peak_memory_stats()
     eager_s = timed(step(model), args.warmup, args.steps)
+    # The peak's parts as teletron's bench gives them: what stays after the step (bf16 weights,
+    # their gradients, the inputs), and the rest, the activations and backward's scratch (no
+    # autocast copies: the weights are bf16 themselves).
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
     result.update(eager_ms=eager_s * 1e3, eager_mfu_measured=flops / eager_s / matmul_rate,
                   eager_mfu_datasheet=flops / eager_s / 989e12,
-                  eager_peak_gb=torch.cuda.max_memory_allocated() / 2 ** 30)
+                  eager_peak_gb=torch.cuda.max_memory_allocated() / gib,
+                  parameter_gb=weight_bytes / gib, gradient_gb=grad_bytes / gib,
+                  eager_activation_gb=(torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()) / gib)
     if not args.no_compile:
         compiled = torch.compile(model)
         torch.cuda.reset_peak_memory_stats()
         compiled_s = timed(step(compiled), max(args.warmup, 3), args.steps)
         result.update(compiled_ms=compiled_s * 1e3, compiled_mfu_measured=flops / compiled_s / matmul_rate,
                       compiled_mfu_datasheet=flops / compiled_s / 989e12,
-                      compiled_peak_gb=torch.cuda.max_memory_allocated() / 2 ** 30)
+                      compiled_peak_gb=torch.cuda.max_memory_allocated() / gib,
+                      compiled_activation_gb=(torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()) / gib)
     print(json.dumps(result))
 
 

@@ -33,4 +33,15 @@ if "compiled_ms" in d:
 print(f"\nteletron speed-up: {d['eager_ms']/t['fwd_bwd_ms']:.2f}x vs eager"
       + (f", {d['compiled_ms']/t['fwd_bwd_ms']:.2f}x vs compiled" if "compiled_ms" in d else ""))
 print(f"teletron full step with clip + AdamW: {t['full_step_ms']:.1f} ms, peak {t['peak_gb']:.1f} GiB")
+gib = 2 ** 30
+print("\nActivation memory (peak during fwd+bwd minus what the step holds after it and, for teletron, the weights'"
+      " autocast copies):")
+print("| run | parameters GiB | gradients GiB | autocast copies GiB | activations GiB |")
+print("|---|---|---|---|---|")
+print(f"| teletron | {t['parameter_bytes']/gib:.2f} | {t['gradient_bytes']/gib:.2f} | {t['autocast_copy_bytes']/gib:.2f} | "
+      f"{t['activation_bytes']/gib:.2f} |")
+print(f"| diffusers eager | {d['parameter_gb']:.2f} | {d['gradient_gb']:.2f} | 0 | {d['eager_activation_gb']:.2f} |")
+if "compiled_activation_gb" in d:
+    print(f"| diffusers + torch.compile | {d['parameter_gb']:.2f} | {d['gradient_gb']:.2f} | 0 | "
+          f"{d['compiled_activation_gb']:.2f} |")
 PY

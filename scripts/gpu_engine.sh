@@ -18,7 +18,7 @@
 #   scripts/gpu_engine.sh seed [STEPS]     configs/seed_8xa100.yaml as written (dynamic batch from 32, accumulation 4,
 #                                          graphs on, bf16) on synthetic latents at 33x256x256 with the graph
 #                                          warm-up cut to 3 steps (100 would take the call's time): STEPS steps
-#                                          (default 8); the warnings for the keys that do not apply, the
+#                                          (default 12: the memory step, 3 trimmed and 3 padded warm-up steps, the capture, replays); the warnings for the keys that do not apply, the
 #                                          micro-batches chosen and the graphs' summary.
 #   scripts/gpu_engine.sh blockdiff [STEPS] diagnosis of block graphs against eager on the tiny model of the [gpu]
 #                                          tests: checkpoints every step (default 6), per step the tensors that
@@ -105,7 +105,7 @@ for name, mean in means.items():
 PY
     ;;
   seed)
-    steps=${1:-8}
+    steps=${1:-12}
     work=/tmp/tt_seed; rm -rf "$work"; mkdir -p "$work"
     sets=(--set "data.manifest=$work/data/manifest.jsonl" --set "data.buckets=[{frames: 33, height: 256, width: 256}]"
           --set cuda_graph.warmup_steps=3 --set "train.max_steps=$steps" --set train.log_every=1

@@ -6,6 +6,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 
@@ -235,4 +236,32 @@ TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and
   CHECK(rows[1]["row"] == "main today");
   CHECK(rows[1]["error"].is_null());
   CHECK(rows[1]["samples_per_s"].get<double>() > 0);
+}
+
+TEST_CASE("bench on the GPU splits its fwd+bwd peak into parameters, gradients, autocast copies, inputs and "
+          "activations", "[cli][bench][gpu]") {
+  TT_REQUIRE_GPU();
+  tt::test::TempDir dir("tt_bench_memory");
+  const std::string json = dir / "bench.json";
+  auto result = run_teletron("bench --preset tiny --device cuda --frames 5 --height 64 --width 64 --text-tokens 16 "
+                             "--warmup 1 --steps 2 --no-optimizer --json " + json);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("| of it: activations (peak - held after the step - autocast copies) |"));
+  std::ifstream in(json);
+  const nlohmann::json row = nlohmann::json::parse(in);
+  INFO(row.dump());
+  const int64_t params = row["parameters"].get<int64_t>();
+  CHECK(row["parameter_bytes"].get<int64_t>() == 4 * params);  // fp32 master weights
+  CHECK(row["gradient_bytes"].get<int64_t>() == 4 * params);
+  // bf16 copies of the Linear and Conv weights: nearly every parameter, 2 bytes each.
+  const int64_t copies = row["autocast_copy_bytes"].get<int64_t>();
+  CHECK(copies > params * 2 * 9 / 10);
+  CHECK(copies <= params * 2);
+  CHECK(row["activation_bytes"].get<int64_t>() > 0);
+  // The parts add up to the peak.
+  const double parts = static_cast<double>(row["parameter_bytes"].get<int64_t>() + row["gradient_bytes"].get<int64_t>() +
+                                           copies + row["input_bytes"].get<int64_t>() +
+                                           row["activation_bytes"].get<int64_t>());
+  CHECK(std::abs(parts / (1024.0 * 1024.0 * 1024.0) - row["peak_gb_fwd_bwd"].get<double>()) < 1e-3);
 }
