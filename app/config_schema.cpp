@@ -94,7 +94,7 @@ const ConfigField kFields[] = {
     {.path = "model.image_condition_type", .kind = K::kOptString, .at = TT_AT(model.image_condition_type), .choices = "latent_concat",
      .read_by = kArchitecture, .doc = "null for text-to-video; latent_concat conditions on an image by concatenating its latents (in_channels becomes 2 x out_channels + 1)."},
     {.path = "model.fused_kernels", .kind = K::kBool, .at = TT_AT(model.fused_kernels),
-     .read_by = kT | kB, .doc = "On CUDA, run the gated residuals, QK RMSNorm + RoPE and GELU-tanh through teletron's fused kernels, whose backward passes save fewer activations (the CPU always runs the plain composition). Off by default until measured on a GPU."},
+     .read_by = kT | kB, .doc = "On CUDA, run the gated residuals, QK RMSNorm + RoPE and GELU-tanh through teletron's fused kernels, whose backward passes save fewer activations; on every device, the MLPs' GELU and down-projection as one function that recomputes the GELU in backward instead of keeping its output. Off by default until measured on a GPU."},
     {.path = "model.segment_attention", .kind = K::kBool, .at = TT_AT(model.segment_attention),
      .read_by = kT | kB, .doc = "On CUDA in bf16/fp16, joint attention over padded text runs as flash attention's variable-length segments (each sample's valid tokens, then its padding apart) instead of SDPA with a mask: the same loss and gradients, static shapes for CUDA graphs. fp32 and the CPU keep the mask. Off by default until measured on a GPU."},
     {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n),

@@ -1,6 +1,8 @@
 // Autograd functions over the fused Transformer kernels and their dispatch (see fused_ops.h).
 #include "model/fused_ops.h"
 
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
@@ -75,6 +77,73 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
   }
 };
 
+// The dtype a Linear runs in here: autocast's for the device when it is on, else the input's.
+torch::ScalarType linear_dtype(const torch::Tensor& x) {
+  const auto device = x.device().type();
+  if (at::autocast::is_autocast_enabled(device)) return at::autocast::get_autocast_dtype(device);
+  return x.scalar_type();
+}
+
+// GELU-tanh forward and backward: the CUDA kernel where it takes u, else ATen's (bit for bit the
+// unfused model's on the CPU).
+torch::Tensor gelu_of(const torch::Tensor& u) {
+  return fused_kernels_take(u) ? gelu_tanh_forward(u) : torch::gelu(u, "tanh");
+}
+torch::Tensor gelu_grad(const torch::Tensor& grad, const torch::Tensor& u) {
+  return fused_kernels_take(u) ? gelu_tanh_backward(grad, u) : at::gelu_backward(grad, u, "tanh");
+}
+
+// The GELU of u, and beside it `a` when there is one (both in their promoted dtype).
+torch::Tensor gelu_input(const torch::Tensor& a, const torch::Tensor& u, bool has_a) {
+  torch::Tensor h = gelu_of(u);
+  if (!has_a) return h;
+  const auto common = at::result_type(a, h);
+  return torch::cat({a.to(common), h.to(common)}, -1);
+}
+
+// linear(cat(a, gelu(u))) keeping a and u only (see gelu_linear in fused_ops.h).
+class GeluLinear : public torch::autograd::Function<GeluLinear> {
+ public:
+  // a: an empty tensor when there is none; bias: an empty tensor when there is none (autograd
+  // functions take no undefined inputs).
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& u,
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool has_a, bool has_bias) {
+    const torch::ScalarType dtype = linear_dtype(u);
+    // The casts below are the ones autocast would make; it must not make them again.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const torch::Tensor h = gelu_input(a, u, has_a);
+    const torch::Tensor out =
+        torch::linear(h.to(dtype), weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor());
+    ctx->save_for_backward({a, u, weight, bias});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["has_a"] = has_a;
+    ctx->saved_data["has_bias"] = has_bias;
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &a = saved[0], &u = saved[1], &weight = saved[2], &bias = saved[3];
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const bool has_a = ctx->saved_data["has_a"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
+    const torch::Tensor h = gelu_input(a, u, has_a);  // recomputed
+    const int64_t in = h.size(-1), out = weight.size(0);
+    const torch::Tensor grad = grads[0].to(dtype).reshape({-1, out});
+    const torch::Tensor grad_h = grad.mm(weight.to(dtype)).view(h.sizes());
+    const torch::Tensor grad_weight = grad.t().mm(h.to(dtype).reshape({-1, in})).to(weight.scalar_type());
+    const torch::Tensor grad_bias = has_bias ? grad.sum(0).to(bias.scalar_type()) : torch::Tensor();
+    torch::Tensor grad_a, grad_mlp = grad_h;
+    if (has_a) {
+      const int64_t a_width = a.size(-1);
+      grad_a = grad_h.slice(-1, 0, a_width).to(a.scalar_type());
+      grad_mlp = grad_h.slice(-1, a_width);
+    }
+    const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()).contiguous(), u);
+    return {grad_a, grad_u, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 void check_rope_rows(const torch::Tensor& x, const RopeTable* rope, int64_t rope_tokens) {
   TORCH_CHECK(rope_tokens >= 0 && rope_tokens <= x.size(2), "rms_norm_rope: rope_tokens must be in [0, ",
               x.size(2), "], got ", rope_tokens);
@@ -146,6 +215,20 @@ torch::Tensor gelu_tanh_fused(const torch::Tensor& x) {
 
 torch::Tensor gelu_tanh_reference(const torch::Tensor& x) {
   return torch::gelu(x, "tanh");
+}
+
+torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
+                          const torch::Tensor& bias) {
+  const torch::Tensor none = torch::empty({0}, u.options());
+  return GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none, a.defined(),
+                           bias.defined());
+}
+
+torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
+                                    const torch::Tensor& bias) {
+  torch::Tensor h = gelu_tanh_reference(u);
+  if (a.defined()) h = torch::cat({a, h}, -1);
+  return torch::linear(h, weight, bias);
 }
 
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {

@@ -55,4 +55,18 @@ torch::Tensor gelu_tanh_fused(const torch::Tensor& x);
 torch::Tensor gelu_tanh_reference(const torch::Tensor& x);
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused);
 
+/// The MLP's GELU-tanh and down-projection as one autograd function that keeps only its inputs:
+/// linear(gelu_tanh(u)), or linear(cat(a, gelu_tanh(u), -1)) when `a` is defined (the single
+/// blocks' attention output beside the MLP), with `weight` (out, in) and `bias` (out) or undefined.
+/// Autograd of the composition keeps the GELU's input and output (and the concatenation): this
+/// keeps a and u (a view of the up-projection's output is kept as a view) and recomputes the GELU
+/// and the concatenation in backward, saving (tokens x in) of the linear's input per call. Under
+/// autocast the GEMMs run in autocast's dtype, the weight cast in forward and again in backward.
+/// The GELU is the CUDA kernel where fused_kernels_take(u), else ATen's.
+torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
+                          const torch::Tensor& bias);
+/// The composition autograd keeps everything of: linear(cat(a, gelu(u))) (a undefined: no cat).
+torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
+                                    const torch::Tensor& bias);
+
 }  // namespace tt

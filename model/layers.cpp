@@ -52,6 +52,9 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivati
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   auto h = proj_(x);
+  // With fused kernels, the GELU and the down-projection keep only the up-projection's output.
+  if (fused_kernels_ && activation_ == FeedForwardActivation::kGeluTanh)
+    return gelu_linear(torch::Tensor(), h, out_->weight, out_->bias);
   h = activation_ == FeedForwardActivation::kGeluTanh ? gelu_tanh(h, fused_kernels_) : torch::silu(h);
   return out_(h);
 }

@@ -158,11 +158,13 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
                                        const RopeTable& rope) {
   auto m = norm_(vec);  // shift, scale, gate
   auto fused = linear1_(norm_modulate(x, m[0], m[1]));  // (B, N+L, 3*hidden + mlp)
-  auto mlp = gelu_tanh(fused.slice(2, 3 * hidden_), fused_kernels_);
   // QK-norm on every token, RoPE on the video tokens only.
   auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_), &rope, video_tokens);
   auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);
-  return gated_residual(x, proj_out_(torch::cat({attn, mlp}, 2)), m[2], fused_kernels_);
+  // With fused kernels, GELU, concatenation and linear2 keep only attn and the MLP's input (a view).
+  auto out = fused_kernels_ ? gelu_linear(attn, fused.slice(2, 3 * hidden_), proj_out_->weight, proj_out_->bias)
+                            : proj_out_(torch::cat({attn, gelu_tanh(fused.slice(2, 3 * hidden_), false)}, 2));
+  return gated_residual(x, out, m[2], fused_kernels_);
 }
 
 // ---------------------------------------------------------------- the model

@@ -164,6 +164,69 @@ TEST_CASE("GELU-tanh: own backward gives autograd's gradients of torch::gelu", "
   check_finite_differences(gelu_fused(), {torch::randn({3, 5}, torch::kFloat64) * 2});
 }
 
+// in: [a (or nothing), u, weight, bias]: linear(cat(a, gelu(u))) through the function or autograd.
+Fn gelu_linear_fn(bool ours, bool with_a, bool autocast) {
+  return [=](const std::vector<torch::Tensor>& in) {
+    const torch::Tensor a = with_a ? in[0] : torch::Tensor();
+    const size_t first = with_a ? 1 : 0;
+    tt::AutocastScope scope(autocast, torch::kBFloat16, torch::kCPU);
+    return ours ? tt::gelu_linear(a, in[first], in[first + 1], in[first + 2])
+                : tt::gelu_linear_reference(a, in[first], in[first + 1], in[first + 2]);
+  };
+}
+
+TEST_CASE("GELU + down-projection (gelu_linear): own backward gives autograd's gradients of the composition, with "
+          "and without the attention beside it, in fp32, bf16 and under autocast", "[model][fused]") {
+  torch::manual_seed(26);
+  const int64_t attn = 6, mlp = 10, out = 7;
+  for (const bool with_a : {false, true}) {
+    const int64_t in = mlp + (with_a ? attn : 0);
+    auto a = torch::randn({2, 5, attn});
+    // u as the single blocks pass it: a column slice of the up-projection's output.
+    auto up = torch::randn({2, 5, 3 + mlp}) * 2;
+    auto weight = torch::randn({out, in}) * 0.3, bias = torch::randn({out});
+    auto inputs = [&](torch::Dtype dtype, torch::Dtype weights) {
+      std::vector<torch::Tensor> v;
+      if (with_a) v.push_back(a.to(dtype));
+      v.push_back(up.to(dtype));
+      v.push_back(weight.to(weights));
+      v.push_back(bias.to(weights));
+      return v;
+    };
+    auto sliced = [](Fn f, bool with_a_) {  // the function sees u as a slice of its input
+      return Fn([f, with_a_](const std::vector<torch::Tensor>& in) {
+        std::vector<torch::Tensor> v(in);
+        v[with_a_ ? 1 : 0] = in[with_a_ ? 1 : 0].slice(2, 3);
+        return f(v);
+      });
+    };
+    INFO("with a: " << with_a);
+    compare(sliced(gelu_linear_fn(true, with_a, false), with_a), sliced(gelu_linear_fn(false, with_a, false), with_a),
+            inputs(torch::kFloat32, torch::kFloat32), tolerance_for(torch::kFloat32));
+    compare(sliced(gelu_linear_fn(true, with_a, false), with_a), sliced(gelu_linear_fn(false, with_a, false), with_a),
+            inputs(torch::kBFloat16, torch::kBFloat16), tolerance_for(torch::kBFloat16));
+    // As the model runs it: bf16 activations, fp32 weights, CPU autocast to bf16.
+    compare(sliced(gelu_linear_fn(true, with_a, true), with_a), sliced(gelu_linear_fn(false, with_a, true), with_a),
+            inputs(torch::kBFloat16, torch::kFloat32), tolerance_for(torch::kBFloat16));
+    // No bias.
+    std::vector<torch::Tensor> without_bias = inputs(torch::kFloat32, torch::kFloat32);
+    without_bias.pop_back();
+    compare(
+        [&](const std::vector<torch::Tensor>& v) {
+          return tt::gelu_linear(with_a ? v[0] : torch::Tensor(), v[with_a ? 1 : 0].slice(2, 3), v[with_a ? 2 : 1], {});
+        },
+        [&](const std::vector<torch::Tensor>& v) {
+          return tt::gelu_linear_reference(with_a ? v[0] : torch::Tensor(), v[with_a ? 1 : 0].slice(2, 3),
+                                           v[with_a ? 2 : 1], {});
+        },
+        without_bias, tolerance_for(torch::kFloat32));
+  }
+  // fp64 central differences through the function, with a.
+  check_finite_differences(gelu_linear_fn(true, true, false),
+                           {torch::randn({1, 3, 2}, torch::kFloat64), torch::randn({1, 3, 4}, torch::kFloat64),
+                            torch::randn({3, 6}, torch::kFloat64), torch::randn({3}, torch::kFloat64)});
+}
+
 TEST_CASE("QK RMSNorm + RoPE: own backward gives autograd's gradients of RmsNorm then apply_rope",
           "[model][fused]") {
   torch::manual_seed(23);
@@ -208,6 +271,19 @@ TEST_CASE("fused ops on CPU tensors take the unfused composition bit for bit", "
   tt::test::randomise_weights(b, 3);
   auto in = tt::test::small_model_inputs(on, 2, 8);
   CHECK(torch::equal(a->forward(in), b->forward(in)));
+  // Backward: the MLPs' GELU + down-projection (gelu_linear) run on the CPU too, with their own
+  // backward: the gradients agree to fp32 summation order.
+  {
+    torch::AutoGradMode grad_on(true);
+    a->forward(in).square().sum().backward();
+    b->forward(in).square().sum().backward();
+  }
+  const auto errors = tt::test::gradient_errors(a->diffusers_gradients(), b->diffusers_gradients());
+  REQUIRE(!errors.empty());
+  for (const auto& [key, error] : errors) {
+    INFO(key << " gradient error " << error);
+    CHECK(error <= 1e-5);
+  }
 }
 
 // ---- [gpu] ----
