@@ -1,6 +1,7 @@
 // Model step benchmark (see bench.h). The keys it reads are the schema's kReadBench column.
 #include "app/bench.h"
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
