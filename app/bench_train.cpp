@@ -88,14 +88,16 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   // trimmed per batch as before graphs existed. Padded rows: graph warm-up up to the warm-up's last
   // step. Auto rows: the trimmed reference steps, as many padded eager ones, the capture and two
   // replays for the first comparison (every 2 replays) fit in the warm-up when it has 12 steps or more
-  // (the replays' times reach the policy a step or two after they are queued).
+  // per bucket (the replays' times reach the policy a step or two after they are queued).
   c.cuda_graph.enabled = plan.graphs ? "auto" : "false";
   c.cuda_graph.scope = plan.scope;
   c.data.text_padding = !plan.graphs ? "trim" : plan.padded ? "full" : "auto";
   if (!plan.graphs || plan.padded) {
     c.cuda_graph.warmup_steps = std::max<int64_t>(2, o.warmup - 1);
   } else {
-    c.cuda_graph.warmup_steps = std::max<int64_t>(3, (o.warmup - 6) / 2);
+    // Each bucket warms up on its own, on about its share of the warm-up steps.
+    const int64_t buckets = std::max<int64_t>(1, static_cast<int64_t>(o.buckets.size()));
+    c.cuda_graph.warmup_steps = std::max<int64_t>(3, (o.warmup / buckets - 6) / 2);
     c.cuda_graph.capture_frequency = 2;
   }
   c.train.max_steps = total;

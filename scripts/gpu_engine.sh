@@ -10,7 +10,9 @@
 #   scripts/gpu_engine.sh small [ARGS]     the same at 33x256x256 (16x9x32x32 latents), where launch
 #                                          overhead matters: main today against + CUDA Graphs, twice.
 #   scripts/gpu_engine.sh buckets [ARGS]   benchmark (c): mixed buckets 33x256x256, 33x480x832,
-#                                          65x256x448, fixed (--batch x --accumulation) against dynamic.
+#                                          65x256x448: main today and + CUDA Graphs at the fixed micro-batch
+#                                          (--batch x --accumulation), + dynamic batch and full stack at the
+#                                          same global batch.
 #   scripts/gpu_engine.sh curves [STEPS]   benchmark (d): loss curves on the 1b preset at 16x9x32x32
 #                                          latents, STEPS steps (default 300), same data and seed, for
 #                                          fp32, bf16, fp16, bf16 + graphs, bf16 + dynamic batch; the
@@ -64,8 +66,10 @@ case "$part" in
   ablation) bench ablation --ablation --rows "${ROWS:-1,2,3,4,5,6,7,8}" --warmup "${WARMUP:-10}" --steps "${STEPS:-30}" "$@" ;;
   small) bench small --ablation --rows "${ROWS:-2,3,2,3}" --frames 33 --height 256 --width 256 --warmup "${WARMUP:-10}" \
            --steps "${STEPS:-30}" "$@" ;;
-  buckets) bench buckets --ablation --rows "${ROWS:-2,4,2,4}" --buckets 33x256x256,33x480x832,65x256x448 --samples 24 \
-             --warmup "${WARMUP:-10}" --steps "${STEPS:-30}" "$@" ;;
+  # Every bucket warms up on its own (3 trimmed + 3 padded steps, the capture, 2 replays in the auto
+  # rows), about a third of the steps each: 30 warm-up steps cover the three.
+  buckets) bench buckets --ablation --rows "${ROWS:-2,3,4,6}" --buckets 33x256x256,33x480x832,65x256x448 --samples 24 \
+             --warmup "${WARMUP:-30}" --steps "${STEPS:-20}" "$@" ;;
   curves)
     steps=${1:-300}
     work=/tmp/tt_curves; rm -rf "$work"; mkdir -p "$work"
