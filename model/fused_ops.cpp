@@ -6,6 +6,8 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <tuple>
+
 #include "cuda/ops.h"
 
 namespace tt {
@@ -144,6 +146,55 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
   }
 };
 
+// LayerNorm (no affine, eps 1e-6, statistics in fp32, output in x's dtype) then shift + x̂ (1 + scale),
+// as norm_modulate (model/layers.cpp); also the statistics.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> modulated(const torch::Tensor& x,
+                                                                                 const torch::Tensor& shift,
+                                                                                 const torch::Tensor& scale) {
+  auto [normed, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
+  torch::Tensor m = torch::addcmul(shift.unsqueeze(1), normed, 1 + scale.unsqueeze(1));
+  return {m, normed, mean, rstd};
+}
+
+// linear(norm_modulate(x, shift, scale)) keeping x, shift, scale (see modulate_linear in fused_ops.h).
+class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& shift, const torch::Tensor& scale, const torch::Tensor& weight,
+                               const torch::Tensor& bias, bool has_bias) {
+    const torch::ScalarType dtype = linear_dtype(x);
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const torch::Tensor m = std::get<0>(modulated(x, shift, scale));
+    const torch::Tensor out =
+        torch::linear(m.to(dtype), weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor());
+    ctx->save_for_backward({x, shift, scale, weight, bias});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["has_bias"] = has_bias;
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &shift = saved[1], &scale = saved[2], &weight = saved[3], &bias = saved[4];
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const auto [m, normed, mean, rstd] = modulated(x, shift, scale);  // recomputed
+    const int64_t channels = m.size(-1), out = weight.size(0);
+    const torch::Tensor grad = grads[0].to(dtype).reshape({-1, out});
+    const torch::Tensor grad_weight = grad.t().mm(m.to(dtype).reshape({-1, channels})).to(weight.scalar_type());
+    const torch::Tensor grad_bias = has_bias ? grad.sum(0).to(bias.scalar_type()) : torch::Tensor();
+    const torch::Tensor grad_m = grad.mm(weight.to(dtype)).view(m.sizes()).to(m.scalar_type());
+    // norm_modulate's backward (model/layers.cpp).
+    const torch::Tensor grad_shift = grad_m.sum(1).to(shift.scalar_type());
+    const torch::Tensor grad_scale = (grad_m * normed).sum(1).to(scale.scalar_type());
+    const torch::Tensor grad_normed = (grad_m * (1 + scale.unsqueeze(1))).to(x.scalar_type());
+    const torch::Tensor grad_x = std::get<0>(
+        at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
+    return {grad_x, grad_shift, grad_scale, grad_weight, grad_bias, torch::Tensor()};
+  }
+};
+
 void check_rope_rows(const torch::Tensor& x, const RopeTable* rope, int64_t rope_tokens) {
   TORCH_CHECK(rope_tokens >= 0 && rope_tokens <= x.size(2), "rms_norm_rope: rope_tokens must be in [0, ",
               x.size(2), "], got ", rope_tokens);
@@ -229,6 +280,12 @@ torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor&
   torch::Tensor h = gelu_tanh_reference(u);
   if (a.defined()) h = torch::cat({a, h}, -1);
   return torch::linear(h, weight, bias);
+}
+
+torch::Tensor modulate_linear(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                              const torch::Tensor& weight, const torch::Tensor& bias) {
+  return ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : torch::empty({0}, x.options()),
+                               bias.defined());
 }
 
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {

@@ -69,4 +69,12 @@ torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const 
 torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
                                     const torch::Tensor& bias);
 
+/// A Linear on the modulated LayerNorm of x, linear(norm_modulate(x, shift, scale)), as one
+/// autograd function keeping x, shift and scale (and the weights) only: the modulated input, which
+/// the composition keeps for the weight's gradient (one (B, N, C) activation per call), is
+/// recomputed in backward with the same LayerNorm kernel (bit for bit the forward's). Under autocast
+/// the GEMMs run in autocast's dtype, as the Linear would.
+torch::Tensor modulate_linear(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                              const torch::Tensor& weight, const torch::Tensor& bias);
+
 }  // namespace tt

@@ -50,8 +50,15 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivati
   net->push_back(out_);
 }
 
-torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  auto h = proj_(x);
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return after_projection(proj_(x)); }
+
+torch::Tensor FeedForwardImpl::forward_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+                                                 const torch::Tensor& scale) {
+  return after_projection(fused_kernels_ ? modulate_linear(x, shift, scale, proj_->weight, proj_->bias)
+                                         : proj_(norm_modulate(x, shift, scale)));
+}
+
+torch::Tensor FeedForwardImpl::after_projection(torch::Tensor h) {
   // With fused kernels, the GELU and the down-projection keep only the up-projection's output.
   if (fused_kernels_ && activation_ == FeedForwardActivation::kGeluTanh)
     return gelu_linear(torch::Tensor(), h, out_->weight, out_->bias);
@@ -173,6 +180,23 @@ std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x, const 
 
 std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) {
   return heads_and_norm(add_qkv_(x), norm_added_q_, norm_added_k_, nullptr, 0);
+}
+
+std::vector<torch::Tensor> AttentionImpl::project_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+                                                            const torch::Tensor& scale, const RopeTable* rope,
+                                                            int64_t rope_tokens) {
+  const torch::Tensor qkv = options_.fused_kernels
+                                ? modulate_linear(x, shift, scale, to_qkv_->weight, to_qkv_->bias)
+                                : to_qkv_(norm_modulate(x, shift, scale));
+  return heads_and_norm(qkv, norm_q_, norm_k_, rope, rope_tokens);
+}
+
+std::vector<torch::Tensor> AttentionImpl::project_added_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+                                                                  const torch::Tensor& scale) {
+  const torch::Tensor qkv = options_.fused_kernels
+                                ? modulate_linear(x, shift, scale, add_qkv_->weight, add_qkv_->bias)
+                                : add_qkv_(norm_modulate(x, shift, scale));
+  return heads_and_norm(qkv, norm_added_q_, norm_added_k_, nullptr, 0);
 }
 
 std::vector<torch::Tensor> AttentionImpl::split_and_normalize(const torch::Tensor& qkv, const RopeTable* rope,

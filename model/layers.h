@@ -33,8 +33,12 @@ class FeedForwardImpl : public torch::nn::Module {
  public:
   FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation, bool fused_kernels = false);
   torch::Tensor forward(const torch::Tensor& x);  // (B, N, dim) -> (B, N, dim)
+  /// forward(norm_modulate(x, shift, scale)); with fused kernels the modulated input is not kept
+  /// (modulate_linear, model/fused_ops.h).
+  torch::Tensor forward_modulated(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 
  private:
+  torch::Tensor after_projection(torch::Tensor h);
   FeedForwardActivation activation_;
   bool fused_kernels_ = false;
   torch::nn::Linear proj_{nullptr}, out_{nullptr};
@@ -108,6 +112,13 @@ class AttentionImpl : public torch::nn::Module {
                                      int64_t rope_tokens = 0);
   /// Same for the text stream (added_stream only), without RoPE.
   std::vector<torch::Tensor> project_added(const torch::Tensor& x);
+  /// project(norm_modulate(x, shift, scale), ...) and project_added of the same; with fused kernels
+  /// the modulated input is not kept (modulate_linear, model/fused_ops.h).
+  std::vector<torch::Tensor> project_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+                                               const torch::Tensor& scale, const RopeTable* rope = nullptr,
+                                               int64_t rope_tokens = 0);
+  std::vector<torch::Tensor> project_added_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+                                                     const torch::Tensor& scale);
   /// Splits an already projected (B, N, 3*hidden) q|k|v tensor into heads and applies QK-norm and
   /// RoPE as project() does.
   std::vector<torch::Tensor> split_and_normalize(const torch::Tensor& qkv, const RopeTable* rope = nullptr,

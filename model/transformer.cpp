@@ -123,8 +123,8 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   auto m = norm1_(vec);
   auto c = norm1_context_(vec);
   const int64_t n = video.size(1);
-  auto video_qkv = attn_->project(norm_modulate(video, m[0], m[1]), &rope, n);  // RoPE on every video token
-  auto text_qkv = attn_->project_added(norm_modulate(text, c[0], c[1]));
+  auto video_qkv = attn_->project_modulated(video, m[0], m[1], &rope, n);  // RoPE on every video token
+  auto text_qkv = attn_->project_added_modulated(text, c[0], c[1]);
   auto q = torch::cat({video_qkv[0], text_qkv[0]}, 2);
   auto k = torch::cat({video_qkv[1], text_qkv[1]}, 2);
   auto v = torch::cat({video_qkv[2], text_qkv[2]}, 2);
@@ -136,8 +136,8 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   const bool fused = fused_kernels_;
   auto video_out = gated_residual(video, video_attn, m[2], fused);
   auto text_out = gated_residual(text, text_attn, c[2], fused);
-  video_out = gated_residual(video_out, ff_(norm_modulate(video_out, m[3], m[4])), m[5], fused);
-  text_out = gated_residual(text_out, ff_context_(norm_modulate(text_out, c[3], c[4])), c[5], fused);
+  video_out = gated_residual(video_out, ff_->forward_modulated(video_out, m[3], m[4]), m[5], fused);
+  text_out = gated_residual(text_out, ff_context_->forward_modulated(text_out, c[3], c[4]), c[5], fused);
   return {video_out, text_out};
 }
 
@@ -157,7 +157,8 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
                                        const torch::Tensor& vec, const JointKeys& keys,
                                        const RopeTable& rope) {
   auto m = norm_(vec);  // shift, scale, gate
-  auto fused = linear1_(norm_modulate(x, m[0], m[1]));  // (B, N+L, 3*hidden + mlp)
+  auto fused = fused_kernels_ ? modulate_linear(x, m[0], m[1], linear1_->weight, linear1_->bias)
+                              : linear1_(norm_modulate(x, m[0], m[1]));  // (B, N+L, 3*hidden + mlp)
   // QK-norm on every token, RoPE on the video tokens only.
   auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_), &rope, video_tokens);
   auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);

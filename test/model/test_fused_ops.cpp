@@ -15,6 +15,7 @@
 
 #include "core/autocast.h"
 #include "model/fused_ops.h"
+#include "model/layers.h"
 #include "model/rope.h"
 #include "model/transformer.h"
 #include "test/model/small_model.h"
@@ -225,6 +226,39 @@ TEST_CASE("GELU + down-projection (gelu_linear): own backward gives autograd's g
   check_finite_differences(gelu_linear_fn(true, true, false),
                            {torch::randn({1, 3, 2}, torch::kFloat64), torch::randn({1, 3, 4}, torch::kFloat64),
                             torch::randn({3, 6}, torch::kFloat64), torch::randn({3}, torch::kFloat64)});
+}
+
+// in: [x, shift, scale, weight, bias]: linear(norm_modulate(x, shift, scale)).
+Fn modulate_linear_fn(bool ours, bool autocast) {
+  return [=](const std::vector<torch::Tensor>& in) {
+    tt::AutocastScope scope(autocast, torch::kBFloat16, torch::kCPU);
+    return ours ? tt::modulate_linear(in[0], in[1], in[2], in[3], in[4])
+                : torch::linear(tt::norm_modulate_reference(in[0], in[1], in[2]), in[3], in[4]);
+  };
+}
+
+TEST_CASE("modulated LayerNorm + Linear (modulate_linear): own backward gives autograd's gradients of the "
+          "composition in fp32, bf16 and under autocast", "[model][fused]") {
+  torch::manual_seed(27);
+  const int64_t channels = 12, out = 9;
+  auto x = torch::randn({2, 5, channels}) * 2 + 0.5, shift = torch::randn({2, channels}),
+       scale = torch::randn({2, channels}) * 0.5, weight = torch::randn({out, channels}) * 0.3,
+       bias = torch::randn({out});
+  auto inputs = [&](torch::Dtype dtype, torch::Dtype weights) {
+    return std::vector<torch::Tensor>{x.to(dtype), shift.to(dtype), scale.to(dtype), weight.to(weights),
+                                      bias.to(weights)};
+  };
+  compare(modulate_linear_fn(true, false), modulate_linear_fn(false, false), inputs(torch::kFloat32, torch::kFloat32),
+          tolerance_for(torch::kFloat32));
+  compare(modulate_linear_fn(true, false), modulate_linear_fn(false, false),
+          inputs(torch::kBFloat16, torch::kBFloat16), tolerance_for(torch::kBFloat16));
+  // As the model runs it: bf16 activations and modulation, fp32 weights, CPU autocast to bf16.
+  compare(modulate_linear_fn(true, true), modulate_linear_fn(false, true), inputs(torch::kBFloat16, torch::kFloat32),
+          tolerance_for(torch::kBFloat16));
+  check_finite_differences(modulate_linear_fn(true, false),
+                           {torch::randn({1, 3, 4}, torch::kFloat64), torch::randn({1, 4}, torch::kFloat64),
+                            torch::randn({1, 4}, torch::kFloat64), torch::randn({3, 4}, torch::kFloat64),
+                            torch::randn({3}, torch::kFloat64)});
 }
 
 TEST_CASE("QK RMSNorm + RoPE: own backward gives autograd's gradients of RmsNorm then apply_rope",
