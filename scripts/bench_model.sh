@@ -11,6 +11,10 @@ if [ -d .wheels ]; then
 fi
 "$tt" bench --preset 1b --device cuda --json "$out/teletron_1b.json" "$@" >"$out/teletron_bench.log" 2>&1 ||
   { tail -20 "$out/teletron_bench.log"; exit 1; }
+# The same with model.fused_kernels (fused kernels, GELU + down-projection and modulated LayerNorm +
+# Linear keeping fewer activations).
+"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b_fused.json" --set model.fused_kernels=true "$@" \
+  >"$out/teletron_bench_fused.log" 2>&1 || { tail -20 "$out/teletron_bench_fused.log"; exit 1; }
 python3 scripts/bench_diffusers.py --preset 1b "$@" >"$out/diffusers_1b.json" 2>"$out/diffusers_bench.log" ||
   { tail -20 "$out/diffusers_bench.log"; exit 1; }
 cat "$out/teletron_bench.log"
@@ -18,6 +22,7 @@ python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
 t = json.load(open(f"{out}/teletron_1b.json"))
+f = json.load(open(f"{out}/teletron_1b_fused.json"))
 d = json.loads(open(f"{out}/diffusers_1b.json").read().strip().splitlines()[-1])
 print(f"\n1b preset, batch 1, {t['video_tokens']} video + {t['text_tokens']} text tokens ({t['text_valid']} valid), "
       f"{t['device']}; diffusers {d['diffusers_version']}, torch {d['torch_version']}")
@@ -27,19 +32,22 @@ print("|---|---|---|---|---|---|")
 def row(name, ms, mfu_m, mfu_d, peak, rate):
     print(f"| {name} | {ms:.1f} | {t['video_tokens'] * 1000 / ms:.0f} | {100*mfu_m:.1f} % (of {rate:.0f}) | {100*mfu_d:.1f} % | {peak:.1f} |")
 row("teletron (bf16 autocast, fp32 master)", t["fwd_bwd_ms"], t["mfu_measured"], t["mfu_datasheet"], t["peak_gb_fwd_bwd"], t["matmul_tflops"])
+row("teletron, model.fused_kernels", f["fwd_bwd_ms"], f["mfu_measured"], f["mfu_datasheet"], f["peak_gb_fwd_bwd"], f["matmul_tflops"])
 row("diffusers eager (bf16 weights)", d["eager_ms"], d["eager_mfu_measured"], d["eager_mfu_datasheet"], d["eager_peak_gb"], d["matmul_tflops"])
 if "compiled_ms" in d:
     row("diffusers + torch.compile", d["compiled_ms"], d["compiled_mfu_measured"], d["compiled_mfu_datasheet"], d["compiled_peak_gb"], d["matmul_tflops"])
-print(f"\nteletron speed-up: {d['eager_ms']/t['fwd_bwd_ms']:.2f}x vs eager"
-      + (f", {d['compiled_ms']/t['fwd_bwd_ms']:.2f}x vs compiled" if "compiled_ms" in d else ""))
+for name, r in (("teletron", t), ("teletron, model.fused_kernels", f)):
+    print(f"\n{name} speed-up: {d['eager_ms']/r['fwd_bwd_ms']:.2f}x vs eager"
+          + (f", {d['compiled_ms']/r['fwd_bwd_ms']:.2f}x vs compiled" if "compiled_ms" in d else ""))
 print(f"teletron full step with clip + AdamW: {t['full_step_ms']:.1f} ms, peak {t['peak_gb']:.1f} GiB")
 gib = 2 ** 30
 print("\nActivation memory (peak during fwd+bwd minus what the step holds after it and, for teletron, the weights'"
       " autocast copies):")
 print("| run | parameters GiB | gradients GiB | autocast copies GiB | activations GiB |")
 print("|---|---|---|---|---|")
-print(f"| teletron | {t['parameter_bytes']/gib:.2f} | {t['gradient_bytes']/gib:.2f} | {t['autocast_copy_bytes']/gib:.2f} | "
-      f"{t['activation_bytes']/gib:.2f} |")
+for name, r in (("teletron", t), ("teletron, model.fused_kernels", f)):
+    print(f"| {name} | {r['parameter_bytes']/gib:.2f} | {r['gradient_bytes']/gib:.2f} | {r['autocast_copy_bytes']/gib:.2f} | "
+          f"{r['activation_bytes']/gib:.2f} |")
 print(f"| diffusers eager | {d['parameter_gb']:.2f} | {d['gradient_gb']:.2f} | 0 | {d['eager_activation_gb']:.2f} |")
 if "compiled_activation_gb" in d:
     print(f"| diffusers + torch.compile | {d['parameter_gb']:.2f} | {d['gradient_gb']:.2f} | 0 | "
