@@ -11,6 +11,13 @@
 #                16 clip workers on all 16 cores
 #        cpu4    the same with 4 workers, taskset to 4 cores (an 8-GPU node's share)
 #        vae     teletron bench-vae of the VAE as training runs it (frame windows, default runtime)
+#        the engine's ablation on raw video (issue 12 (b)), each with CPU_STEPS steps:
+#        naive   fp32 (TF32 stays on for cuDNN's convolutions: no config key turns it off), eager, fixed
+#                batch, text trimmed, the CPU data path with 4 workers taskset to 4 cores
+#        main    bf16, eager, fixed batch, text trimmed, the GPU data path (as online, graphs off)
+#        graphs  main + CUDA graphs (text padding auto; graph warm-up 5 steps, compared every 5 replays)
+#        dynamic graphs + batch_size: dynamic
+#        fused   dynamic + model.fused_kernels (with the config's prefetch 5: the full stack here)
 #   STEPS (default 200) for online, CPU_STEPS (default 60) for the CPU modes, CACHED_STEPS (default
 #   STEPS) for cached latents (its step time is flat after warm-up).
 # Per mode: samples/s, step time, data-wait share, GPU busy share (NVML utilization.gpu sampled every
@@ -79,6 +86,15 @@ for mode in $modes; do
     online) train online "$steps" "" ;;
     cpu16) train cpu16 "$cpu_steps" "" --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=16 ;;
     cpu4) train cpu4 "$cpu_steps" 0-3 --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=4 ;;
+    naive) train naive "$cpu_steps" 0-3 --set data_pipeline.video_decoding=cpu --set data_pipeline.workers=4 \
+             --set mixed_precision.enabled=false --set cuda_graph.enabled=false --set data.text_padding=trim ;;
+    main) train main "$cpu_steps" "" --set cuda_graph.enabled=false --set data.text_padding=trim ;;
+    graphs) train graphs "$cpu_steps" "" --set cuda_graph.enabled=true --set cuda_graph.warmup_steps=5 \
+              --set cuda_graph.capture_frequency=5 ;;
+    dynamic) train dynamic "$cpu_steps" "" --set cuda_graph.enabled=true --set cuda_graph.warmup_steps=5 \
+               --set cuda_graph.capture_frequency=5 --set batch_size=dynamic ;;
+    fused) train fused "$cpu_steps" "" --set cuda_graph.enabled=true --set cuda_graph.warmup_steps=5 \
+             --set cuda_graph.capture_frequency=5 --set batch_size=dynamic --set model.fused_kernels=true ;;
     vae) "$tt" bench-vae --preset "${TV_VAE:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
            --width "$width" --tiling frames \
            --warmup 2 --steps 5 --json "$out/vae_train.jsonl" 2>&1 | grep -E "^bench-vae|TT_ERR" ;;
@@ -93,7 +109,7 @@ summary = {}
 print("| mode | steps | samples/s | step ms | data wait | GPU busy (NVML) | CPU cores busy | peak GiB | "
       "GPU ms per sample before the VAE | VAE GPU ms per sample (under load) |")
 print("|---|---|---|---|---|---|---|---|---|---|")
-for mode in ("cached", "online", "cpu16", "cpu4"):
+for mode in ("cached", "online", "cpu16", "cpu4", "naive", "main", "graphs", "dynamic", "fused"):
     path = os.path.join(out, f"metrics_{mode}.jsonl")
     if not os.path.exists(path):
         continue
