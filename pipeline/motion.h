@@ -1,0 +1,42 @@
+// Motion scores (issue 13): how much a clip moves, as the mean optical-flow magnitude in pixels per
+// frame at a fixed working resolution, over a few frame pairs spread over the clip. Used to leave
+// out static clips (data.min_motion) or the wildest ones (data.max_motion), and to choose frames.
+//
+// The working resolution is a short side of 256 pixels (the frames resized to it, up or down,
+// keeping their aspect), so that scores of clips of different sizes compare: a pan that crosses
+// the picture in 10 s scores the same at 480p and at 1080p. Each pair is two frames `gap` frames
+// apart; its flow magnitude is divided by the gap.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "pipeline/optical_flow_tvl1.h"
+
+namespace tt {
+
+struct MotionOptions {
+  int64_t pairs = 4;          // frame pairs per clip (K)
+  int64_t short_side = 256;   // working resolution: the frames' shorter side, in pixels
+  TvL1Options tvl1;           // the flow (the weight-free algorithm, the default where there is no NVOFA)
+};
+
+/// The first frames of `pairs` pairs (i, i + 1) spread over a clip of `frames` frames: the middle
+/// of `pairs` equal strata, each at most frames - 2 (fewer pairs when the clip is shorter than
+/// that; none for a clip of fewer than 2 frames).
+std::vector<int64_t> motion_pair_starts(int64_t frames, int64_t pairs);
+
+/// The frames (N, H, W) grayscale or (N, 3, H, W) RGB, float in [0, 1] or uint8, on any device, resized
+/// to the working resolution (bilinear, antialiased when shrinking) and made grayscale (BT.709 luma
+/// weights): (N, h, w) float32.
+torch::Tensor motion_frames(const torch::Tensor& frames, int64_t short_side);
+
+/// The score of pairs given as `first` and `second` (K, h, w) at the working resolution (as
+/// motion_frames returns them) with the frame gap of each pair: the mean over pairs of the mean
+/// flow magnitude over the picture divided by the gap, in pixels per frame. 0 pairs: TT_ERR_DATA.
+double motion_score(const torch::Tensor& first, const torch::Tensor& second, const std::vector<int64_t>& gaps,
+                    const MotionOptions& options = {});
+
+}  // namespace tt

@@ -1,0 +1,81 @@
+// Motion scores (pipeline/motion): where the pairs are taken, the working resolution, and the
+// ordering and size of scores of synthetic clips whose motion is known (a still picture, a slow
+// and a fast pan of a smooth texture).
+#include "pipeline/motion.h"
+
+#include <catch2/catch_test_macros.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/errors.h"
+#include "test/test_util.h"
+
+namespace {
+
+// T frames (T, 3, h, w) uint8 of a smooth texture panning right by `speed` pixels per frame.
+torch::Tensor pan(int64_t frames, int64_t h, int64_t w, double speed) {
+  auto ys = torch::arange(h, torch::kFloat64).view({1, h, 1});
+  auto xs = torch::arange(w, torch::kFloat64).view({1, 1, w});
+  auto t = torch::arange(frames, torch::kFloat64).view({frames, 1, 1});
+  auto x = xs - speed * t;
+  auto v = 0.5 + 0.2 * torch::sin(0.29 * x + 0.13 * ys) + 0.15 * torch::cos(0.21 * x - 0.37 * ys) +
+           0.1 * torch::sin(0.09 * x + 0.47 * ys + 0.7);
+  auto grey = (v * 255).round().clamp(0, 255).to(torch::kUInt8);
+  return torch::stack({grey, grey, grey}, 1);  // (T, 3, h, w)
+}
+
+double score_of(const torch::Tensor& clip, const tt::MotionOptions& options) {
+  const std::vector<int64_t> starts = tt::motion_pair_starts(clip.size(0), options.pairs);
+  std::vector<int64_t> firsts, seconds, gaps;
+  for (int64_t s : starts) {
+    firsts.push_back(s);
+    seconds.push_back(s + 1);
+    gaps.push_back(1);
+  }
+  const torch::Tensor frames = tt::motion_frames(clip, options.short_side);
+  return tt::motion_score(frames.index_select(0, torch::tensor(firsts)), frames.index_select(0, torch::tensor(seconds)),
+                          gaps, options);
+}
+
+}  // namespace
+
+TEST_CASE("motion pairs: the middles of equal strata, within the clip", "[flow][motion]") {
+  CHECK(tt::motion_pair_starts(33, 4) == std::vector<int64_t>{4, 12, 20, 28});
+  CHECK(tt::motion_pair_starts(3, 4) == std::vector<int64_t>{0, 1});
+  CHECK(tt::motion_pair_starts(2, 4) == std::vector<int64_t>{0});
+  CHECK(tt::motion_pair_starts(1, 4).empty());
+  for (int64_t frames : {2, 5, 17, 300})
+    for (int64_t s : tt::motion_pair_starts(frames, 4)) CHECK((s >= 0 && s + 1 < frames));
+}
+
+TEST_CASE("motion frames: luma at the working resolution's short side, aspect kept", "[flow][motion]") {
+  auto rgb = torch::full({2, 3, 48, 64}, 255, torch::kUInt8);
+  const torch::Tensor frames = tt::motion_frames(rgb, 96);
+  CHECK(frames.sizes() == torch::IntArrayRef({2, 96, 128}));
+  CHECK(std::abs(frames.mean().item<double>() - 1.0) < 1e-5);  // white stays white (luma weights sum to 1)
+  CHECK(tt::motion_frames(torch::rand({1, 300, 200}), 256).sizes() == torch::IntArrayRef({1, 384, 256}));
+  CHECK(tt::test::expect_error([] { tt::motion_frames(torch::rand({2, 4, 8, 8}), 256); }).code() == tt::ErrorCode::kData);
+}
+
+TEST_CASE("motion scores: a still clip scores far below a slow pan, which scores below a fast pan; scores are pixels "
+          "per frame at the working resolution", "[flow][motion]") {
+  tt::MotionOptions options;
+  options.short_side = 96;  // the clips' own 48 px short side, doubled: motion at the working resolution is 2x
+  const double still = score_of(pan(17, 48, 64, 0.0), options);
+  const double slow = score_of(pan(17, 48, 64, 0.5), options);
+  const double fast = score_of(pan(17, 48, 64, 2.0), options);
+  INFO("still " << still << ", slow " << slow << ", fast " << fast << " px per frame at 96 px short side");
+  CHECK(still < 0.05);
+  CHECK(std::abs(slow - 1.0) < 0.1);  // 0.5 px per frame, doubled
+  CHECK(std::abs(fast - 4.0) < 0.3);  // 2 px per frame, doubled
+  CHECK(still * 10 < slow);
+  CHECK(slow * 2 < fast);
+  // A gap of 2 frames between the pair's frames halves what one pair's flow says.
+  const torch::Tensor frames = tt::motion_frames(pan(3, 48, 64, 0.5), 96);
+  const double over_two = tt::motion_score(frames.slice(0, 0, 1), frames.slice(0, 2, 3), {2}, options);
+  CHECK(std::abs(over_two - slow) < 0.15);
+  CHECK(tt::test::expect_error([&] { tt::motion_score(frames.slice(0, 0, 0), frames.slice(0, 0, 0), {}, options); })
+            .code() == tt::ErrorCode::kData);
+}
