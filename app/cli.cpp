@@ -354,6 +354,9 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   validate_cmd->add_option("--report", validate.report, "Write a JSON report here");
   add_device_option(validate_cmd, &validate.device, "Decode for this device (cuda: NVDEC where possible)");
+  validate_cmd->add_flag("--motion", validate.motion,
+                         "Also score each clip's motion (mean optical-flow magnitude in pixels per frame at a 256-px "
+                         "short side, TV-L1 over 4 frame pairs) into the report, the table and <manifest>.motion.json");
 
   PreprocessOptions preprocess;
   auto* preprocess_cmd = app.add_subcommand(

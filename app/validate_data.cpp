@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "app/config.h"
@@ -20,6 +22,7 @@
 #include "app/video_data.h"
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "pipeline/motion.h"
 #include "pipeline/video_manifest.h"
 #include "pipeline/video_reader.h"
 
@@ -42,6 +45,7 @@ struct SampleResult {
   int width = 0, height = 0, rotation = 0;  // displayed size (after rotation)
   int64_t frames = 0;
   double fps = 0.0, duration = 0.0;
+  std::optional<double> motion;  // --motion: pixels per frame at the working resolution
 
   void fail(const std::string& reason, const std::string& message) {
     error = true;
@@ -57,6 +61,8 @@ struct Plan {
   std::vector<FrameSamplerOptions> samplers;  // one per bucket
   VideoReaderOptions reader;
   int64_t text_dim = 0, pooled_dim = 0;
+  bool motion = false;
+  MotionOptions motion_options;
 };
 
 bool is_config_file(const std::string& path) {
@@ -133,6 +139,13 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
       for (const std::string& problem : software.scan().problems) result.fail("damaged", problem + " (CPU decoder)");
     }
     check_against_buckets(plan, reader, result);
+    if (plan.motion && !result.error) {
+      try {
+        result.motion = clip_motion_score(reader, plan.motion_options);
+      } catch (const std::exception& error) {
+        result.fail("motion", str_cat("motion score: ", first_line(error.what())));
+      }
+    }
   } catch (const Error& error) {
     const std::string reason = error.code() == ErrorCode::kIo       ? "unreadable"
                                : error.code() == ErrorCode::kDecode ? "not_decodable"
@@ -201,6 +214,7 @@ nlohmann::json to_json(const SampleResult& r) {
   j["duration_s"] = r.duration;
   j["decode_path"] = r.decode_path;
   j["decode_reason"] = r.decode_reason;
+  if (r.motion) j["motion"] = *r.motion;
   return j;
 }
 
@@ -221,10 +235,58 @@ Plan make_plan(const ValidateDataOptions& options) {
   for (size_t b = 0; b < plan.config.data.buckets.size(); ++b) plan.samplers.push_back(frame_sampler_options(plan.config, b));
   plan.reader = video_reader_options(plan.config, options.device);
   plan.reader.quiet = true;
+  plan.motion = options.motion;
   const HunyuanVideoConfig model = model_config_from(plan.config.model);
   plan.text_dim = model.text_embed_dim;
   plan.pooled_dim = model.pooled_projection_dim;
   return plan;
+}
+
+// --motion: the spread of the scores, the stillest and the most moving clips, and the cache.
+void report_motion(const Plan& plan, const std::vector<SampleResult>& results) {
+  std::vector<const SampleResult*> scored;
+  for (const SampleResult& r : results)
+    if (r.motion) scored.push_back(&r);
+  std::sort(scored.begin(), scored.end(), [](const auto* a, const auto* b) { return *a->motion < *b->motion; });
+  std::cout << "\nmotion (mean optical-flow magnitude, pixels per frame at a " << plan.motion_options.short_side
+            << "-px short side; TV-L1 over " << plan.motion_options.pairs << " frame pairs): " << scored.size()
+            << " clip(s) scored\n";
+  if (!scored.empty()) {
+    auto quantile = [&](double q) {
+      return *scored[static_cast<size_t>(std::lround(q * static_cast<double>(scored.size() - 1)))]->motion;
+    };
+    std::printf("  min %.3f  p10 %.3f  median %.3f  p90 %.3f  max %.3f\n", quantile(0), quantile(0.1), quantile(0.5),
+                quantile(0.9), quantile(1));
+    const size_t shown = std::min<size_t>(5, scored.size());
+    std::printf("  %-10s %8s  %s\n", "", "motion", "clip");
+    for (size_t i = 0; i < shown; ++i)
+      std::printf("  %-10s %8.3f  line %lld %s\n", i == 0 ? "stillest" : "", *scored[i]->motion,
+                  static_cast<long long>(scored[i]->line), scored[i]->video.c_str());
+    for (size_t i = 0; i < shown && scored.size() > shown; ++i) {
+      const SampleResult* r = scored[scored.size() - 1 - i];
+      std::printf("  %-10s %8.3f  line %lld %s\n", i == 0 ? "most moving" : "", *r->motion,
+                  static_cast<long long>(r->line), r->video.c_str());
+    }
+  }
+  // The cache keeps the scores of clips scored before (of this manifest, with the same settings).
+  const std::string path = MotionCache::path_for(plan.manifest);
+  MotionCache cache;
+  try {
+    cache = MotionCache::read(path);
+  } catch (const Error& error) {
+    spdlog::warn("{}; it is written anew", first_line(error.what()));
+  }
+  if (cache.pairs != plan.motion_options.pairs || cache.short_side != plan.motion_options.short_side ||
+      cache.algorithm != "tvl1")
+    cache = MotionCache{};
+  for (const SampleResult* r : scored) cache.set(r->video, *r->motion);
+  try {
+    cache.write(path);
+    std::cout << "  motion cache: " << path << " (" << cache.clips.size() << " clip(s))" << std::endl;
+  } catch (const Error& error) {
+    spdlog::warn("TT_ERR_IO: the motion cache {} could not be written: {}; data.min_motion / max_motion need it",
+                 path, first_line(error.what()));
+  }
 }
 
 }  // namespace
@@ -307,6 +369,7 @@ int run_validate_data(const ValidateDataOptions& options) {
   }
   std::cout << "\nchecked " << results.size() << ": " << results.size() - errors << " ok, " << errors
             << " with errors" << std::endl;
+  if (plan.motion) report_motion(plan, results);
 
   if (!options.report.empty()) {
     nlohmann::json report;
@@ -316,6 +379,12 @@ int run_validate_data(const ValidateDataOptions& options) {
     for (const Bucket& b : plan.config.data.buckets)
       report["buckets"].push_back({{"frames", b.frames}, {"height", b.height}, {"width", b.width}});
     report["sampler"] = {{"mode", frame_sample_mode_name(sampler.mode)}, {"frames_needed", frames_needed(sampler)}};
+    if (plan.motion)
+      report["motion"] = {{"algorithm", "tvl1"},
+                          {"pairs", plan.motion_options.pairs},
+                          {"short_side", plan.motion_options.short_side},
+                          {"unit", "mean optical-flow magnitude, pixels per frame at the working resolution"},
+                          {"cache", MotionCache::path_for(plan.manifest)}};
     nlohmann::json summary = {{"samples", results.size()}, {"ok", results.size() - errors}, {"errors", errors},
                               {"cpu_fallback", fallbacks}};
     for (const auto& [reason, entry] : by_reason) summary["by_reason"][reason] = entry.first;

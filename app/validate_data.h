@@ -4,7 +4,9 @@
 // the CPU path decodes instead), the clip has the frames the sampler needs and a size that covers a
 // bucket, and the named embeddings files have the right shapes. Prints progress and a table of
 // problems by reason, optionally writes a JSON report, and fails (TT_ERR_DATA) when any sample has
-// an error. Nothing in a file can crash it: each sample's failure is caught and reported.
+// an error. Nothing in a file can crash it: each sample's failure is caught and reported. With
+// --motion it also scores each good clip's motion (optical flow, pipeline/motion.h), lists the
+// stillest and the most moving clips and the scores' spread, and writes the manifest's motion cache.
 //
 // Damage policy: a file whose decode shows damage (the decoder rejects packets, produces fewer
 // frames than the container holds, flags frames as concealed, or the container is cut short) is an
@@ -35,6 +37,9 @@ struct ValidateDataOptions {
   std::string report;
   /// Overrides train.device ("" = the config's).
   std::string device;
+  /// Also score each clip's motion (pipeline/motion.h) into the report, the table and the
+  /// manifest's motion cache (<manifest>.motion.json), which data.min_motion / max_motion read.
+  bool motion = false;
 };
 
 /// Returns 0 when every sample is fine (warnings allowed); throws kData after printing the summary

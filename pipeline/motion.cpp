@@ -4,10 +4,18 @@
 #include <torch/nn/functional.h>
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/errors.h"
+#include "core/file_io.h"
+#include "pipeline/video_reader.h"
 
 namespace tt {
 
@@ -65,6 +73,102 @@ double motion_score(const torch::Tensor& first, const torch::Tensor& second, con
     total += magnitude[static_cast<int64_t>(k)].item<double>() / static_cast<double>(gaps[k]);
   }
   return total / static_cast<double>(gaps.size());
+}
+
+double clip_motion_score(VideoReader& reader, const MotionOptions& options) {
+  const int64_t frames = reader.info().frame_count;
+  const std::vector<int64_t> starts = motion_pair_starts(frames, options.pairs);
+  TT_CHECK(!starts.empty(), ErrorCode::kData, reader.info().path, ": ", frames,
+           " frame(s): a motion score needs at least 2");
+  // Every frame once, in order: the pairs' frames, shared where pairs touch.
+  std::vector<int64_t> wanted;
+  for (int64_t s : starts) {
+    wanted.push_back(s);
+    wanted.push_back(s + 1);
+  }
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  const torch::Tensor rgb = reader.decode_rgb(wanted);  // (N, H, W, 3) uint8
+  const torch::Tensor work = motion_frames(rgb.permute({0, 3, 1, 2}), options.short_side);
+  std::vector<int64_t> first, second, gaps;
+  auto position = [&](int64_t frame) {
+    return static_cast<int64_t>(std::lower_bound(wanted.begin(), wanted.end(), frame) - wanted.begin());
+  };
+  for (int64_t s : starts) {
+    first.push_back(position(s));
+    second.push_back(position(s + 1));
+    gaps.push_back(1);
+  }
+  const auto index = [&](const std::vector<int64_t>& at) {
+    return torch::tensor(at, torch::TensorOptions().dtype(torch::kInt64)).to(work.device());
+  };
+  return motion_score(work.index_select(0, index(first)), work.index_select(0, index(second)), gaps, options);
+}
+
+namespace {
+
+std::pair<int64_t, int64_t> file_stamp(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const auto size = fs::file_size(path, error);
+  if (error) return {-1, -1};
+  const auto time = fs::last_write_time(path, error);
+  if (error) return {-1, -1};
+  return {static_cast<int64_t>(size),
+          static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count())};
+}
+
+}  // namespace
+
+std::string MotionCache::path_for(const std::string& manifest) { return manifest + ".motion.json"; }
+
+MotionCache MotionCache::read(const std::string& path) {
+  MotionCache cache;
+  std::ifstream in(path);
+  if (!in.good()) return cache;
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const char* hint = "delete it and run `teletron validate-data CONFIG --motion` again";
+  TT_CHECK_HINT(j.is_object() && j.value("version", 0) == 1 && j.contains("clips") && j["clips"].is_object(),
+                ErrorCode::kData, hint, path, ": not a teletron motion cache (version 1)");
+  try {
+    cache.algorithm = j.at("algorithm").get<std::string>();
+    cache.pairs = j.at("pairs").get<int64_t>();
+    cache.short_side = j.at("short_side").get<int64_t>();
+    for (const auto& [video, entry] : j.at("clips").items())
+      cache.clips[video] = Entry{entry.at("score").get<double>(), entry.at("size").get<int64_t>(),
+                                 entry.at("mtime_ns").get<int64_t>()};
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(ErrorCode::kData, str_cat(path, ": a damaged motion cache (", error.what(), ")"), hint);
+  }
+  return cache;
+}
+
+void MotionCache::write(const std::string& path) const {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["algorithm"] = algorithm;
+  j["pairs"] = pairs;
+  j["short_side"] = short_side;
+  j["unit"] = "mean optical-flow magnitude, pixels per frame at the working resolution";
+  j["clips"] = nlohmann::json::object();
+  for (const auto& [video, entry] : clips)
+    j["clips"][video] = {{"score", entry.score}, {"size", entry.size}, {"mtime_ns", entry.mtime_ns}};
+  write_text_synced(path, j.dump(1) + "\n");
+}
+
+std::optional<double> MotionCache::score_of(const std::string& video) const {
+  const auto found = clips.find(video);
+  if (found == clips.end()) return std::nullopt;
+  const auto [size, mtime] = file_stamp(video);
+  if (size != found->second.size || mtime != found->second.mtime_ns) return std::nullopt;
+  return found->second.score;
+}
+
+void MotionCache::set(const std::string& video, double score) {
+  const auto [size, mtime] = file_stamp(video);
+  clips[video] = Entry{score, size, mtime};
 }
 
 }  // namespace tt

@@ -11,6 +11,9 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "pipeline/optical_flow_tvl1.h"
@@ -38,5 +41,39 @@ torch::Tensor motion_frames(const torch::Tensor& frames, int64_t short_side);
 /// flow magnitude over the picture divided by the gap, in pixels per frame. 0 pairs: TT_ERR_DATA.
 double motion_score(const torch::Tensor& first, const torch::Tensor& second, const std::vector<int64_t>& gaps,
                     const MotionOptions& options = {});
+
+class VideoReader;
+
+/// The motion score of the clip `reader` reads: options.pairs pairs (i, i + 1) from
+/// motion_pair_starts, decoded on the reader's path, flow on the frames' device. TT_ERR_DATA for a
+/// clip of fewer than 2 frames.
+double clip_motion_score(VideoReader& reader, const MotionOptions& options = {});
+
+/// The per-manifest motion cache `teletron validate-data --motion` writes beside the manifest
+/// (<manifest>.motion.json) and training reads for data.min_motion / data.max_motion. Scores are
+/// keyed by the clip's resolved path and stand only while its size and modification time are the
+/// ones recorded; the scoring's settings are recorded with them.
+struct MotionCache {
+  struct Entry {
+    double score = 0;
+    int64_t size = 0;       // bytes of the file when scored
+    int64_t mtime_ns = 0;   // its modification time then
+  };
+  std::string algorithm = "tvl1";
+  int64_t pairs = 4;
+  int64_t short_side = 256;
+  std::map<std::string, Entry> clips;
+
+  /// <manifest>.motion.json
+  static std::string path_for(const std::string& manifest);
+  /// Reads `path`; a missing file is an empty cache, a damaged one TT_ERR_DATA naming it.
+  static MotionCache read(const std::string& path);
+  /// Writes it (atomically: a temporary file renamed over the old one).
+  void write(const std::string& path) const;
+  /// The entry of `video` for its file as it is now (size and modification time), else nothing.
+  std::optional<double> score_of(const std::string& video) const;
+  /// Records `score` for `video` as the file is now.
+  void set(const std::string& video, double score);
+};
 
 }  // namespace tt

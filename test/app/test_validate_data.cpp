@@ -151,3 +151,50 @@ TEST_CASE("validate-data on CUDA flags the same rows", "[gpu][validate]") {
   TT_REQUIRE_GPU();
   check_permissive(d, "cuda");
 }
+
+namespace {
+
+// 25 frames of 160x120 H.264 of a sinusoidal texture moving right by `speed` pixels per frame
+// (FFmpeg's geq: N is the frame number), 0 = a still picture.
+std::string panning_clip(const std::string& name, const std::string& speed) {
+  return clip(name, "-f lavfi -i \"nullsrc=size=160x120:rate=25,format=gray,geq=lum='128+50*sin((X-" + speed +
+                        "*N)/5)*cos(Y/7)+40*sin((X-" + speed + "*N+2*Y)/11)'\" -frames:v 25 -c:v libx264 -crf 12 "
+                        "-pix_fmt yuv420p");
+}
+
+}  // namespace
+
+TEST_CASE("validate-data --motion scores each clip: a still clip far below a slow pan, below a fast pan; the report, "
+          "the table and the manifest's motion cache have the scores", "[validate][motion]") {
+  TempDir dir("tt_validate_motion");
+  const std::string still = panning_clip("vd_still.mp4", "0");
+  const std::string slow = panning_clip("vd_slow.mp4", "0.5");
+  const std::string fast = panning_clip("vd_fast.mp4", "2");
+  const std::string manifest = dir / "manifest.jsonl";
+  tt::test::write_file(manifest, "{\"video\": \"" + fast + "\"}\n{\"video\": \"" + still + "\"}\n{\"video\": \"" + slow +
+                                     "\"}\n");
+  const std::string report = dir / "report.json";
+  const auto result = run_teletron("validate-data '" + manifest + "' --device cpu --motion --report '" + report +
+                                   "' --set 'data.buckets=[{frames: 9, height: 64, width: 64}]' 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("pixels per frame at a 256-px short side; TV-L1 over 4 frame pairs): 3 "
+                                              "clip(s) scored"));
+  CHECK_THAT(result.output, ContainsSubstring("stillest"));
+  const nlohmann::json r = read_report(report);
+  const double fast_score = r["samples"][0]["motion"].get<double>();
+  const double still_score = r["samples"][1]["motion"].get<double>();
+  const double slow_score = r["samples"][2]["motion"].get<double>();
+  INFO("still " << still_score << ", slow " << slow_score << ", fast " << fast_score);
+  // At 256 px on the short side the clips (120 px) are scaled by 2.13: 0.5 and 2 px per frame
+  // become 1.07 and 4.27.
+  CHECK(still_score < 0.1);
+  CHECK(std::abs(slow_score - 1.07) < 0.1);
+  CHECK(std::abs(fast_score - 4.27) < 0.3);
+  CHECK(r["motion"]["pairs"] == 4);
+  // The cache beside the manifest, keyed by the clips' paths.
+  const nlohmann::json cache = read_report(manifest + ".motion.json");
+  CHECK(cache["version"] == 1);
+  CHECK(std::abs(cache["clips"][slow]["score"].get<double>() - slow_score) < 1e-9);
+  CHECK(cache["clips"].size() == 3);
+}

@@ -79,3 +79,26 @@ TEST_CASE("motion scores: a still clip scores far below a slow pan, which scores
   CHECK(tt::test::expect_error([&] { tt::motion_score(frames.slice(0, 0, 0), frames.slice(0, 0, 0), {}, options); })
             .code() == tt::ErrorCode::kData);
 }
+
+TEST_CASE("the motion cache keeps scores per clip while the file is unchanged; a damaged cache is TT_ERR_DATA",
+          "[flow][motion]") {
+  tt::test::TempDir dir("tt_motion_cache");
+  const std::string clip = dir / "a.mp4", manifest = dir / "m.jsonl";
+  tt::test::write_file(clip, "12345");
+  const std::string path = tt::MotionCache::path_for(manifest);
+  CHECK(path == manifest + ".motion.json");
+  CHECK(tt::MotionCache::read(path).clips.empty());  // none yet: an empty cache
+  tt::MotionCache cache;
+  cache.set(clip, 2.5);
+  cache.write(path);
+  const tt::MotionCache back = tt::MotionCache::read(path);
+  REQUIRE(back.score_of(clip).has_value());
+  CHECK(*back.score_of(clip) == 2.5);
+  CHECK_FALSE(back.score_of(dir / "other.mp4").has_value());
+  tt::test::write_file(clip, "123456");  // the file changed (size): its score no longer stands
+  CHECK_FALSE(back.score_of(clip).has_value());
+  tt::test::write_file(path, "{\"version\": 1, \"clips\": {\"x\": {\"score\": \"high\"}}}");
+  CHECK(tt::test::expect_error([&] { tt::MotionCache::read(path); }).code() == tt::ErrorCode::kData);
+  tt::test::write_file(path, "not json");
+  CHECK(tt::test::expect_error([&] { tt::MotionCache::read(path); }).code() == tt::ErrorCode::kData);
+}
