@@ -46,7 +46,8 @@ struct DataSection {
   std::vector<Bucket> buckets = {Bucket{}};
   double caption_dropout = 0.0;
   double max_failed_share = 0.01;
-  std::optional<double> min_motion;
+  std::optional<double> min_motion;  // motion filters (data.source: video): <manifest>.motion.json's scores
+  std::optional<double> max_motion;
   int64_t prefetch = 2;  // data.source: latents: batches read ahead on a thread (0 = inside the step)
   std::string text_padding = "auto";  // auto | full | trim: text padding kept (masked) or trimmed per batch
 

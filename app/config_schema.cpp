@@ -123,8 +123,10 @@ const ConfigField kFields[] = {
      .read_by = kReadTrainLatents, .doc = "data.source: latents: batches read, pinned and copied to the GPU ahead of the step on a thread and CUDA stream of their own; 0 = inside the step."},
     {.path = "data.text_padding", .kind = K::kString, .at = TT_AT(data.text_padding), .choices = "auto|full|trim",
      .read_by = kT, .doc = "Text padding in a batch: trim drops the columns that are padding in every sample (attention unmasked when none is left), full keeps the dataset's text length with the mask, so that the step has one shape per bucket; auto: trim without CUDA graphs; with them, chosen per bucket by measurement: during its warm-up every other step runs trimmed and eagerly (max(cuda_graph.warmup_steps, 3) of them), the others padded (full) through the graphs, which are kept only while faster than both kinds of eager step; once given up, the bucket runs trimmed and eagerly. The same loss either way, up to rounding."},
-    {.path = "data.min_motion", .kind = K::kOptFloat, .at = TT_AT(data.min_motion), .not_yet = kMotion,
-     .doc = "Clips whose optical-flow motion score is below this are left out; null = keep all."},
+    {.path = "data.min_motion", .kind = K::kOptFloat, .at = TT_AT(data.min_motion), .range = kNonNegative,
+     .read_by = kTV, .doc = "data.source: video: clips whose motion score (mean optical-flow magnitude in pixels per frame at a 256-px short side, from <manifest>.motion.json, which `teletron validate-data --motion` writes) is below this are left out; null = keep all."},
+    {.path = "data.max_motion", .kind = K::kOptFloat, .at = TT_AT(data.max_motion), .range = kNonNegative,
+     .read_by = kTV, .doc = "data.source: video: clips whose motion score is above this are left out (cuts, shaky footage); null = keep all."},
 
     {.path = "data_pipeline.video_decoding", .kind = K::kString, .at = TT_AT(data_pipeline.video_decoding), .choices = "nvdec|cpu",
      .read_by = kSampling, .doc = "nvdec decodes on the GPU and keeps every later stage there (a file NVDEC refuses falls back to the CPU); cpu runs decode, colour and augment on the host."},

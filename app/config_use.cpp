@@ -63,6 +63,8 @@ const IdleReason kIdleReasons[] = {
     {kReadTrainVideo, "data.prefetch", "data.source is video: data_pipeline.prefetch sets how far its pipeline runs ahead"},
     {kReadTrainLatents, "data.max_failed_share",
      "data.source is latents: every row is checked before step 0 and a bad one stops the run"},
+    {kReadTrainLatents, "data.min_motion", "data.source is latents: motion filters apply to video rows"},
+    {kReadTrainLatents, "data.max_motion", "data.source is latents: motion filters apply to video rows"},
     {kReadBench, "model.weights", "bench times randomly initialised weights"},
     {kReadBench, "batch_size", "bench takes the batch size from --batch"},
     {kReadBench, "data.buckets", "bench takes the clip shape from --frames, --height and --width"},

@@ -41,6 +41,8 @@ std::unique_ptr<TrainingData> make_training_data(const Config& config, const Hun
   options.pooled_dim = model.pooled_projection_dim;
   options.workers = config.data_pipeline.workers;
   options.max_failed_share = config.data.max_failed_share;
+  options.min_motion = config.data.min_motion;
+  options.max_motion = config.data.max_motion;
   options.seed = static_cast<uint64_t>(config.train.seed);
   return make_video_training_data(options, device, stored);
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "pipeline/clip_loader.h"
 #include "pipeline/clip_workers.h"
 #include "pipeline/failure_budget.h"
+#include "pipeline/motion.h"
 #include "pipeline/video_manifest.h"
 
 namespace tt {
@@ -149,6 +151,7 @@ class VideoTrainingData : public TrainingData {
   // one text length. Decoding problems are found while training (or before, by validate-data).
   void check_rows() {
     rows_ = read_video_manifest(options_.manifest);
+    if (options_.min_motion || options_.max_motion) filter_by_motion();
     for (const VideoManifestRow& row : rows_) {
       const std::string where = str_cat(options_.manifest, ":", row.line);
       TT_CHECK_HINT(row.error.empty(), ErrorCode::kData, "fix the row (teletron validate-data checks them all)", where,
@@ -168,6 +171,46 @@ class VideoTrainingData : public TrainingData {
                     text_length_, " in earlier rows");
       text_length_ = length;
     }
+  }
+
+  // data.min_motion / max_motion: the rows whose score in the manifest's motion cache is in range.
+  void filter_by_motion() {
+    const std::string path = MotionCache::path_for(options_.manifest);
+    const MotionCache cache = MotionCache::read(path);
+    const double low = options_.min_motion.value_or(0.0);
+    const double high = options_.max_motion.value_or(std::numeric_limits<double>::infinity());
+    std::vector<VideoManifestRow> kept;
+    int64_t unscored = 0, below = 0, above = 0;
+    std::string first_unscored;
+    for (const VideoManifestRow& row : rows_) {
+      if (!row.error.empty()) {
+        kept.push_back(row);  // reported by check_rows
+        continue;
+      }
+      const std::optional<double> score = cache.score_of(row.video);
+      if (!score) {
+        if (unscored++ == 0) first_unscored = str_cat(options_.manifest, ":", row.line, " (", row.video, ")");
+        continue;
+      }
+      if (*score < low) {
+        ++below;
+      } else if (*score > high) {
+        ++above;
+      } else {
+        kept.push_back(row);
+      }
+    }
+    TT_CHECK_HINT(unscored == 0, ErrorCode::kConfig,
+                  str_cat("run `teletron validate-data CONFIG --motion` to score them (it writes ", path,
+                          "), or drop data.min_motion / data.max_motion"),
+                  "data.min_motion / data.max_motion: ", unscored, " of ", rows_.size(),
+                  " clips have no current motion score in ", path, ", the first ", first_unscored);
+    TT_CHECK_HINT(!kept.empty(), ErrorCode::kData, "widen data.min_motion / data.max_motion",
+                  "data.min_motion / data.max_motion leave no clip: ", below, " below ", low, ", ", above, " above ",
+                  high, " pixels per frame");
+    spdlog::info("data: motion scores {}..{} px/frame kept {} of {} clips ({} stiller, {} moving more)", low, high,
+                 kept.size(), rows_.size(), below, above);
+    rows_ = std::move(kept);
   }
 
   void prepare(const std::vector<int64_t>& indices, const std::vector<int64_t>& epochs) override {

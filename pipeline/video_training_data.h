@@ -51,6 +51,9 @@ struct VideoTrainingOptions {
   int64_t text_dim = 4096, pooled_dim = 768;  // the model's: checked against every row's embeddings
   int64_t workers = 0;                        // clip-loading threads (0: load in get_batch)
   double max_failed_share = 0.01;
+  /// Rows whose motion score (<manifest>.motion.json, pipeline/motion.h) is outside [min, max] are
+  /// left out before anything else; a row without a current score is TT_ERR_CONFIG.
+  std::optional<double> min_motion, max_motion;
   uint64_t seed = 0;                          // with (epoch, row): each sample's frame choice and augmentation
 };
 

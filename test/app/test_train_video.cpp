@@ -498,3 +498,41 @@ TEST_CASE("train on raw videos with two buckets: after a resume the global batch
   REQUIRE(straight.second.size() == 16);
   CHECK(resumed.second == straight.second);
 }
+
+TEST_CASE("train on raw videos: data.min_motion / max_motion keep the clips whose validate-data --motion score is in "
+          "range; no score is TT_ERR_CONFIG, no clip left TT_ERR_DATA", "[train][video][motion]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_train_motion");
+  const std::string manifest = write_manifest(dir, clips);
+  const std::string config = write_config(dir, manifest, 2, 0.0);
+  // No scores yet.
+  auto unscored = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "none") +
+                                         "' --set data.min_motion=0.1 2>&1");
+  INFO(unscored.output);
+  CHECK(unscored.exit_code == 2);  // TT_ERR_CONFIG
+  CHECK_THAT(unscored.output, ContainsSubstring("6 of 6 clips have no current motion score"));
+  CHECK_THAT(unscored.output, ContainsSubstring("teletron validate-data CONFIG --motion"));
+  // Score them, then keep those at or above the median score.
+  auto scored = tt::test::run_teletron("validate-data '" + config + "' --motion 2>&1");
+  INFO(scored.output);
+  REQUIRE(scored.exit_code == 0);
+  const nlohmann::json cache = nlohmann::json::parse(tt::test::read_file(manifest + ".motion.json"));
+  std::vector<double> scores;
+  for (const std::string& clip : clips) scores.push_back(cache.at("clips").at(clip).at("score").get<double>());
+  std::vector<double> sorted = scores;
+  std::sort(sorted.begin(), sorted.end());
+  INFO("scores " << nlohmann::json(scores).dump());
+  REQUIRE(sorted[2] < sorted[3]);  // a threshold between them splits the clips 3 / 3
+  const double threshold = (sorted[2] + sorted[3]) / 2;
+  const auto kept = std::count_if(scores.begin(), scores.end(), [&](double s) { return s >= threshold; });
+  const std::string filtered = train_ok(config, dir / "kept", "--set data.min_motion=" + std::to_string(threshold));
+  CHECK_THAT(filtered, ContainsSubstring("kept " + std::to_string(kept) + " of 6 clips"));
+  // The other side, and nothing left.
+  const std::string below = train_ok(config, dir / "below", "--set data.max_motion=" + std::to_string(threshold));
+  CHECK_THAT(below, ContainsSubstring("kept " + std::to_string(6 - kept) + " of 6 clips"));
+  auto none = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "empty") +
+                                     "' --set data.min_motion=1000 2>&1");
+  INFO(none.output);
+  CHECK(none.exit_code == 3);  // TT_ERR_DATA
+  CHECK_THAT(none.output, ContainsSubstring("leave no clip"));
+}
