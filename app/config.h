@@ -55,10 +55,10 @@ struct DataSection {
 };
 
 struct FrameSamplerSection {
-  std::string mode = "stratified";  // uniform | stratified | random | fps | motion
+  std::string mode = "fps";  // uniform | stratified | random | fps | motion
   std::optional<int64_t> samples_per_clip;
   int64_t stride = 1;
-  std::optional<double> target_fps;
+  std::optional<double> target_fps = 24.0;
 
   bool operator==(const FrameSamplerSection&) const = default;
 };

@@ -18,7 +18,7 @@
 //   unused: with data.source: latents before and after, vae.*, data_pipeline.* and data.buckets
 //     do not take part in training.
 //   everything else blocks: train.seed, model.*, vae.* (video), data.source, data.buckets,
-//     data.caption_dropout, data.min_motion, data_pipeline.frame_sampler/augment/optical_flow.*,
+//     data.caption_dropout, data.min_motion, data.max_motion, data_pipeline.frame_sampler/augment/optical_flow.*,
 //     the global batch, dynamic_batch.*, mixed_precision.* (master_weights too: the weights' dtype),
 //     cuda_graph.*, optimizer.* (every hyper-parameter: lr, betas, weight_decay, eps, max_grad_norm,
 //     warmup_steps, schedule), flow_matching.*, distributed.*.

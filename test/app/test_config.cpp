@@ -17,6 +17,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <sstream>
 
 #include "app/config.h"
@@ -288,7 +289,9 @@ TEST_CASE("the defaults are those of the original design's config block", "[conf
   REQUIRE(d.data.buckets.size() == 1);
   CHECK(d.data.buckets[0] == tt::Bucket{33, 480, 832});
   CHECK(d.data.max_failed_share == 0.01);
-  CHECK(d.data_pipeline.frame_sampler.mode == "stratified");
+  // Issue 13 made contiguous windows at 24 fps the default; the design's block keeps stratified.
+  CHECK(d.data_pipeline.frame_sampler.mode == "fps");
+  CHECK(d.data_pipeline.frame_sampler.target_fps == std::optional<double>(24.0));
   CHECK(d.data_pipeline.optical_flow.algorithm == "none");
   CHECK(d.data_pipeline.prefetch == 5);
   CHECK(d.batch_size == 1);
@@ -302,8 +305,12 @@ TEST_CASE("the defaults are those of the original design's config block", "[conf
   CHECK(d.train.seed == 42);
   CHECK(d.distributed.backend == "nccl");
 
-  // The design's own block (kConfigMdYaml) loads and says exactly the defaults; so does an empty root.
-  check_same(load(kConfigMdYaml), d);
+  // The design's own block (kConfigMdYaml) loads and says exactly the defaults but for the frame
+  // sampler (stratified, no target_fps there); an empty root says the defaults.
+  tt::Config design = d;
+  design.data_pipeline.frame_sampler.mode = "stratified";
+  design.data_pipeline.frame_sampler.target_fps.reset();
+  check_same(load(kConfigMdYaml), design);
   tt::Config empty = load("tele_tron:\n");
   check_same(empty, d);
   CHECK(empty.set_keys.empty());
@@ -664,7 +671,7 @@ TEST_CASE("config_to_yaml round trips", "[config]") {
   CHECK_THAT(text,
              ContainsSubstring("    buckets:\n      - {frames: 33, height: 480, width: 832}\n"));
   CHECK_THAT(text, ContainsSubstring("  data_pipeline:\n    video_decoding: nvdec\n    "
-                                     "frame_sampler:\n      mode: stratified\n"));
+                                     "frame_sampler:\n      mode: fps\n"));
   check_same(load(text), defaults);
 
   tt::Config c =

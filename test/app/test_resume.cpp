@@ -104,7 +104,7 @@ TEST_CASE("resume check: the flattened config has every schema key, lists in flo
   CHECK(values.at("data.buckets") == "[{frames: 5, height: 64, width: 64}]");
   CHECK(values.at("optimizer.betas") == "[0.9, 0.999]");
   CHECK(values.at("train.seed") == "3");
-  CHECK(values.at("data_pipeline.frame_sampler.mode") == "stratified");
+  CHECK(values.at("data_pipeline.frame_sampler.mode") == "fps");
   // The same config compares equal: nothing to say.
   const tt::ResumeCheck same = compare(video_config(), video_config());
   CHECK(same.changed.empty());
