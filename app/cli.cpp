@@ -341,6 +341,9 @@ int run_cli(int argc, char** argv) {
   probe_cmd->add_option("--rgb", probe.rgb, "YUV to RGB converter: kernel (the pipeline's) or swscale (as ffmpeg)")
       ->check(CLI::IsMember({"kernel", "swscale"}));
   probe_cmd->add_option("--device", probe.device, "Decode path to ask for")->check(CLI::IsMember({"cpu", "cuda"}));
+  probe_cmd->add_option("--flow", probe.flow,
+                        "Write the optical flow (TV-L1, 256-px short side) between --frames i,j (default 0,1) as a "
+                        "colour-coded PNG here");
 
   ValidateDataOptions validate;
   auto* validate_cmd = app.add_subcommand(

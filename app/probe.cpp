@@ -10,6 +10,8 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/safetensors.h"
+#include "pipeline/flow_picture.h"
+#include "pipeline/motion.h"
 #include "pipeline/video_reader.h"
 
 namespace tt {
@@ -19,6 +21,29 @@ std::string seconds_text(double value) {
   char buffer[32];
   std::snprintf(buffer, sizeof(buffer), "%.3f", value);
   return buffer;
+}
+
+}  // namespace
+
+namespace {
+
+// --flow: TV-L1 between the two frames at the motion scores' working resolution, colour coded.
+void write_flow_picture(VideoReader& reader, const ProbeOptions& options, std::ostream& out) {
+  std::vector<int64_t> pair = options.frames.empty() ? std::vector<int64_t>{0, 1} : options.frames;
+  TT_CHECK_HINT(pair.size() == 2 && pair[0] != pair[1], ErrorCode::kConfig, "e.g. --flow out.png --frames 10,11",
+                "probe --flow: two different frames are needed, got --frames with ", pair.size(), " value(s)");
+  // Decoded in frame order (as the reader prefers), then back in the asked order.
+  const bool swapped = pair[0] > pair[1];
+  torch::Tensor rgb = reader.decode_rgb({std::min(pair[0], pair[1]), std::max(pair[0], pair[1])});  // (2, H, W, 3)
+  if (swapped) rgb = rgb.flip(0);
+  const MotionOptions motion;
+  const torch::Tensor frames = motion_frames(rgb.permute({0, 3, 1, 2}), motion.short_side);
+  const torch::Tensor flow = tvl1_flow(frames[0], frames[1], motion.tvl1);  // (2, h, w)
+  const torch::Tensor length = torch::sqrt((flow * flow).sum(0));
+  write_png(options.flow, flow_to_rgb(flow));
+  out << "flow:        " << options.flow << " (frames " << pair[0] << " -> " << pair[1] << ", TV-L1 at "
+      << flow.size(2) << "x" << flow.size(1) << ": mean " << length.mean().item<double>() << " px, max "
+      << length.max().item<double>() << " px; hue = direction, saturation = length up to the max)\n";
 }
 
 }  // namespace
@@ -63,6 +88,10 @@ void run_probe(const ProbeOptions& options) {
       << " s\n";
   out << "decode path: " << info.decode_path << " (" << info.decode_reason << ")\n";
 
+  if (!options.flow.empty()) {
+    write_flow_picture(reader, options, out);
+    if (options.dump.empty()) return;
+  }
   if (options.dump.empty() && options.frames.empty()) return;
   std::vector<int64_t> wanted = options.frames;
   if (wanted.empty())

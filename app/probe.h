@@ -21,6 +21,9 @@ struct ProbeOptions {
   std::string rgb = "kernel";
   /// "cpu" or "cuda": the decode path asked for.
   std::string device = "cpu";
+  /// When set, writes the optical flow between two frames (--frames i,j; default 0,1) here as a
+  /// colour-coded PNG (pipeline/flow_picture.h), at the motion scores' working resolution.
+  std::string flow;
 };
 
 /// Prints the report on stdout; throws tt::Error (kIo / kDecode / kData) like the decoder does.

@@ -198,3 +198,22 @@ TEST_CASE("validate-data --motion scores each clip: a still clip far below a slo
   CHECK(std::abs(cache["clips"][slow]["score"].get<double>() - slow_score) < 1e-9);
   CHECK(cache["clips"].size() == 3);
 }
+
+TEST_CASE("probe --flow writes the colour-coded flow between two frames as a PNG and says how far they moved",
+          "[validate][motion][probe]") {
+  TempDir dir("tt_probe_flow");
+  const std::string fast = panning_clip("vd_fast.mp4", "2");
+  const std::string png = dir / "flow.png";
+  const auto result = run_teletron("probe '" + fast + "' --flow '" + png + "' --frames 5,6 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  // 160x120 at a 256-px short side: 341x256, 2 px per frame becomes 4.27.
+  CHECK_THAT(result.output, ContainsSubstring("(frames 5 -> 6, TV-L1 at 341x256: mean 4.2"));
+  const std::string bytes = tt::test::read_file(png);
+  REQUIRE(bytes.size() > 24);
+  CHECK(bytes.substr(1, 3) == "PNG");
+  CHECK(static_cast<unsigned char>(bytes[18]) * 256 + static_cast<unsigned char>(bytes[19]) == 341);  // width
+  auto wrong = run_teletron("probe '" + fast + "' --flow '" + png + "' --frames 5 2>&1");
+  CHECK(wrong.exit_code == 2);  // TT_ERR_CONFIG
+  CHECK_THAT(wrong.output, ContainsSubstring("two different frames are needed"));
+}

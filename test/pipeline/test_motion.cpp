@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "pipeline/flow_picture.h"
 #include "test/test_util.h"
 
 namespace {
@@ -101,4 +102,36 @@ TEST_CASE("the motion cache keeps scores per clip while the file is unchanged; a
   CHECK(tt::test::expect_error([&] { tt::MotionCache::read(path); }).code() == tt::ErrorCode::kData);
   tt::test::write_file(path, "not json");
   CHECK(tt::test::expect_error([&] { tt::MotionCache::read(path); }).code() == tt::ErrorCode::kData);
+}
+
+TEST_CASE("flow pictures: hue from the direction, saturation from the length, no motion white; PNG through libavcodec",
+          "[flow][picture]") {
+  // Four pixels: right, down, left at full length; one still.
+  auto flow = torch::zeros({2, 1, 4});
+  flow[0][0][0] = 2.0;   // right
+  flow[1][0][1] = 2.0;   // down (y grows downwards)
+  flow[0][0][2] = -2.0;  // left
+  const torch::Tensor rgb = tt::flow_to_rgb(flow);
+  REQUIRE(rgb.sizes() == torch::IntArrayRef({1, 4, 3}));
+  auto px = [&](int i) {
+    return std::vector<int>{rgb[0][i][0].item<int>(), rgb[0][i][1].item<int>(), rgb[0][i][2].item<int>()};
+  };
+  CHECK(px(0) == std::vector<int>{255, 0, 0});      // right: red
+  CHECK(px(1) == std::vector<int>{128, 255, 0});    // down: hue 90 degrees, chartreuse
+  CHECK(px(2) == std::vector<int>{0, 255, 255});    // left: cyan
+  CHECK(px(3) == std::vector<int>{255, 255, 255});  // still: white
+  // Half the largest length: half saturated.
+  CHECK(tt::flow_to_rgb(flow, 4.0)[0][0][1].item<int>() == 128);
+  // A PNG: signature, then IHDR with the width and height (big-endian).
+  tt::test::TempDir dir("tt_flow_png");
+  const std::string path = dir / "f.png";
+  tt::write_png(path, torch::zeros({5, 7, 3}, torch::kUInt8));
+  const std::string bytes = tt::test::read_file(path);
+  REQUIRE(bytes.size() > 24);
+  CHECK(bytes.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
+  CHECK(bytes.substr(12, 4) == "IHDR");
+  CHECK(static_cast<unsigned char>(bytes[19]) == 7);  // width
+  CHECK(static_cast<unsigned char>(bytes[23]) == 5);  // height
+  CHECK(tt::test::expect_error([&] { tt::write_png(dir / "no/such/folder/f.png", torch::zeros({2, 2, 3}, torch::kUInt8)); })
+            .code() == tt::ErrorCode::kIo);
 }
