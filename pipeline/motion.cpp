@@ -7,12 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "core/content_hash.h"
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "pipeline/video_reader.h"
@@ -105,21 +104,6 @@ double clip_motion_score(VideoReader& reader, const MotionOptions& options) {
   return motion_score(work.index_select(0, index(first)), work.index_select(0, index(second)), gaps, options);
 }
 
-namespace {
-
-std::pair<int64_t, int64_t> file_stamp(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  const auto size = fs::file_size(path, error);
-  if (error) return {-1, -1};
-  const auto time = fs::last_write_time(path, error);
-  if (error) return {-1, -1};
-  return {static_cast<int64_t>(size),
-          static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count())};
-}
-
-}  // namespace
-
 std::string MotionCache::path_for(const std::string& manifest) { return manifest + ".motion.json"; }
 
 MotionCache MotionCache::read(const std::string& path) {
@@ -137,8 +121,7 @@ MotionCache MotionCache::read(const std::string& path) {
     cache.pairs = j.at("pairs").get<int64_t>();
     cache.short_side = j.at("short_side").get<int64_t>();
     for (const auto& [video, entry] : j.at("clips").items())
-      cache.clips[video] = Entry{entry.at("score").get<double>(), entry.at("size").get<int64_t>(),
-                                 entry.at("mtime_ns").get<int64_t>()};
+      cache.clips[video] = Entry{entry.at("score").get<double>(), entry.at("stamp").get<std::string>()};
   } catch (const nlohmann::json::exception& error) {
     throw Error(ErrorCode::kData, str_cat(path, ": a damaged motion cache (", error.what(), ")"), hint);
   }
@@ -154,21 +137,21 @@ void MotionCache::write(const std::string& path) const {
   j["unit"] = "mean optical-flow magnitude, pixels per frame at the working resolution";
   j["clips"] = nlohmann::json::object();
   for (const auto& [video, entry] : clips)
-    j["clips"][video] = {{"score", entry.score}, {"size", entry.size}, {"mtime_ns", entry.mtime_ns}};
+    j["clips"][video] = {{"score", entry.score}, {"stamp", entry.stamp}};
   write_text_synced(path, j.dump(1) + "\n");
 }
 
 std::optional<double> MotionCache::score_of(const std::string& video) const {
   const auto found = clips.find(video);
   if (found == clips.end()) return std::nullopt;
-  const auto [size, mtime] = file_stamp(video);
-  if (size != found->second.size || mtime != found->second.mtime_ns) return std::nullopt;
+  try {
+    if (file_stamp(video) != found->second.stamp) return std::nullopt;
+  } catch (const Error&) {  // gone, or unreadable: no current score
+    return std::nullopt;
+  }
   return found->second.score;
 }
 
-void MotionCache::set(const std::string& video, double score) {
-  const auto [size, mtime] = file_stamp(video);
-  clips[video] = Entry{score, size, mtime};
-}
+void MotionCache::set(const std::string& video, double score) { clips[video] = Entry{score, file_stamp(video)}; }
 
 }  // namespace tt

@@ -51,13 +51,13 @@ double clip_motion_score(VideoReader& reader, const MotionOptions& options = {})
 
 /// The per-manifest motion cache `teletron validate-data --motion` writes beside the manifest
 /// (<manifest>.motion.json) and training reads for data.min_motion / data.max_motion. Scores are
-/// keyed by the clip's resolved path and stand only while its size and modification time are the
-/// ones recorded; the scoring's settings are recorded with them.
+/// keyed by the clip's resolved path and stand only while its file stamp (size and modification
+/// time, as the datasets' content hashes see files) is the one recorded; the scoring's settings are
+/// recorded with them.
 struct MotionCache {
   struct Entry {
     double score = 0;
-    int64_t size = 0;       // bytes of the file when scored
-    int64_t mtime_ns = 0;   // its modification time then
+    std::string stamp;  // core/content_hash.h file_stamp of the clip when scored
   };
   std::string algorithm = "tvl1";
   int64_t pairs = 4;
