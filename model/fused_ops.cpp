@@ -86,6 +86,22 @@ torch::ScalarType linear_dtype(const torch::Tensor& x) {
   return x.scalar_type();
 }
 
+// A Linear's backward in `dtype` (autocast's, as its forward ran): the input's gradient (input's
+// shape, `dtype`) and the weight's and bias's gradients in their own dtypes (undefined without bias).
+struct LinearGrads {
+  torch::Tensor input, weight, bias;
+};
+LinearGrads linear_backward(const torch::Tensor& grad_out, const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype) {
+  const int64_t in = input.size(-1), out = weight.size(0);
+  const torch::Tensor grad = grad_out.to(dtype).reshape({-1, out});
+  LinearGrads g;
+  g.input = grad.mm(weight.to(dtype)).view(input.sizes());
+  g.weight = grad.t().mm(input.to(dtype).reshape({-1, in})).to(weight.scalar_type());
+  if (has_bias) g.bias = grad.sum(0).to(bias.scalar_type());
+  return g;
+}
+
 // GELU-tanh forward and backward: the CUDA kernel where it takes u, else ATen's (bit for bit the
 // unfused model's on the CPU).
 torch::Tensor gelu_of(const torch::Tensor& u) {
@@ -130,11 +146,8 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_a = ctx->saved_data["has_a"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
     const torch::Tensor h = gelu_input(a, u, has_a);  // recomputed
-    const int64_t in = h.size(-1), out = weight.size(0);
-    const torch::Tensor grad = grads[0].to(dtype).reshape({-1, out});
-    const torch::Tensor grad_h = grad.mm(weight.to(dtype)).view(h.sizes());
-    const torch::Tensor grad_weight = grad.t().mm(h.to(dtype).reshape({-1, in})).to(weight.scalar_type());
-    const torch::Tensor grad_bias = has_bias ? grad.sum(0).to(bias.scalar_type()) : torch::Tensor();
+    const LinearGrads g = linear_backward(grads[0], h, weight, bias, has_bias, dtype);
+    const torch::Tensor& grad_h = g.input;
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
       const int64_t a_width = a.size(-1);
@@ -142,7 +155,7 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
       grad_mlp = grad_h.slice(-1, a_width);
     }
     const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()).contiguous(), u);
-    return {grad_a, grad_u, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
+    return {grad_a, grad_u, g.weight, g.bias, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -180,18 +193,15 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const auto [m, normed, mean, rstd] = modulated(x, shift, scale);  // recomputed
-    const int64_t channels = m.size(-1), out = weight.size(0);
-    const torch::Tensor grad = grads[0].to(dtype).reshape({-1, out});
-    const torch::Tensor grad_weight = grad.t().mm(m.to(dtype).reshape({-1, channels})).to(weight.scalar_type());
-    const torch::Tensor grad_bias = has_bias ? grad.sum(0).to(bias.scalar_type()) : torch::Tensor();
-    const torch::Tensor grad_m = grad.mm(weight.to(dtype)).view(m.sizes()).to(m.scalar_type());
+    const LinearGrads g = linear_backward(grads[0], m, weight, bias, has_bias, dtype);
+    const torch::Tensor grad_m = g.input.to(m.scalar_type());
     // norm_modulate's backward (model/layers.cpp).
     const torch::Tensor grad_shift = grad_m.sum(1).to(shift.scalar_type());
     const torch::Tensor grad_scale = (grad_m * normed).sum(1).to(scale.scalar_type());
     const torch::Tensor grad_normed = (grad_m * (1 + scale.unsqueeze(1))).to(x.scalar_type());
     const torch::Tensor grad_x = std::get<0>(
         at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
-    return {grad_x, grad_shift, grad_scale, grad_weight, grad_bias, torch::Tensor()};
+    return {grad_x, grad_shift, grad_scale, g.weight, g.bias, torch::Tensor()};
   }
 };
 
