@@ -373,34 +373,42 @@ void Trainer::train_step() {
     batches.push_back(next_batch());
     data_wait_s_ += seconds_since(wait_start);
   }
-  const std::string bucket = bucket_of(batches.front());
-  const TextRun how = text_run(bucket);
-  const bool full = how == TextRun::kPaddedGraphs || (how == TextRun::kAsConfigured && full_text_);
+  const TextPlan text = text_plan(bucket_of(batches.front()), /*measuring=*/false);
   std::vector<MicroBatch> parts;
   for (int64_t micro = 0; micro < micro_steps; ++micro)
-    parts.push_back(prepare_micro(batches[static_cast<size_t>(micro)], micro * config_.batch_size, weight, full));
-  const bool fault = step_fault_at(step_ + 1);
-  run_step(parts, fault || how == TextRun::kTrimmedEager, /*inject_oom=*/false,
-           how == TextRun::kTrimmedReference && !fault ? "text trimmed " + bucket : "");
-  if (how == TextRun::kPaddedGraphs) after_padded_step(bucket, step_key(parts));
+    parts.push_back(
+        prepare_micro(batches[static_cast<size_t>(micro)], micro * config_.batch_size, weight, text.full));
+  run_step(parts, step_fault_at(step_ + 1), /*inject_oom=*/false, &text);
 }
 
 std::string Trainer::bucket_of(const LatentBatch& batch) {
   return str_cat(batch.latents.sizes().slice(1));
 }
 
-Trainer::TextRun Trainer::text_run(const std::string& bucket) {
-  if (!text_by_measure_) return TextRun::kAsConfigured;
+Trainer::TextPlan Trainer::text_plan(const std::string& bucket, bool measuring) {
+  TextPlan plan;
+  plan.bucket = bucket;
+  if (!text_by_measure_ || measuring) {
+    // As configured; a memory measurement takes the padded text when it may be used (the larger).
+    plan.full = full_text_ || (measuring && text_by_measure_);
+    return plan;
+  }
   TextChoice& choice = text_choice_[bucket];
-  if (choice.trimmed) return TextRun::kTrimmedEager;
+  if (choice.trimmed) {
+    plan.run = TextRun::kTrimmedEager;
+    return plan;
+  }
   // Padded first (the bucket's very first step pays for allocation either way), then alternating.
   if (choice.trimmed_steps < std::max<int64_t>(config_.cuda_graph.warmup_steps, 3) &&
       choice.trimmed_steps < choice.padded_steps) {
     choice.trimmed_steps += 1;
-    return TextRun::kTrimmedReference;
+    plan.run = TextRun::kTrimmedReference;
+    return plan;
   }
   choice.padded_steps += 1;
-  return TextRun::kPaddedGraphs;
+  plan.run = TextRun::kPaddedGraphs;
+  plan.full = true;
+  return plan;
 }
 
 void Trainer::after_padded_step(const std::string& bucket, const std::string& key) {
@@ -423,7 +431,7 @@ std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {
 }
 
 void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom,
-                       const std::string& reference) {
+                       const TextPlan* text) {
   // The step body: graph-safe (core/step_graph.h), on the micro-batches' tensors, four per part.
   std::vector<MicroMeta> meta;
   for (const MicroBatch& part : parts) meta.push_back(part.meta);
@@ -448,11 +456,15 @@ void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bo
     body(tensors);
     return;
   }
-  if (!reference.empty() && !eager_only) {
-    graphs_->run_reference(reference, tensors, body);
+  const TextRun how = text ? text->run : TextRun::kAsConfigured;
+  if (how == TextRun::kTrimmedReference && !eager_only) {
+    graphs_->run_reference("text trimmed " + text->bucket, tensors, body);
     return;
   }
-  graphs_->run(step_key(parts), tensors, body, eager_only, faults_.at(Fault::kGraphCapture, step_ + 1));
+  const std::string key = step_key(parts);
+  graphs_->run(key, tensors, body, eager_only || how == TextRun::kTrimmedEager,
+               faults_.at(Fault::kGraphCapture, step_ + 1));
+  if (how == TextRun::kPaddedGraphs) after_padded_step(text->bucket, key);
 }
 
 namespace {
@@ -481,9 +493,7 @@ void Trainer::dynamic_step() {
   // A bucket's first step on a GPU measures its peak memory per sample (eagerly; with the text
   // padded when it may be: the larger of the two).
   const bool measure = device_.is_cuda() && measured_.insert(bucket).second;
-  const std::string text_bucket = bucket_of(batch);
-  const TextRun how = measure ? TextRun::kAsConfigured : text_run(text_bucket);
-  const bool full = how == TextRun::kPaddedGraphs || (how == TextRun::kAsConfigured && (full_text_ || text_by_measure_));
+  const TextPlan text = text_plan(bucket_of(batch), measure);
   for (int64_t attempt = 0;; ++attempt) {
     const int64_t size = std::min(micro, total);
     GpuMemory before;
@@ -496,13 +506,10 @@ void Trainer::dynamic_step() {
       for (int64_t first = 0; first < total; first += size) {
         const int64_t count = std::min(size, total - first);
         parts.push_back(prepare_micro(slice_batch(batch, first, count), first,
-                                      static_cast<double>(count) / static_cast<double>(total), full));
+                                      static_cast<double>(count) / static_cast<double>(total), text.full));
       }
       const bool inject_oom = attempt == 0 && faults_.at(Fault::kOom, step_ + 1);
-      const bool fault = step_fault_at(step_ + 1);
-      run_step(parts, measure || fault || how == TextRun::kTrimmedEager, inject_oom,
-               how == TextRun::kTrimmedReference && !fault ? "text trimmed " + text_bucket : "");
-      if (how == TextRun::kPaddedGraphs) after_padded_step(text_bucket, step_key(parts));
+      run_step(parts, measure || step_fault_at(step_ + 1), inject_oom, &text);
       last_micro_batch_ = size;
       if (measure) choose_micro_batch(bucket, size, before, gpu_memory(device_));
       return;

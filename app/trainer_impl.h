@@ -98,10 +98,12 @@ class Trainer {
   /// The whole step on prepared micro-batches: through graphs_ when graphs are on. `eager_only`:
   /// this step must not be captured or replayed (an injected fault, a memory measurement).
   /// `inject_oom`: the last micro-batch raises out-of-memory (TELETRON_FAULTS oom@N).
-  /// `reference`: run eagerly and timed as that never-captured shape (the bucket's trimmed-text
-  /// reference, see TextChoice).
+  /// `text`: how the step's text was prepared (TextPlan): a trimmed reference step is timed as its
+  /// never-captured reference shape, a trimmed-for-good one runs eagerly, a padded one goes through
+  /// the graphs and may give the padding up afterwards.
+  struct TextPlan;
   void run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom,
-                const std::string& reference = "");
+                const TextPlan* text = nullptr);
   /// data.text_padding auto with graphs: how a bucket's text is padded, chosen by measurement. The
   /// text padded to the dataset's length (one step shape) goes through the graphs; during the
   /// bucket's warm-up every other step runs with the text trimmed instead, eagerly, timed as the
@@ -115,7 +117,14 @@ class Trainer {
     bool trimmed = false;       // graphs given up: trimmed and eager from now on
   };
   enum class TextRun { kPaddedGraphs, kTrimmedReference, kTrimmedEager, kAsConfigured };
-  TextRun text_run(const std::string& bucket);
+  struct TextPlan {
+    std::string bucket;
+    TextRun run = TextRun::kAsConfigured;
+    bool full = false;  // prepare_micro's full_text
+  };
+  /// The next step of `bucket` (its latent shape): counts it in its TextChoice. `measuring`: a
+  /// dynamic-batch memory measurement (eager, not counted; padded text where it may be used).
+  TextPlan text_plan(const std::string& bucket, bool measuring);
   /// After a step of `bucket` with `key` ran padded through the graphs: gives up the padding when the graphs did.
   void after_padded_step(const std::string& bucket, const std::string& key);
   static std::string bucket_of(const LatentBatch& batch);
