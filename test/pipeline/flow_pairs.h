@@ -1,0 +1,53 @@
+// Frame pairs with exactly known optical flow, for the flow tests (TV-L1, NVOFA): a smooth texture
+// evaluated at moved coordinates, so that no resampling error enters the ground truth, and the
+// end-point error against it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace tt::test {
+
+/// A smooth texture in [0.05, 0.95] at pixel coordinates (x, y): sums of sinusoids of several
+/// orientations and periods (6-20 px), so that every direction of motion is observable.
+inline torch::Tensor flow_texture(const torch::Tensor& x, const torch::Tensor& y) {
+  return 0.5 + 0.15 * torch::sin(0.31 * x + 0.17 * y) + 0.15 * torch::cos(0.23 * x - 0.41 * y) +
+         0.1 * torch::sin(0.11 * x + 0.52 * y + 1.3) + 0.05 * torch::cos(0.67 * x + 0.05 * y);
+}
+
+struct FlowPair {
+  torch::Tensor i0, i1, flow;  // (H, W) float32, (H, W) float32, (2, H, W) float32 (x, y)
+};
+
+/// i1 is i0 moved by the map m: i1(m(q)) = i0(q), so the flow at p is m(p) - p. Built by evaluating
+/// the texture at m⁻¹(p) for i1. `forward` and `inverse` map (x, y) grids (float64) to coordinates.
+template <typename Forward, typename Inverse>
+FlowPair moved_pair(int64_t h, int64_t w, Forward forward, Inverse inverse) {
+  auto ys = torch::arange(h, torch::kFloat64).view({h, 1}).expand({h, w});
+  auto xs = torch::arange(w, torch::kFloat64).view({1, w}).expand({h, w});
+  FlowPair p;
+  p.i0 = flow_texture(xs, ys).to(torch::kFloat32);
+  auto [sx, sy] = inverse(xs, ys);
+  p.i1 = flow_texture(sx, sy).to(torch::kFloat32);
+  auto [fx, fy] = forward(xs, ys);
+  p.flow = torch::stack({fx - xs, fy - ys}).to(torch::kFloat32);
+  return p;
+}
+
+/// The pair moved by (dx, dy) pixels.
+inline FlowPair translated_pair(int64_t h, int64_t w, double dx, double dy) {
+  return moved_pair(
+      h, w, [&](auto x, auto y) { return std::make_pair(x + dx, y + dy); },
+      [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); });
+}
+
+/// Mean end-point error of `flow` (2, H, W) against `truth` away from a border of `margin` pixels
+/// (where content enters or leaves).
+inline double flow_epe(const torch::Tensor& flow, const torch::Tensor& truth, int64_t margin) {
+  auto d = (flow.cpu() - truth.cpu()).slice(1, margin, -margin).slice(2, margin, -margin);
+  return torch::sqrt((d * d).sum(0)).mean().item<double>();
+}
+
+}  // namespace tt::test
