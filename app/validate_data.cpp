@@ -46,6 +46,7 @@ struct SampleResult {
   int64_t frames = 0;
   double fps = 0.0, duration = 0.0;
   std::optional<double> motion;  // --motion: pixels per frame at the working resolution
+  MotionProfile motion_profile;  // --motion: per frame pair
 
   void fail(const std::string& reason, const std::string& message) {
     error = true;
@@ -141,7 +142,9 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
     check_against_buckets(plan, reader, result);
     if (plan.motion && !result.error) {
       try {
-        result.motion = clip_motion_score(reader, plan.motion_options);
+        const ClipMotion motion = clip_motion(reader, plan.motion_options);
+        result.motion = motion.score;
+        result.motion_profile = motion.profile;
       } catch (const std::exception& error) {
         result.fail("motion", str_cat("motion score: ", first_line(error.what())));
       }
@@ -279,12 +282,12 @@ void report_motion(const Plan& plan, const std::vector<SampleResult>& results) {
   if (cache.pairs != plan.motion_options.pairs || cache.short_side != plan.motion_options.short_side ||
       cache.algorithm != "tvl1")
     cache = MotionCache{};
-  for (const SampleResult* r : scored) cache.set(r->video, *r->motion);
+  for (const SampleResult* r : scored) cache.set(r->video, *r->motion, r->motion_profile);
   try {
     cache.write(path);
     std::cout << "  motion cache: " << path << " (" << cache.clips.size() << " clip(s))" << std::endl;
   } catch (const Error& error) {
-    spdlog::warn("TT_ERR_IO: the motion cache {} could not be written: {}; data.min_motion / max_motion need it",
+    spdlog::warn("TT_ERR_IO: the motion cache {} could not be written: {}; data.min_motion / max_motion and frame_sampler mode motion need it",
                  path, first_line(error.what()));
   }
 }

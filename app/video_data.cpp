@@ -11,11 +11,9 @@ FrameSamplerOptions frame_sampler_options(const Config& config, size_t bucket_in
   const FrameSamplerSection& section = config.data_pipeline.frame_sampler;
   const Bucket& bucket = config.data.buckets[bucket_index];
   FrameSamplerOptions options;
-  if (section.mode != "motion") {
-    const bool known = parse_frame_sample_mode(section.mode, &options.mode);
-    TT_CHECK_HINT(known, ErrorCode::kConfig, "use uniform, stratified, random or fps",
-                  "tele_tron.data_pipeline.frame_sampler.mode: unknown mode '", section.mode, "'");
-  }
+  const bool known = parse_frame_sample_mode(section.mode, &options.mode);
+  TT_CHECK_HINT(known, ErrorCode::kConfig, "use uniform, stratified, random, fps or motion",
+                "tele_tron.data_pipeline.frame_sampler.mode: unknown mode '", section.mode, "'");
   const std::string frames_key = str_cat("tele_tron.data.buckets[", bucket_index, "].frames");
   // null = the bucket's frame count. Frames from videos go through the VAE (data.source: video),
   // whose 4x temporal compression with a causal first frame takes 4n+1 frames.
@@ -23,9 +21,9 @@ FrameSamplerOptions frame_sampler_options(const Config& config, size_t bucket_in
   if (config.data.source == "video")
     validate_vae_frame_count(options.samples, "tele_tron.data_pipeline.frame_sampler.samples_per_clip", frames_key);
   options.stride = section.stride;
-  if (options.mode == FrameSampleMode::kFps) {
+  if (options.mode == FrameSampleMode::kFps || options.mode == FrameSampleMode::kMotion) {
     TT_CHECK_HINT(section.target_fps.has_value(), ErrorCode::kConfig, "e.g. target_fps: 24",
-                  "tele_tron.data_pipeline.frame_sampler.target_fps: mode fps needs a target_fps");
+                  "tele_tron.data_pipeline.frame_sampler.target_fps: mode ", section.mode, " needs a target_fps");
     options.target_fps = *section.target_fps;
   }
   validate_frame_sampler_options(options);

@@ -15,8 +15,7 @@
 
 namespace tt {
 
-/// The sampler for data.buckets[bucket_index]. `mode: motion` (not built yet; the config loader
-/// already warned) samples stratified. Throws kConfig naming the keys.
+/// The sampler for data.buckets[bucket_index]. Throws kConfig naming the keys.
 FrameSamplerOptions frame_sampler_options(const Config& config, size_t bucket_index);
 
 /// data_pipeline.augment, checked; `dtype` is the output dtype (bf16 on CUDA, fp32 on the CPU).

@@ -822,3 +822,45 @@ torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor&
 }
 
 }  // namespace tt
+
+// ---- optical flow: TV-L1 ----
+
+#ifdef TELETRON_WITH_CUDA
+#include "cuda/tvl1.cuh"
+#endif
+
+namespace tt {
+
+torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, const torch::Tensor& flow, double lambda,
+                          double theta, double tau, int64_t warps, int64_t iterations) {
+  TORCH_CHECK(i0.dim() == 3 && i1.sizes() == i0.sizes(), "tvl1_refine: frames (B, H, W) of one shape, got ",
+              i0.sizes(), " and ", i1.sizes());
+  TORCH_CHECK(flow.dim() == 4 && flow.size(0) == i0.size(0) && flow.size(1) == 2 && flow.size(2) == i0.size(1) &&
+                  flow.size(3) == i0.size(2),
+              "tvl1_refine: flow (", i0.size(0), ", 2, ", i0.size(1), ", ", i0.size(2), ") expected, got ",
+              flow.sizes());
+  TORCH_CHECK(i0.is_cuda() && i1.device() == i0.device() && flow.device() == i0.device(),
+              "tvl1_refine: frames and flow on one CUDA device (the CPU reference is pipeline's tvl1_flow)");
+  TORCH_CHECK(i0.is_floating_point() && i1.is_floating_point() && flow.is_floating_point(),
+              "tvl1_refine: floating-point frames and flow expected");
+#ifdef TELETRON_WITH_CUDA
+  const c10::cuda::CUDAGuard guard(i0.device());
+  const torch::Tensor a = i0.to(torch::kFloat32).contiguous();
+  const torch::Tensor b = i1.to(torch::kFloat32).contiguous();
+  torch::Tensor u = flow.to(torch::kFloat32).contiguous().clone();
+  torch::Tensor p = torch::zeros({a.size(0), 4, a.size(1), a.size(2)}, a.options());
+  torch::Tensor scratch = torch::empty_like(p);
+  const kernels::Tvl1Params params{static_cast<float>(lambda), static_cast<float>(theta), static_cast<float>(tau),
+                                   warps, iterations};
+  const cudaError_t status =
+      kernels::tvl1_refine(a.data_ptr<float>(), b.data_ptr<float>(), u.data_ptr<float>(), p.data_ptr<float>(),
+                           scratch.data_ptr<float>(), a.size(0), a.size(1), a.size(2), params, current_stream(a));
+  TORCH_CHECK(status == cudaSuccess, "tvl1_refine kernel launch failed: ", cudaGetErrorString(status));
+  return u;
+#else
+  (void)lambda, (void)theta, (void)tau, (void)warps, (void)iterations;
+  no_kernels("tvl1_refine");
+#endif
+}
+
+}  // namespace tt

@@ -180,4 +180,13 @@ torch::Tensor gelu_tanh_forward_reference(const torch::Tensor& x);
 torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x);
 torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torch::Tensor& x);
 
+// ---- optical flow ----
+
+/// One pyramid level of TV-L1 (the scheme of pipeline/optical_flow_tvl1.h) with cuda/tvl1.cu:
+/// frames i0, i1 (B, H, W) and the level's starting flow (B, 2, H, W), CUDA, floating point (fp32
+/// math) -> the refined flow (B, 2, H, W) fp32. The dual fields start at zero. CPU tensors are
+/// refused (their reference is pipeline's tensor-op TV-L1), as is a build without kernels.
+torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, const torch::Tensor& flow, double lambda,
+                          double theta, double tau, int64_t warps, int64_t iterations);
+
 }  // namespace tt

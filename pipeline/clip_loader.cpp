@@ -12,7 +12,7 @@ namespace tt {
 LoadedClip load_clip(VideoReader& reader, const ClipRequest& request) {
   LoadedClip clip;
   clip.frames = sample_frames(request.sampler, reader.index().times(), request.seed, request.epoch,
-                             request.sample_index);
+                             request.sample_index, request.motion.get());
   std::vector<int64_t> distinct = clip.frames;  // sorted already; fps mode may repeat a frame
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   const DecodedFrames decoded = reader.decode(distinct);

@@ -30,6 +30,8 @@ struct ClipRequest {
   // Time the GPU kernels after decoding (colour, rotation, gather, augment) with two CUDA events on
   // the current stream (LoadedClip::gpu_stages; read them later, nothing waits here).
   bool time_gpu_stages = false;
+  /// The clip's motion profile, which the sampler's motion mode needs (shared: one per clip).
+  std::shared_ptr<const MotionProfile> motion;
 };
 
 struct LoadedClip {

@@ -63,8 +63,32 @@ int64_t nearest_frame(const std::vector<double>& times, double t, int64_t from) 
   return i;
 }
 
+// Motion mode's draw: where in [0, 1] of the free range the window starts (see sample_frames).
+double motion_start(const MotionProfile& profile, double duration, double window, SampleRng& rng) {
+  const double free = std::max(0.0, duration - window);
+  if (free <= kTimeEpsilon || duration <= 0) return rng.uniform();
+  double mean = 0;
+  for (double score : profile.score) mean += score;
+  mean /= static_cast<double>(profile.score.size());
+  std::vector<double> cumulative(static_cast<size_t>(kMotionCandidates));
+  double total = 0;
+  for (int64_t j = 0; j < kMotionCandidates; ++j) {
+    const double begin = free * static_cast<double>(j) / static_cast<double>(kMotionCandidates - 1);
+    // A clip that does not move at all: every window weighs the same.
+    total += window_motion(profile, begin / duration, (begin + window) / duration) + kMotionFloor * mean + 1e-9;
+    cumulative[static_cast<size_t>(j)] = total;
+  }
+  const double pick = rng.uniform() * total;
+  const auto chosen = static_cast<int64_t>(
+      std::min<size_t>(std::lower_bound(cumulative.begin(), cumulative.end(), pick) - cumulative.begin(),
+                       cumulative.size() - 1));
+  const double spacing = 1.0 / static_cast<double>(kMotionCandidates - 1);
+  const double jitter = (rng.uniform() - 0.5) * spacing;
+  return std::clamp(static_cast<double>(chosen) * spacing + jitter, 0.0, 1.0);
+}
+
 std::vector<int64_t> sample_fps(const FrameSamplerOptions& options, const std::vector<double>& times,
-                                SampleRng& rng) {
+                                SampleRng& rng, const MotionProfile* motion) {
   const int64_t samples = options.samples;
   const double window = static_cast<double>(samples - 1) / options.target_fps;
   const double duration = times.back() - times.front();
@@ -72,7 +96,8 @@ std::vector<int64_t> sample_fps(const FrameSamplerOptions& options, const std::v
     too_short(options, static_cast<int64_t>(times.size()), frames_needed(options),
               str_cat(" (spans ", duration, " s, ", samples, " samples at ", options.target_fps, " fps span ",
                       window, " s)"));
-  const double start = times.front() + std::max(0.0, duration - window) * rng.uniform();
+  const double where = motion != nullptr ? motion_start(*motion, duration, window, rng) : rng.uniform();
+  const double start = times.front() + std::max(0.0, duration - window) * where;
   std::vector<int64_t> out(static_cast<size_t>(samples));
   int64_t from = 0;
   for (int64_t k = 0; k < samples; ++k) {
@@ -94,13 +119,15 @@ const char* frame_sample_mode_name(FrameSampleMode mode) {
       return "random";
     case FrameSampleMode::kFps:
       return "fps";
+    case FrameSampleMode::kMotion:
+      return "motion";
   }
   return "?";
 }
 
 bool parse_frame_sample_mode(const std::string& name, FrameSampleMode* mode) {
   const FrameSampleMode all[] = {FrameSampleMode::kUniform, FrameSampleMode::kStratified,
-                                 FrameSampleMode::kRandom, FrameSampleMode::kFps};
+                                 FrameSampleMode::kRandom, FrameSampleMode::kFps, FrameSampleMode::kMotion};
   for (FrameSampleMode candidate : all) {
     if (name == frame_sample_mode_name(candidate)) {
       *mode = candidate;
@@ -115,10 +142,12 @@ void validate_frame_sampler_options(const FrameSamplerOptions& options) {
            options.samples);
   if (options.mode == FrameSampleMode::kRandom)
     TT_CHECK(options.stride >= 1, ErrorCode::kConfig, kKey, ".stride: must be >= 1, got ", options.stride);
-  if (options.mode == FrameSampleMode::kFps)
+  if (options.mode == FrameSampleMode::kFps || options.mode == FrameSampleMode::kMotion)
     TT_CHECK_HINT(std::isfinite(options.target_fps) && options.target_fps > 0, ErrorCode::kConfig,
-                  "mode: fps samples at target_fps frames per second, e.g. target_fps: 24", kKey,
-                  ".target_fps: must be > 0 with mode: fps, got ", options.target_fps);
+                  str_cat("mode: ", frame_sample_mode_name(options.mode),
+                          " samples at target_fps frames per second, e.g. target_fps: 24"),
+                  kKey, ".target_fps: must be > 0 with mode: ", frame_sample_mode_name(options.mode), ", got ",
+                  options.target_fps);
 }
 
 int64_t frames_needed(const FrameSamplerOptions& options) {
@@ -130,9 +159,29 @@ int64_t frames_needed(const FrameSamplerOptions& options) {
   return gaps * options.stride + 1;
 }
 
+double window_motion(const MotionProfile& profile, double begin, double end) {
+  const size_t n = std::min(profile.at.size(), profile.score.size());
+  if (n == 0) return 0;
+  const auto at = [&](double x) {
+    if (x <= profile.at[0]) return profile.score[0];
+    if (x >= profile.at[n - 1]) return profile.score[n - 1];
+    const size_t right = static_cast<size_t>(
+        std::upper_bound(profile.at.begin(), profile.at.begin() + static_cast<std::ptrdiff_t>(n), x) -
+        profile.at.begin());
+    const size_t left = right - 1;
+    const double span = profile.at[right] - profile.at[left];
+    const double t = span > 0 ? (x - profile.at[left]) / span : 0.0;
+    return profile.score[left] + t * (profile.score[right] - profile.score[left]);
+  };
+  double sum = 0;
+  for (int64_t k = 0; k < kMotionPoints; ++k)
+    sum += at(begin + (end - begin) * static_cast<double>(k) / static_cast<double>(kMotionPoints - 1));
+  return sum / static_cast<double>(kMotionPoints);
+}
+
 std::vector<int64_t> sample_frames(const FrameSamplerOptions& options,
                                    const std::vector<double>& frame_times_s, uint64_t seed, int64_t epoch,
-                                   int64_t sample_index) {
+                                   int64_t sample_index, const MotionProfile* motion) {
   validate_frame_sampler_options(options);
   const int64_t n = static_cast<int64_t>(frame_times_s.size());
   SampleRng rng = sample_rng(seed, epoch, sample_index, kRngFrameSampler);
@@ -147,13 +196,27 @@ std::vector<int64_t> sample_frames(const FrameSamplerOptions& options,
       if (n < frames_needed(options)) too_short(options, n, frames_needed(options));
       return sample_random(n, options.samples, options.stride, rng);
     case FrameSampleMode::kFps:
+    case FrameSampleMode::kMotion:
+      if (options.mode == FrameSampleMode::kMotion) {
+        TT_CHECK_HINT(motion != nullptr && !motion->score.empty() && motion->at.size() == motion->score.size(),
+                      ErrorCode::kConfig,
+                      "run `teletron validate-data CONFIG --motion`, which records each clip's motion profile, or "
+                      "use mode: fps",
+                      kKey, ".mode: motion needs the clip's motion profile, and there is none");
+        for (size_t k = 0; k < motion->score.size(); ++k)
+          TT_CHECK(std::isfinite(motion->score[k]) && motion->score[k] >= 0 && std::isfinite(motion->at[k]) &&
+                       (k == 0 || motion->at[k] > motion->at[k - 1]),
+                   ErrorCode::kData, "motion profile: pair ", k, " at ", motion->at[k], " scores ", motion->score[k],
+                   " (positions must increase, scores be finite and >= 0)");
+      }
       if (n < 1) too_short(options, n, 1);
       for (int64_t i = 0; i < n; ++i) {
         TT_CHECK(std::isfinite(frame_times_s[i]) && (i == 0 || frame_times_s[i] >= frame_times_s[i - 1]),
                  ErrorCode::kData, "frame timestamps must be finite and non-decreasing, frame ", i, " has ",
                  frame_times_s[i], (i > 0 ? str_cat(" after ", frame_times_s[i - 1]) : std::string()));
       }
-      return sample_fps(options, frame_times_s, rng);
+      return sample_fps(options, frame_times_s, rng,
+                        options.mode == FrameSampleMode::kMotion ? motion : nullptr);
   }
   throw Error(ErrorCode::kInternal, "sample_frames: unknown FrameSampleMode");
 }

@@ -1,5 +1,6 @@
-// Which frames of a clip one training sample uses. Four modes (uniform, stratified, random
-// contiguous with stride, target fps by timestamps), all deterministic from (seed, epoch,
+// Which frames of a clip one training sample uses. Five modes (uniform, stratified, random
+// contiguous with stride, target fps by timestamps, target fps with the window drawn by motion), all
+// deterministic from (seed, epoch,
 // sample_index) through pipeline/sample_rng.h, so a resumed run sees the same frames. The result is
 // a list of frame indices; the decoder decodes exactly those and the gather happens on the GPU.
 #pragma once
@@ -15,6 +16,15 @@ enum class FrameSampleMode {
   kStratified,  // one random frame inside each of `samples` equal strata
   kRandom,      // a random start, then `samples` frames `stride` apart
   kFps,         // frames nearest to start + k / target_fps on the presentation timestamps
+  kMotion,      // as kFps, the start drawn by the clip's motion profile (see sample_frames)
+};
+
+/// How much a clip moves along its length: flow magnitudes (pixels per frame, pipeline/motion.h)
+/// of frame pairs at positions `at` (the pair's middle as a fraction of the clip, 0 = first frame,
+/// 1 = last; increasing), one `score` each. `teletron validate-data --motion` records it per clip.
+struct MotionProfile {
+  std::vector<double> at;
+  std::vector<double> score;
 };
 
 struct FrameSamplerOptions {
@@ -28,9 +38,9 @@ struct FrameSamplerOptions {
   double target_fps = 0.0;
 };
 
-/// "uniform", "stratified", "random", "fps".
+/// "uniform", "stratified", "random", "fps", "motion".
 const char* frame_sample_mode_name(FrameSampleMode mode);
-/// Parses a mode name; false when `name` is not one of the four.
+/// Parses a mode name; false when `name` is not one of the five.
 bool parse_frame_sample_mode(const std::string& name, FrameSampleMode* mode);
 
 /// Checks the options alone; throws kConfig naming the data_pipeline.frame_sampler key.
@@ -40,11 +50,28 @@ void validate_frame_sampler_options(const FrameSamplerOptions& options);
 /// stratified and random give strictly increasing indices; fps mode repeats a frame when the clip's
 /// own rate is below target_fps (time resampling, as ffmpeg's fps filter does).
 /// frame_times_s: presentation time of every frame in seconds, non-decreasing.
+///
+/// Motion mode (needs `motion`, the clip's profile): the window of fps mode, its start chosen
+/// among kMotionCandidates starts spread evenly over the clip's free range with probability
+/// proportional to the window's motion plus a floor of kMotionFloor times the clip's mean motion
+/// (so the still parts of a moving clip are still seen now and then, and a clip that does not move
+/// at all samples uniformly), then jittered uniformly within half a candidate spacing. A window's
+/// motion is the mean of the profile, linearly interpolated (constant beyond its first and last
+/// pair), at kMotionPoints points evenly across the window.
 /// Throws kData ("clip has N frames, ... needs M") when the clip is too short for the mode, and
-/// kConfig for invalid options.
+/// kConfig for invalid options or motion mode without a profile.
 std::vector<int64_t> sample_frames(const FrameSamplerOptions& options,
                                    const std::vector<double>& frame_times_s, uint64_t seed, int64_t epoch,
-                                   int64_t sample_index);
+                                   int64_t sample_index, const MotionProfile* motion = nullptr);
+
+/// Motion mode's constants (see sample_frames).
+constexpr int64_t kMotionCandidates = 16;
+constexpr int64_t kMotionPoints = 8;
+constexpr double kMotionFloor = 0.1;
+
+/// The motion of the part [begin, end] (fractions of the clip) of `profile`, as motion mode weighs
+/// a window (before the floor). An empty profile is 0.
+double window_motion(const MotionProfile& profile, double begin, double end);
 
 /// The fewest frames a clip needs for this mode (fps mode: at target_fps; the actual need follows
 /// the timestamps, see sample_frames). validate-data reports clips below it.

@@ -60,21 +60,33 @@ torch::Tensor motion_frames(const torch::Tensor& frames, int64_t short_side) {
 
 double motion_score(const torch::Tensor& first, const torch::Tensor& second, const std::vector<int64_t>& gaps,
                     const MotionOptions& options) {
+  const std::vector<double> scores = motion_pair_scores(first, second, gaps, options);
+  double total = 0;
+  for (double score : scores) total += score;
+  return total / static_cast<double>(scores.size());
+}
+
+std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::Tensor& second,
+                                       const std::vector<int64_t>& gaps, const MotionOptions& options) {
   TT_CHECK(first.dim() == 3 && first.sizes() == second.sizes() && first.size(0) > 0 &&
                static_cast<size_t>(first.size(0)) == gaps.size(),
            ErrorCode::kData, "motion: K pairs of (h, w) frames and K gaps are needed, got ", first.sizes(), ", ",
            second.sizes(), " and ", gaps.size(), " gaps");
   const torch::Tensor flow = tvl1_flow(first, second, options.tvl1);  // (K, 2, h, w)
   const torch::Tensor magnitude = torch::sqrt((flow * flow).sum(1)).mean({1, 2}).to(torch::kFloat64).cpu();
-  double total = 0;
+  std::vector<double> scores;
   for (size_t k = 0; k < gaps.size(); ++k) {
     TT_CHECK(gaps[k] >= 1, ErrorCode::kData, "motion: pair ", k, " has a frame gap of ", gaps[k]);
-    total += magnitude[static_cast<int64_t>(k)].item<double>() / static_cast<double>(gaps[k]);
+    scores.push_back(magnitude[static_cast<int64_t>(k)].item<double>() / static_cast<double>(gaps[k]));
   }
-  return total / static_cast<double>(gaps.size());
+  return scores;
 }
 
 double clip_motion_score(VideoReader& reader, const MotionOptions& options) {
+  return clip_motion(reader, options).score;
+}
+
+ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options) {
   const int64_t frames = reader.info().frame_count;
   const std::vector<int64_t> starts = motion_pair_starts(frames, options.pairs);
   TT_CHECK(!starts.empty(), ErrorCode::kData, reader.info().path, ": ", frames,
@@ -101,7 +113,14 @@ double clip_motion_score(VideoReader& reader, const MotionOptions& options) {
   const auto index = [&](const std::vector<int64_t>& at) {
     return torch::tensor(at, torch::TensorOptions().dtype(torch::kInt64)).to(work.device());
   };
-  return motion_score(work.index_select(0, index(first)), work.index_select(0, index(second)), gaps, options);
+  ClipMotion motion;
+  motion.profile.score =
+      motion_pair_scores(work.index_select(0, index(first)), work.index_select(0, index(second)), gaps, options);
+  for (int64_t s : starts)
+    motion.profile.at.push_back((static_cast<double>(s) + 0.5) / static_cast<double>(frames - 1));
+  for (double score : motion.profile.score) motion.score += score;
+  motion.score /= static_cast<double>(motion.profile.score.size());
+  return motion;
 }
 
 std::string MotionCache::path_for(const std::string& manifest) { return manifest + ".motion.json"; }
@@ -120,8 +139,18 @@ MotionCache MotionCache::read(const std::string& path) {
     cache.algorithm = j.at("algorithm").get<std::string>();
     cache.pairs = j.at("pairs").get<int64_t>();
     cache.short_side = j.at("short_side").get<int64_t>();
-    for (const auto& [video, entry] : j.at("clips").items())
-      cache.clips[video] = Entry{entry.at("score").get<double>(), entry.at("stamp").get<std::string>()};
+    for (const auto& [video, entry] : j.at("clips").items()) {
+      Entry& e = cache.clips[video];
+      e.score = entry.at("score").get<double>();
+      e.stamp = entry.at("stamp").get<std::string>();
+      if (entry.contains("profile")) {
+        e.profile.at = entry.at("profile").at("at").get<std::vector<double>>();
+        e.profile.score = entry.at("profile").at("score").get<std::vector<double>>();
+        TT_CHECK_HINT(e.profile.at.size() == e.profile.score.size(), ErrorCode::kData, hint, path, ": clip ",
+                      video, " has ", e.profile.at.size(), " profile positions and ", e.profile.score.size(),
+                      " scores");
+      }
+    }
   } catch (const nlohmann::json::exception& error) {
     throw Error(ErrorCode::kData, str_cat(path, ": a damaged motion cache (", error.what(), ")"), hint);
   }
@@ -136,8 +165,11 @@ void MotionCache::write(const std::string& path) const {
   j["short_side"] = short_side;
   j["unit"] = "mean optical-flow magnitude, pixels per frame at the working resolution";
   j["clips"] = nlohmann::json::object();
-  for (const auto& [video, entry] : clips)
+  for (const auto& [video, entry] : clips) {
     j["clips"][video] = {{"score", entry.score}, {"stamp", entry.stamp}};
+    if (!entry.profile.score.empty())
+      j["clips"][video]["profile"] = {{"at", entry.profile.at}, {"score", entry.profile.score}};
+  }
   write_text_synced(path, j.dump(1) + "\n");
 }
 
@@ -152,6 +184,15 @@ std::optional<double> MotionCache::score_of(const std::string& video) const {
   return found->second.score;
 }
 
-void MotionCache::set(const std::string& video, double score) { clips[video] = Entry{score, file_stamp(video)}; }
+std::optional<MotionProfile> MotionCache::profile_of(const std::string& video) const {
+  if (!score_of(video)) return std::nullopt;
+  const MotionProfile& profile = clips.at(video).profile;
+  if (profile.score.empty()) return std::nullopt;
+  return profile;
+}
+
+void MotionCache::set(const std::string& video, double score, const MotionProfile& profile) {
+  clips[video] = Entry{score, file_stamp(video), profile};
+}
 
 }  // namespace tt

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/frame_sampler.h"
 #include "pipeline/optical_flow_tvl1.h"
 
 namespace tt {
@@ -41,6 +42,9 @@ torch::Tensor motion_frames(const torch::Tensor& frames, int64_t short_side);
 /// flow magnitude over the picture divided by the gap, in pixels per frame. 0 pairs: TT_ERR_DATA.
 double motion_score(const torch::Tensor& first, const torch::Tensor& second, const std::vector<int64_t>& gaps,
                     const MotionOptions& options = {});
+/// As motion_score, each pair's own score (its mean flow magnitude over the gap).
+std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::Tensor& second,
+                                       const std::vector<int64_t>& gaps, const MotionOptions& options = {});
 
 class VideoReader;
 
@@ -48,6 +52,15 @@ class VideoReader;
 /// motion_pair_starts, decoded on the reader's path, flow on the frames' device. TT_ERR_DATA for a
 /// clip of fewer than 2 frames.
 double clip_motion_score(VideoReader& reader, const MotionOptions& options = {});
+
+/// A clip's score and the profile it comes from: each pair at (start + 1/2) / (frames - 1) of the
+/// clip with its own score (the frame sampler's motion mode draws windows by it).
+struct ClipMotion {
+  double score = 0;
+  MotionProfile profile;
+};
+/// As clip_motion_score, with the profile.
+ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options = {});
 
 /// The per-manifest motion cache `teletron validate-data --motion` writes beside the manifest
 /// (<manifest>.motion.json) and training reads for data.min_motion / data.max_motion. Scores are
@@ -58,6 +71,7 @@ struct MotionCache {
   struct Entry {
     double score = 0;
     std::string stamp;  // core/content_hash.h file_stamp of the clip when scored
+    MotionProfile profile;  // per pair (empty in caches written before profiles were recorded)
   };
   std::string algorithm = "tvl1";
   int64_t pairs = 4;
@@ -72,8 +86,10 @@ struct MotionCache {
   void write(const std::string& path) const;
   /// The entry of `video` for its file as it is now (size and modification time), else nothing.
   std::optional<double> score_of(const std::string& video) const;
-  /// Records `score` for `video` as the file is now.
-  void set(const std::string& video, double score);
+  /// The profile of `video` for its file as it is now, when one was recorded, else nothing.
+  std::optional<MotionProfile> profile_of(const std::string& video) const;
+  /// Records `score` (and its profile) for `video` as the file is now.
+  void set(const std::string& video, double score, const MotionProfile& profile = {});
 };
 
 }  // namespace tt

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "cuda/ops.h"
 
 namespace tt {
 
@@ -144,7 +145,11 @@ torch::Tensor tvl1_flow(const torch::Tensor& i0, const torch::Tensor& i1, const 
                                       .align_corners(false));
       flow = torch::stack({flow.select(1, 0) * sx, flow.select(1, 1) * sy}, 1);
     }
-    flow = refine(l0, l1, flow, o);
+    if (o.kernels && l0.is_cuda() && kernels_built()) {
+      flow = tvl1_refine(l0, l1, flow, o.lambda, o.theta, o.tau, o.warps, o.iterations).to(a.scalar_type());
+    } else {
+      flow = refine(l0, l1, flow, o);
+    }
   }
   return single ? flow.squeeze(0) : flow;
 }

@@ -3,6 +3,9 @@
 // reference implementation on LibTorch tensor ops (any device, any float dtype); the CUDA kernels
 // are checked against it.
 //
+// On CUDA frames each level's warps and iterations run as CUDA kernels (cuda/tvl1.cu, two launches
+// per iteration) with the reference's arithmetic; the pyramid stays on tensor ops.
+//
 // The energy is  Σ λ |ρ(u)| + |∇u_x| + |∇u_y|  with ρ(u) = I1(p + u(p)) − I0(p) linearised around the
 // flow of the current warp. It is split with an auxiliary field v (coupling (u − v)² / 2θ):
 //  - v: pointwise, thresholding ρ against λθ|∇I1|² (the L1 data term's closed-form minimiser);
@@ -30,6 +33,10 @@ struct TvL1Options {
   int64_t iterations = 10;      // per warp
   double pyramid_scale = 0.5;   // size ratio of one level to the next finer one, in (0, 1)
   int64_t min_size = 16;        // the coarsest level's shorter side is at least this (pixels)
+  /// CUDA frames: each level's warps and iterations run as cuda/tvl1.cu's kernels (false: as the
+  /// tensor-op reference on the GPU, the kernels' comparison in tests and benchmarks). Where the
+  /// build has no kernels the reference runs.
+  bool kernels = true;
 };
 
 /// Flow from `i0` to `i1`: frames (H, W) or (B, H, W), floating point, intensities in [0, 1], on

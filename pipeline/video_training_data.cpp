@@ -10,6 +10,7 @@
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -60,7 +61,14 @@ class VideoTrainingData : public TrainingData {
                                    " (", file_stamp(row.text_embeddings), "), bucket ");
     if (bucket < 0) return identity + "none";
     const Bucket& b = buckets_[static_cast<size_t>(bucket)];
-    return str_cat(identity, b.frames, "x", b.height, "x", b.width);
+    identity += str_cat(b.frames, "x", b.height, "x", b.width);
+    // Motion sampling draws its windows by the profile: another profile, other frames.
+    if (!profiles_.empty() && profiles_[static_cast<size_t>(index)]) {
+      const MotionProfile& profile = *profiles_[static_cast<size_t>(index)];
+      identity += ", motion";
+      for (size_t k = 0; k < profile.score.size(); ++k) identity += str_cat(" ", profile.at[k], ":", profile.score[k]);
+    }
+    return identity;
   }
 
   std::vector<int64_t> row_buckets() const override { return row_bucket_; }
@@ -152,6 +160,9 @@ class VideoTrainingData : public TrainingData {
   void check_rows() {
     rows_ = read_video_manifest(options_.manifest);
     if (options_.min_motion || options_.max_motion) filter_by_motion();
+    if (std::any_of(samplers_.begin(), samplers_.end(),
+                    [](const FrameSamplerOptions& s) { return s.mode == FrameSampleMode::kMotion; }))
+      read_motion_profiles();
     for (const VideoManifestRow& row : rows_) {
       const std::string where = str_cat(options_.manifest, ":", row.line);
       TT_CHECK_HINT(row.error.empty(), ErrorCode::kData, "fix the row (teletron validate-data checks them all)", where,
@@ -171,6 +182,27 @@ class VideoTrainingData : public TrainingData {
                     text_length_, " in earlier rows");
       text_length_ = length;
     }
+  }
+
+  // frame_sampler mode motion: every row's motion profile from the manifest's motion cache.
+  void read_motion_profiles() {
+    const std::string path = MotionCache::path_for(options_.manifest);
+    const MotionCache cache = MotionCache::read(path);
+    int64_t missing = 0;
+    std::string first_missing;
+    profiles_.clear();
+    for (const VideoManifestRow& row : rows_) {
+      std::optional<MotionProfile> profile;
+      if (row.error.empty()) profile = cache.profile_of(row.video);
+      if (row.error.empty() && !profile && missing++ == 0)
+        first_missing = str_cat(options_.manifest, ":", row.line, " (", row.video, ")");
+      profiles_.push_back(profile ? std::make_shared<const MotionProfile>(std::move(*profile)) : nullptr);
+    }
+    TT_CHECK_HINT(missing == 0, ErrorCode::kConfig,
+                  str_cat("run `teletron validate-data CONFIG --motion` (it records each clip's profile in ", path,
+                          "), or use data_pipeline.frame_sampler.mode: fps"),
+                  "data_pipeline.frame_sampler.mode: motion: ", missing, " of ", rows_.size(),
+                  " clips have no current motion profile in ", path, ", the first ", first_missing);
   }
 
   // data.min_motion / max_motion: the rows whose score in the manifest's motion cache is in range.
@@ -245,6 +277,7 @@ class VideoTrainingData : public TrainingData {
     request.epoch = epoch;
     request.sample_index = index;
     request.time_gpu_stages = device_.is_cuda();
+    if (!profiles_.empty()) request.motion = profiles_[static_cast<size_t>(index)];
     return load_clip(reader, request);
   }
 
@@ -418,6 +451,7 @@ class VideoTrainingData : public TrainingData {
   HunyuanVae vae_{nullptr};
   VaeTiling tiling_;
   std::vector<VideoManifestRow> rows_;
+  std::vector<std::shared_ptr<const MotionProfile>> profiles_;  // per row, with frame_sampler mode motion
   std::vector<std::vector<int64_t>> latent_shapes_;
   int64_t text_length_ = 0;
   FailureBudget failures_{0.0, 0};

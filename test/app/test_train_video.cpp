@@ -156,6 +156,26 @@ TEST_CASE("train on raw videos (tiny VAE + tiny Transformer, CPU): the loss fall
   CHECK(last < 0.7 * first);
 }
 
+TEST_CASE("train on raw videos with frame_sampler mode motion: without the clips' motion profiles TT_ERR_CONFIG "
+          "names validate-data --motion; with them it trains", "[train][video][motion]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_train_motion");
+  const std::string manifest = write_manifest(dir, std::vector<std::string>(clips.begin(), clips.begin() + 2));
+  const std::string config = write_config(dir, manifest, 2, 0.0);
+  const std::string motion = " --set data_pipeline.frame_sampler.mode=motion --set data_pipeline.frame_sampler.target_fps=24";
+  const auto unscored = tt::test::run_teletron("train '" + config + "' --output '" + dir / "none" + "'" + motion + " 2>&1");
+  INFO(unscored.output);
+  CHECK(unscored.exit_code != 0);
+  CHECK_THAT(unscored.output, ContainsSubstring("TT_ERR_CONFIG"));
+  CHECK_THAT(unscored.output, ContainsSubstring("2 of 2 clips have no current motion profile"));
+  CHECK_THAT(unscored.output, ContainsSubstring("validate-data CONFIG --motion"));
+  const auto scored = tt::test::run_teletron("validate-data '" + config + "' --device cpu --motion 2>&1");
+  INFO(scored.output);
+  REQUIRE(scored.exit_code == 0);
+  CHECK_THAT(train_ok(config, dir / "run", motion), ContainsSubstring("motion sampling"));
+  CHECK_FALSE(read_metrics(dir / "run/metrics.jsonl").empty());
+}
+
 TEST_CASE("train on raw videos: a broken clip is skipped within max_failed_share, else TT_ERR_DATA",
           "[train][video]") {
   const std::vector<std::string> clips = make_clips();

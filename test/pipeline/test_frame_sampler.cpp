@@ -225,7 +225,7 @@ TEST_CASE("invalid sampler options are kConfig errors naming the key", "[sampler
   tt::FrameSampleMode mode{};
   CHECK(tt::parse_frame_sample_mode("fps", &mode));
   CHECK(mode == tt::FrameSampleMode::kFps);
-  CHECK_FALSE(tt::parse_frame_sample_mode("motion", &mode));
+  CHECK_FALSE(tt::parse_frame_sample_mode("optical", &mode));
   CHECK(tt::frames_needed(options_for(tt::FrameSampleMode::kRandom, 5, 3)) == 13);
 }
 
@@ -243,4 +243,74 @@ TEST_CASE("the VAE frame count must be 4n+1; the error names both keys", "[sampl
   }
   auto error = tt::test::expect_error([&] { tt::validate_vae_frame_count(16, samples_key, frames_key); });
   CHECK(contains(error.hint(), "13 or 17"));
+}
+
+TEST_CASE("motion mode draws the window by the clip's motion profile; a still profile samples like fps", "[sampler]") {
+  // 300 frames at 30 fps (10 s); 33 samples at 24 fps span 1.33 s.
+  const std::vector<double> times = cfr_times(300, 30.0);
+  const auto motion = options_for(tt::FrameSampleMode::kMotion, 33, 1, 24.0);
+  const auto fps = options_for(tt::FrameSampleMode::kFps, 33, 1, 24.0);
+  // All the motion in the last fifth of the clip: 8 px/frame there, none before.
+  tt::MotionProfile late;
+  late.at = {0.1, 0.3, 0.5, 0.7, 0.9};
+  late.score = {0.0, 0.0, 0.0, 0.0, 8.0};
+  tt::MotionProfile still;
+  still.at = late.at;
+  still.score = {0.0, 0.0, 0.0, 0.0, 0.0};
+  const int draws = 2000;
+  double late_mean = 0, still_mean = 0, fps_mean = 0;
+  int late_in_motion = 0;
+  for (int i = 0; i < draws; ++i) {
+    const std::vector<int64_t> a = tt::sample_frames(motion, times, 5, 0, i, &late);
+    const std::vector<int64_t> b = tt::sample_frames(motion, times, 5, 0, i, &still);
+    const std::vector<int64_t> c = tt::sample_frames(fps, times, 5, 0, i);
+    check_sorted_in_range(a, 33, 300, false);
+    // Contiguous at 24 fps on a 30-fps clip: each step 1 or 2 frames.
+    for (size_t k = 1; k < a.size(); ++k) CHECK((a[k] - a[k - 1] == 1 || a[k] - a[k - 1] == 2));
+    late_mean += static_cast<double>(a.front()) / draws;
+    still_mean += static_cast<double>(b.front()) / draws;
+    fps_mean += static_cast<double>(c.front()) / draws;
+    if (a.back() >= 210) ++late_in_motion;  // the window reaches the moving part (after 0.7)
+  }
+  INFO("mean first frame: motion profile late " << late_mean << ", still " << still_mean << ", fps " << fps_mean
+                                                << "; windows reaching the motion " << late_in_motion);
+  // fps and a still profile start anywhere in [0, 260]: means near 130. The late profile puts most
+  // windows over its moving end, some (the floor) elsewhere.
+  CHECK(std::abs(fps_mean - 130) < 10);
+  CHECK(std::abs(still_mean - 130) < 10);
+  CHECK(late_mean > 190);
+  CHECK(late_in_motion > draws * 3 / 4);
+  CHECK(late_in_motion < draws);  // the floor: still windows are seen too
+  // Deterministic from (seed, epoch, sample), like every mode.
+  CHECK(tt::sample_frames(motion, times, 5, 0, 7, &late) == tt::sample_frames(motion, times, 5, 0, 7, &late));
+}
+
+TEST_CASE("window_motion interpolates the profile and holds its ends", "[sampler]") {
+  tt::MotionProfile profile;
+  profile.at = {0.25, 0.75};
+  profile.score = {2.0, 6.0};
+  CHECK(std::abs(tt::window_motion(profile, 0.5, 0.5) - 4.0) < 1e-12);
+  CHECK(std::abs(tt::window_motion(profile, 0.0, 0.2) - 2.0) < 1e-12);
+  CHECK(std::abs(tt::window_motion(profile, 0.8, 1.0) - 6.0) < 1e-12);
+  CHECK(tt::window_motion(tt::MotionProfile{}, 0.0, 1.0) == 0.0);
+}
+
+TEST_CASE("motion mode without a profile, or with a damaged one, is an error naming the fix", "[sampler]") {
+  const std::vector<double> times = cfr_times(100, 30.0);
+  const auto motion = options_for(tt::FrameSampleMode::kMotion, 9, 1, 24.0);
+  const tt::Error none = tt::test::expect_error([&] { tt::sample_frames(motion, times, 1, 0, 0); });
+  CHECK(none.code() == tt::ErrorCode::kConfig);
+  CHECK(contains(none.what(), "frame_sampler.mode: motion needs the clip's motion profile"));
+  CHECK(contains(none.hint(), "validate-data CONFIG --motion"));
+  tt::MotionProfile backwards;
+  backwards.at = {0.6, 0.2};
+  backwards.score = {1.0, 1.0};
+  CHECK(tt::test::expect_error([&] { tt::sample_frames(motion, times, 1, 0, 0, &backwards); }).code() ==
+        tt::ErrorCode::kData);
+  tt::FrameSampleMode parsed = tt::FrameSampleMode::kUniform;
+  CHECK(tt::parse_frame_sample_mode("motion", &parsed));
+  CHECK(parsed == tt::FrameSampleMode::kMotion);
+  const auto no_rate = options_for(tt::FrameSampleMode::kMotion, 9);
+  CHECK(tt::test::expect_error([&] { tt::validate_frame_sampler_options(no_rate); }).code() ==
+        tt::ErrorCode::kConfig);
 }

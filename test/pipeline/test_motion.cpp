@@ -89,16 +89,31 @@ TEST_CASE("the motion cache keeps scores per clip while the file is unchanged; a
   const std::string path = tt::MotionCache::path_for(manifest);
   CHECK(path == manifest + ".motion.json");
   CHECK(tt::MotionCache::read(path).clips.empty());  // none yet: an empty cache
+  const std::string old_clip = dir / "b.mp4";
+  tt::test::write_file(old_clip, "abc");
   tt::MotionCache cache;
-  cache.set(clip, 2.5);
+  tt::MotionProfile profile;
+  profile.at = {0.125, 0.375, 0.625, 0.875};
+  profile.score = {1.0, 2.0, 3.0, 4.0};
+  cache.set(clip, 2.5, profile);
+  cache.set(old_clip, 1.0);  // as caches written before profiles were recorded
   cache.write(path);
   const tt::MotionCache back = tt::MotionCache::read(path);
   REQUIRE(back.score_of(clip).has_value());
   CHECK(*back.score_of(clip) == 2.5);
+  REQUIRE(back.profile_of(clip).has_value());
+  CHECK(back.profile_of(clip)->at == profile.at);
+  CHECK(back.profile_of(clip)->score == profile.score);
+  CHECK(back.score_of(old_clip).has_value());
+  CHECK_FALSE(back.profile_of(old_clip).has_value());  // scored, but no profile: motion mode asks for a rescore
   CHECK_FALSE(back.score_of(dir / "other.mp4").has_value());
   tt::test::write_file(clip, "123456");  // the file changed (size): its score no longer stands
   CHECK_FALSE(back.score_of(clip).has_value());
+  CHECK_FALSE(back.profile_of(clip).has_value());
   tt::test::write_file(path, "{\"version\": 1, \"clips\": {\"x\": {\"score\": \"high\"}}}");
+  CHECK(tt::test::expect_error([&] { tt::MotionCache::read(path); }).code() == tt::ErrorCode::kData);
+  tt::test::write_file(path, "{\"version\": 1, \"algorithm\": \"tvl1\", \"pairs\": 4, \"short_side\": 256, \"clips\": "
+                             "{\"x\": {\"score\": 1, \"stamp\": \"s\", \"profile\": {\"at\": [0.5], \"score\": []}}}}");
   CHECK(tt::test::expect_error([&] { tt::MotionCache::read(path); }).code() == tt::ErrorCode::kData);
   tt::test::write_file(path, "not json");
   CHECK(tt::test::expect_error([&] { tt::MotionCache::read(path); }).code() == tt::ErrorCode::kData);
