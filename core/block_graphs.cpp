@@ -184,11 +184,6 @@ void BlockGraphs::begin_step(const std::string& key, Mode mode, bool fail_captur
   mode_ = mode;
   fail_next_ = fail_capture;
   failure_.clear();
-#ifdef TELETRON_WITH_CUDA
-  // Blocks cached on the training stream by the eager steps cannot serve the capture stream or
-  // the graphs' pool: give them back before a capturing step (see StepGraphs::capture).
-  if (cuda_ && mode == Mode::kCapture) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
 }
 
 std::string BlockGraphs::end_step() {

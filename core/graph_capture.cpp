@@ -71,6 +71,11 @@ std::string capture_graph(at::cuda::CUDAGraph& graph, const GraphPool& pool, con
   // True from capture_begin's return until capture_end's: the pool's use is ours to give back
   // (a CUDAGraph gives it back itself only after a capture that ended).
   bool pool_in_use = false;
+  // The caching allocator keeps freed blocks per stream and pool, and gives none back to the device
+  // while a capture is under way: what the eager warm-up left cached on the capture stream (with a
+  // memory-sized batch, most of the device) could not serve the graph's pool. The seed config's
+  // capture ran out of memory with 117 GiB reserved and unallocated. Give it back first.
+  c10::cuda::CUDACachingAllocator::emptyCache();
   try {
     graph.capture_begin(pool.id(), cudaStreamCaptureModeThreadLocal);
     pool_in_use = true;

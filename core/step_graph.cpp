@@ -243,15 +243,8 @@ void StepGraphs::capture(const std::string& key, const std::vector<torch::Tensor
     }
   } else {
 #ifdef TELETRON_WITH_CUDA
-    // The caching allocator keeps freed blocks per stream and per pool: what the eager steps left
-    // cached on the training stream (with a memory-sized batch, most of the device) can serve
-    // neither the capture stream's eager step nor the graph's private pool. Give it back first,
-    // and again before the capture for what the eager step cached on the capture stream (the
-    // seed config's capture ran out of memory with 117 GiB reserved and unallocated).
-    c10::cuda::CUDACachingAllocator::emptyCache();
     OnCaptureStream on_side(cuda_->stream, cuda_->device_index);
     body(graph->inputs);  // the step itself, eagerly; its errors (out of memory) are the caller's
-    c10::cuda::CUDACachingAllocator::emptyCache();
     graph->graph = std::make_unique<at::cuda::CUDAGraph>();
     failure = capture_graph(*graph->graph, cuda_->pool, [&] { body(graph->inputs); }, fail);
     if (!failure.empty()) graph->graph.reset();

@@ -847,7 +847,8 @@ torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, cons
   const c10::cuda::CUDAGuard guard(i0.device());
   const torch::Tensor a = i0.to(torch::kFloat32).contiguous();
   const torch::Tensor b = i1.to(torch::kFloat32).contiguous();
-  torch::Tensor u = flow.to(torch::kFloat32).contiguous().clone();
+  torch::Tensor u = flow.to(flow.options().dtype(torch::kFloat32), /*non_blocking=*/false, /*copy=*/true,
+                            torch::MemoryFormat::Contiguous);  // refined in place: a copy of its own
   torch::Tensor p = torch::zeros({a.size(0), 4, a.size(1), a.size(2)}, a.options());
   torch::Tensor scratch = torch::empty_like(p);
   const kernels::Tvl1Params params{static_cast<float>(lambda), static_cast<float>(theta), static_cast<float>(tau),

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "core/content_hash.h"
@@ -61,9 +62,7 @@ torch::Tensor motion_frames(const torch::Tensor& frames, int64_t short_side) {
 double motion_score(const torch::Tensor& first, const torch::Tensor& second, const std::vector<int64_t>& gaps,
                     const MotionOptions& options) {
   const std::vector<double> scores = motion_pair_scores(first, second, gaps, options);
-  double total = 0;
-  for (double score : scores) total += score;
-  return total / static_cast<double>(scores.size());
+  return std::accumulate(scores.begin(), scores.end(), 0.0) / static_cast<double>(scores.size());
 }
 
 std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::Tensor& second,
@@ -118,8 +117,8 @@ ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options) {
       motion_pair_scores(work.index_select(0, index(first)), work.index_select(0, index(second)), gaps, options);
   for (int64_t s : starts)
     motion.profile.at.push_back((static_cast<double>(s) + 0.5) / static_cast<double>(frames - 1));
-  for (double score : motion.profile.score) motion.score += score;
-  motion.score /= static_cast<double>(motion.profile.score.size());
+  motion.score = std::accumulate(motion.profile.score.begin(), motion.profile.score.end(), 0.0) /
+                 static_cast<double>(motion.profile.score.size());
   return motion;
 }
 

@@ -1,4 +1,5 @@
-// Tests for core/step_graph on the GPU: what the caching allocator keeps cached from the eager
+// Tests for core/step_graph on the GPU (its captures go through core/graph_capture's capture_graph,
+// which block graphs share): what the caching allocator keeps cached from the eager
 // steps must not make a capture run out of memory. The allocator keeps freed blocks per stream and
 // cannot give cached blocks back to the device while a capture is under way, so the capture
 // stream's own eager step (the step before its capture) must not leave its blocks cached there:

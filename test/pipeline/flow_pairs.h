@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -41,6 +42,22 @@ inline FlowPair translated_pair(int64_t h, int64_t w, double dx, double dy) {
   return moved_pair(
       h, w, [&](auto x, auto y) { return std::make_pair(x + dx, y + dy); },
       [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); });
+}
+
+/// The pair rotated by `degrees` about the picture's centre.
+inline FlowPair rotated_pair(int64_t h, int64_t w, double degrees) {
+  const double a = degrees * M_PI / 180.0, cx = static_cast<double>(w - 1) / 2.0,
+               cy = static_cast<double>(h - 1) / 2.0;
+  return moved_pair(
+      h, w,
+      [&](auto x, auto y) {
+        return std::make_pair(cx + std::cos(a) * (x - cx) - std::sin(a) * (y - cy),
+                              cy + std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
+      },
+      [&](auto x, auto y) {
+        return std::make_pair(cx + std::cos(a) * (x - cx) + std::sin(a) * (y - cy),
+                              cy - std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
+      });
 }
 
 /// Mean end-point error of `flow` (2, H, W) against `truth` away from a border of `margin` pixels

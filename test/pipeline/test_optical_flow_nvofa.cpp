@@ -238,6 +238,17 @@ TEST_CASE(
     const c10::cuda::CUDAStreamGuard guard(writer_stream);
     neighbour = torch::zeros({16 << 20}, u0.options().dtype(torch::kFloat32));  // 64 MB, the writer's own
   }
+  // Fresh frames on the current stream, freed after the call: the caching allocator hands their
+  // memory to noise right after, so a read of them off the engine's stream would see noise.
+  const auto flow_of_fresh_frames = [&](void* stream) {
+    torch::Tensor a0 = u0.clone(), a1 = u1.clone();
+    torch::Tensor flow = nvofa.flow_on(a0, a1, options, stream);
+    a0.reset();
+    a1.reset();
+    torch::Tensor noise = torch::randint(0, 256, {2, h, w}, u0.options());
+    noise.add_(1);
+    return flow;
+  };
   std::vector<torch::Tensor> on_legacy, on_side;
   for (int64_t round = 0; round < rounds; ++round) {
     {
@@ -246,23 +257,11 @@ TEST_CASE(
       for (int k = 0; k < 4; ++k) neighbour.mul_(0.5).add_(static_cast<double>(round));
     }
     {
-      // Fresh frames on the side stream, freed after the call: the caching allocator hands their
-      // memory to the noise right after, so a read of them off the stream would see noise.
       const c10::cuda::CUDAStreamGuard guard(side_stream);
-      torch::Tensor a0 = u0.clone(), a1 = u1.clone();
-      on_side.push_back(nvofa.flow_on(a0, a1, options, side));
-      a0.reset();
-      a1.reset();
-      torch::Tensor noise = torch::randint(0, 256, {2, h, w}, u0.options());
-      noise.add_(1);
+      on_side.push_back(flow_of_fresh_frames(side));
     }
     // The same on the legacy default stream (LibTorch's default stream here), with the same session.
-    torch::Tensor b0 = u0.clone(), b1 = u1.clone();
-    on_legacy.push_back(nvofa.flow_on(b0, b1, options, nullptr));
-    b0.reset();
-    b1.reset();
-    torch::Tensor noise = torch::randint(0, 256, {2, h, w}, u0.options());
-    noise.add_(1);
+    on_legacy.push_back(flow_of_fresh_frames(nullptr));
   }
   torch::cuda::synchronize();
   int64_t legacy_differ = 0, side_differ = 0;

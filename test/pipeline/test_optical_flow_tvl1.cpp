@@ -17,14 +17,13 @@
 using tt::test::flow_epe;
 using tt::test::FlowPair;
 using tt::test::moved_pair;
+using tt::test::rotated_pair;
+using tt::test::translated_pair;
 
 TEST_CASE("TV-L1 finds a sub-pixel translation, a rotation and a zoom of a smooth texture", "[flow][tvl1]") {
   const int64_t h = 64, w = 80;
   SECTION("translation by (1.6, -0.7) px") {
-    const double dx = 1.6, dy = -0.7;
-    FlowPair p = moved_pair(
-        h, w, [&](auto x, auto y) { return std::make_pair(x + dx, y + dy); },
-        [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); });
+    FlowPair p = translated_pair(h, w, 1.6, -0.7);
     const torch::Tensor flow = tt::tvl1_flow(p.i0, p.i1);
     REQUIRE(flow.sizes() == torch::IntArrayRef({2, h, w}));
     const double error = flow_epe(flow, p.flow, 6);
@@ -32,10 +31,7 @@ TEST_CASE("TV-L1 finds a sub-pixel translation, a rotation and a zoom of a smoot
     CHECK(error < 0.05);
   }
   SECTION("translation by (5.3, 3.2) px: beyond one level's reach, found coarse to fine") {
-    const double dx = 5.3, dy = 3.2;
-    FlowPair p = moved_pair(
-        h, w, [&](auto x, auto y) { return std::make_pair(x + dx, y + dy); },
-        [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); });
+    FlowPair p = translated_pair(h, w, 5.3, 3.2);
     const double error = flow_epe(tt::tvl1_flow(p.i0, p.i1), p.flow, 10);
     INFO("EPE " << error << " px");
     CHECK(error < 0.1);
@@ -47,17 +43,7 @@ TEST_CASE("TV-L1 finds a sub-pixel translation, a rotation and a zoom of a smoot
     CHECK(flat_error > 4 * error);
   }
   SECTION("rotation by 3 degrees about the centre") {
-    const double a = 3.0 * M_PI / 180.0, cx = (w - 1) / 2.0, cy = (h - 1) / 2.0;
-    FlowPair p = moved_pair(
-        h, w,
-        [&](auto x, auto y) {
-          return std::make_pair(cx + std::cos(a) * (x - cx) - std::sin(a) * (y - cy),
-                                cy + std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-        },
-        [&](auto x, auto y) {
-          return std::make_pair(cx + std::cos(a) * (x - cx) + std::sin(a) * (y - cy),
-                                cy - std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-        });
+    FlowPair p = rotated_pair(h, w, 3.0);
     const double error = flow_epe(tt::tvl1_flow(p.i0, p.i1), p.flow, 8);
     INFO("EPE " << error << " px; the largest displacement in the interior is about 1.9 px");
     CHECK(error < 0.1);
@@ -75,12 +61,9 @@ TEST_CASE("TV-L1 finds a sub-pixel translation, a rotation and a zoom of a smoot
 
 TEST_CASE("TV-L1: a still pair has no flow; a batch gives its pairs' flows", "[flow][tvl1]") {
   const int64_t h = 40, w = 48;
-  FlowPair still = moved_pair(
-      h, w, [](auto x, auto y) { return std::make_pair(x, y); }, [](auto x, auto y) { return std::make_pair(x, y); });
+  FlowPair still = translated_pair(h, w, 0.0, 0.0);
   CHECK(tt::tvl1_flow(still.i0, still.i1).abs().max().item<double>() < 1e-4);
-  FlowPair moving = moved_pair(
-      h, w, [](auto x, auto y) { return std::make_pair(x + 0.8, y + 0.4); },
-      [](auto x, auto y) { return std::make_pair(x - 0.8, y - 0.4); });
+  FlowPair moving = translated_pair(h, w, 0.8, 0.4);
   const torch::Tensor batch = tt::tvl1_flow(torch::stack({still.i0, moving.i0}), torch::stack({still.i1, moving.i1}));
   REQUIRE(batch.sizes() == torch::IntArrayRef({2, 2, h, w}));
   CHECK(torch::allclose(batch[0], tt::tvl1_flow(still.i0, still.i1), 1e-5, 1e-5));
@@ -116,23 +99,8 @@ TEST_CASE("TV-L1's CUDA kernels give the CPU reference's flow and its accuracy; 
           "too", "[flow][tvl1][gpu]") {
   TT_REQUIRE_GPU();
   const int64_t h = 72, w = 96;
-  const double a = 3.0 * M_PI / 180.0, cx = (w - 1) / 2.0, cy = (h - 1) / 2.0;
-  std::vector<FlowPair> pairs;
-  pairs.push_back(moved_pair(
-      h, w, [](auto x, auto y) { return std::make_pair(x, y); }, [](auto x, auto y) { return std::make_pair(x, y); }));
-  pairs.push_back(moved_pair(
-      h, w, [](auto x, auto y) { return std::make_pair(x + 5.3, y + 3.2); },
-      [](auto x, auto y) { return std::make_pair(x - 5.3, y - 3.2); }));
-  pairs.push_back(moved_pair(
-      h, w,
-      [&](auto x, auto y) {
-        return std::make_pair(cx + std::cos(a) * (x - cx) - std::sin(a) * (y - cy),
-                              cy + std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-      },
-      [&](auto x, auto y) {
-        return std::make_pair(cx + std::cos(a) * (x - cx) + std::sin(a) * (y - cy),
-                              cy - std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-      }));
+  const std::vector<FlowPair> pairs = {translated_pair(h, w, 0.0, 0.0), translated_pair(h, w, 5.3, 3.2),
+                                       rotated_pair(h, w, 3.0)};
   std::vector<torch::Tensor> first, second, truth;
   for (const FlowPair& p : pairs) {
     first.push_back(p.i0);
