@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "app/bench.h"
+#include "app/bench_flow.h"
 #include "app/bench_train.h"
 #include "app/bench_vae.h"
 #include "app/bench_video.h"
@@ -141,6 +142,9 @@ struct BenchArgs {
   int64_t samples = 16;
   int64_t profile_steps = 10;
   std::string work_dir;
+  std::vector<int64_t> cpu_workers = {16};
+  std::string flow_weights;
+  std::string flow_frames;
   BenchOptions options;
 };
 
@@ -150,6 +154,21 @@ int run_bench_command(BenchArgs& args) {
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", overrides)
                                             : load_config(args.config, overrides);
+  if (args.suite == "flow") {
+    BenchFlowOptions flow;
+    flow.device = args.device.empty() ? "cuda" : args.device;
+    flow.height = args.options.height;
+    flow.width = args.options.width;
+    flow.warmup = std::min<int64_t>(args.options.warmup, 3);
+    flow.pairs = args.options.steps;
+    flow.cpu_workers = args.cpu_workers;
+    flow.frames = args.options.frames;
+    if (!args.flow_weights.empty()) flow.raft_weights = args.flow_weights;
+    if (!args.flow_frames.empty()) flow.flow_frames = args.flow_frames;
+    flow.json_path = args.options.json_path;
+    run_bench_flow(flow);
+    return 0;
+  }
   if (args.suite == "train") {
     // The training loop's own rows; its start-up banner warns about the config's idle keys.
     BenchTrainOptions train;
@@ -291,8 +310,19 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_option("--json", bench.options.json_path, "Also write the results as JSON here");
   bench_cmd->add_option("--suite", bench.suite,
                         "model: the Transformer step on synthetic tensors; train: the training loop on synthetic "
-                        "cached latents (--warmup and --steps count optimizer steps)")
-      ->check(CLI::IsMember({"model", "train"}));
+                        "cached latents (--warmup and --steps count optimizer steps); flow: the optical-flow "
+                        "algorithms at --height x --width (--steps timed pairs per GPU row) against the CPU "
+                        "reference in --cpu-workers workers, with their end-point errors")
+      ->check(CLI::IsMember({"model", "train", "flow"}));
+  bench_cmd->add_option("--cpu-workers", bench.cpu_workers,
+                        "--suite flow: the CPU reference's rows, one per count of single-threaded workers")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--flow-weights", bench.flow_weights,
+                        "--suite flow: also time RAFT with these torchvision weights (safetensors)");
+  bench_cmd->add_option("--flow-frames", bench.flow_frames,
+                        "--suite flow: also measure the end-point errors on this video's middle frame moved by known "
+                        "maps (translation, rotation, zoom, two layers)");
   bench_cmd->add_flag("--ablation", bench.ablation, "--suite train: the engine's ablation rows, one after another");
   bench_cmd->add_option("--rows", bench.rows,
                         "--ablation: only these rows (1 = naive baseline), in this order, e.g. --rows 2,4,2")
@@ -342,8 +372,14 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"kernel", "swscale"}));
   probe_cmd->add_option("--device", probe.device, "Decode path to ask for")->check(CLI::IsMember({"cpu", "cuda"}));
   probe_cmd->add_option("--flow", probe.flow,
-                        "Write the optical flow (TV-L1, 256-px short side) between --frames i,j (default 0,1) as a "
+                        "Write the optical flow (256-px short side) between --frames i,j (default 0,1) as a "
                         "colour-coded PNG here");
+  probe_cmd->add_option("--flow-algorithm", probe.flow_algorithm,
+                        "--flow's estimator: tvl1, nvofa (needs --device cuda and the GPU's engine) or raft "
+                        "(needs --flow-weights)")
+      ->check(CLI::IsMember({"tvl1", "nvofa", "raft"}));
+  probe_cmd->add_option("--flow-weights", probe.flow_weights,
+                        "raft: a torchvision RAFT state dict saved as safetensors");
 
   ValidateDataOptions validate;
   auto* validate_cmd = app.add_subcommand(
@@ -359,7 +395,8 @@ int run_cli(int argc, char** argv) {
   add_device_option(validate_cmd, &validate.device, "Decode for this device (cuda: NVDEC where possible)");
   validate_cmd->add_flag("--motion", validate.motion,
                          "Also score each clip's motion (mean optical-flow magnitude in pixels per frame at a 256-px "
-                         "short side, TV-L1 over 4 frame pairs) into the report, the table and <manifest>.motion.json");
+                         "short side over data_pipeline.optical_flow.pairs frame pairs, with its algorithm: nvofa, "
+                         "TV-L1 where NVOFA cannot run) into the report, the table and <manifest>.motion.json");
 
   PreprocessOptions preprocess;
   auto* preprocess_cmd = app.add_subcommand(

@@ -64,8 +64,13 @@ struct FrameSamplerSection {
 };
 
 struct OpticalFlowSection {
-  std::string algorithm = "none";  // none | nvofa | raft | tvl1
-  std::string warp_mode = "cuda";  // cuda | cpu
+  std::string algorithm = "nvofa";  // none | nvofa | raft | tvl1
+  std::string fallback = "tvl1";    // tvl1 | none | error: where nvofa cannot run
+  std::string warp_mode = "cuda";   // cuda | cpu (tvl1 only)
+  int64_t grid = 4;                 // nvofa: one vector per grid x grid pixels (1 | 2 | 4)
+  std::string preset = "medium";    // nvofa: slow | medium | fast
+  std::optional<std::string> weights;  // raft: a torchvision state dict saved as safetensors
+  int64_t pairs = 4;                // frame pairs per clip or sample for motion scores (K)
 
   bool operator==(const OpticalFlowSection&) const = default;
 };

@@ -19,10 +19,10 @@ constexpr ConfigRange kBeta = {0, 1, false, true};                   // [0, 1)
 constexpr ConfigRange kFraction = {0, 1, true, false};               // (0, 1]
 constexpr ConfigRange kThreshold = {0, 10, true, false};             // (0, 10]
 constexpr ConfigRange kZeroStage = {0, 3, false, false};             // 0..3
+constexpr ConfigRange kGrid = {1, 4, false, false};                // 1, 2 or 4 (video_data.cpp)
 constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (and even: config.cpp)
 
 // The features a key waits for; "tele_tron.<key>: set, but has no effect yet (arrives with <feature>)".
-constexpr const char* kOpticalFlow = "optical flow";
 constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kDistributed = "multi-GPU training";
 
@@ -139,10 +139,20 @@ const ConfigField kFields[] = {
      .read_by = kSampling, .doc = "random mode: distance in frames between consecutive samples (1 = contiguous)."},
     {.path = "data_pipeline.frame_sampler.target_fps", .kind = K::kOptFloat, .at = TT_AT(data_pipeline.frame_sampler.target_fps), .range = kPositive,
      .read_by = kSampling, .doc = "fps and motion modes: the rate the frames are sampled at, by their timestamps (24: HunyuanVideo's training rate)."},
-    {.path = "data_pipeline.optical_flow.algorithm", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.algorithm), .choices = "none|nvofa|raft|tvl1", .not_yet = kOpticalFlow,
-     .doc = "Optical flow estimator for motion scores and motion sampling; none = no flow."},
-    {.path = "data_pipeline.optical_flow.warp_mode", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.warp_mode), .choices = "cuda|cpu", .not_yet = kOpticalFlow,
-     .doc = "Where frames are warped by the flow."},
+    {.path = "data_pipeline.optical_flow.algorithm", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.algorithm), .choices = "none|nvofa|raft|tvl1",
+     .read_by = kTV | kV, .doc = "The flow stage's estimator (motion scores: validate-data --motion, and with data.source: video each sample's score in metrics.jsonl): nvofa (the GPU's optical flow engine, free SMs; where it cannot run, fallback), raft (torchvision's RAFT, needs weights), tvl1 (TV-L1, weight-free, CUDA kernels on a GPU), none (no flow stage)."},
+    {.path = "data_pipeline.optical_flow.fallback", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.fallback), .choices = "tvl1|none|error",
+     .read_by = kTV | kV, .doc = "What runs where nvofa cannot (a CPU device, no libnvidia-opticalflow, a GPU without the engine): tvl1, none (no flow stage), or error (TT_ERR_CONFIG). Logged once."},
+    {.path = "data_pipeline.optical_flow.warp_mode", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.warp_mode), .choices = "cuda|cpu",
+     .read_by = kTV | kV, .doc = "tvl1: cuda warps and iterates on the frames' device (CUDA kernels on a GPU); cpu copies the frames to the host and runs the CPU reference there (the baseline, slow). Does not apply to nvofa (hardware block matching) or raft (its correlation lookup)."},
+    {.path = "data_pipeline.optical_flow.grid", .kind = K::kInt, .at = TT_AT(data_pipeline.optical_flow.grid), .range = kGrid,
+     .read_by = kTV | kV, .doc = "nvofa: 1, 2 or 4: one flow vector per grid x grid pixels, upsampled bilinearly to every pixel (a grid the GPU lacks is TT_ERR_CONFIG)."},
+    {.path = "data_pipeline.optical_flow.preset", .kind = K::kString, .at = TT_AT(data_pipeline.optical_flow.preset), .choices = "slow|medium|fast",
+     .read_by = kTV | kV, .doc = "nvofa: the engine's speed/quality preset."},
+    {.path = "data_pipeline.optical_flow.weights", .kind = K::kOptString, .at = TT_AT(data_pipeline.optical_flow.weights),
+     .read_by = kTV | kV, .doc = "raft: a torchvision raft_large or raft_small state dict saved as safetensors (save_file(model.state_dict(), path)); which one is told by its keys. Required for raft."},
+    {.path = "data_pipeline.optical_flow.pairs", .kind = K::kInt, .at = TT_AT(data_pipeline.optical_flow.pairs), .range = kAtLeastOne,
+     .read_by = kTV | kV, .doc = "Frame pairs per motion score (K): validate-data --motion takes them at the middles of K equal stretches of the clip, training from each sample's frames; each pair's flow at a 256-px short side."},
     {.path = "data_pipeline.augment.flip", .kind = K::kFloat, .at = TT_AT(data_pipeline.augment.flip), .range = kProbability,
      .read_by = kVideoSide, .doc = "Probability of flipping a clip horizontally."},
     {.path = "data_pipeline.augment.crop", .kind = K::kString, .at = TT_AT(data_pipeline.augment.crop), .choices = "random|center",

@@ -66,7 +66,10 @@ int run_preprocess(const PreprocessOptions& options) {
   warn_unused_keys(config, Command::kPreprocess);
   const torch::Device device = resolve_device(config.train.device, "tele_tron.train.device");
   const HunyuanVideoConfig model = model_config_from(config.model);
-  std::unique_ptr<TrainingData> data = make_training_data(config, model, device);
+  // The flow stage's scores go to training's metrics; cached latents keep none.
+  Config data_config = config;
+  data_config.data_pipeline.optical_flow.algorithm = "none";
+  std::unique_ptr<TrainingData> data = make_training_data(data_config, model, device);
 
   const fs::path out(options.output);
   fs::create_directories(out / "latents");

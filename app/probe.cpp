@@ -12,6 +12,7 @@
 #include "core/safetensors.h"
 #include "pipeline/flow_picture.h"
 #include "pipeline/motion.h"
+#include "pipeline/optical_flow.h"
 #include "pipeline/video_reader.h"
 
 namespace tt {
@@ -37,11 +38,17 @@ void write_flow_picture(VideoReader& reader, const ProbeOptions& options, std::o
   torch::Tensor rgb = reader.decode_rgb({std::min(pair[0], pair[1]), std::max(pair[0], pair[1])});  // (2, H, W, 3)
   if (swapped) rgb = rgb.flip(0);
   const MotionOptions motion;
+  FlowOptions flow_options;
+  flow_options.algorithm = options.flow_algorithm;
+  flow_options.fallback = "error";  // probe shows the algorithm asked for, or says why it cannot
+  if (!options.flow_weights.empty()) flow_options.raft_weights = options.flow_weights;
+  FlowEstimator estimator(flow_options, resolve_device(options.device, "--device"));
   const torch::Tensor frames = motion_frames(rgb.permute({0, 3, 1, 2}), motion.short_side);
-  const torch::Tensor flow = tvl1_flow(frames[0], frames[1], motion.tvl1);  // (2, h, w)
+  const torch::Tensor flow = estimator.flow(frames[0], frames[1]).cpu();  // (2, h, w)
   const torch::Tensor length = torch::sqrt((flow * flow).sum(0));
   write_png(options.flow, flow_to_rgb(flow));
-  out << "flow:        " << options.flow << " (frames " << pair[0] << " -> " << pair[1] << ", TV-L1 at "
+  out << "flow:        " << options.flow << " (frames " << pair[0] << " -> " << pair[1] << ", "
+      << estimator.algorithm() << " at "
       << flow.size(2) << "x" << flow.size(1) << ": mean " << length.mean().item<double>() << " px, max "
       << length.max().item<double>() << " px; hue = direction, saturation = length up to the max)\n";
 }

@@ -24,6 +24,9 @@ struct ProbeOptions {
   /// When set, writes the optical flow between two frames (--frames i,j; default 0,1) here as a
   /// colour-coded PNG (pipeline/flow_picture.h), at the motion scores' working resolution.
   std::string flow;
+  /// --flow's estimator: tvl1, nvofa (no fallback: it must run) or raft (with flow_weights).
+  std::string flow_algorithm = "tvl1";
+  std::string flow_weights;
 };
 
 /// Prints the report on stdout; throws tt::Error (kIo / kDecode / kData) like the decoder does.

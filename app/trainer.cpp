@@ -737,6 +737,13 @@ void Trainer::run() {
       if (gpu_time.samples > 0) {
         row["before_vae_gpu_ms_per_sample"] = gpu_time.before_vae_ms / static_cast<double>(gpu_time.samples);
         row["vae_gpu_ms_per_sample"] = gpu_time.vae_ms / static_cast<double>(gpu_time.samples);
+        if (gpu_time.flow_ms > 0)
+          row["flow_gpu_ms_per_sample"] = gpu_time.flow_ms / static_cast<double>(gpu_time.samples);
+      }
+      // The flow stage's motion scores of the samples that arrived since the last row.
+      if (gpu_time.motion_samples > 0) {
+        row["motion"] = gpu_time.motion_sum / static_cast<double>(gpu_time.motion_samples);
+        row["motion_samples"] = gpu_time.motion_samples;
       }
       metrics_->write(row);
       loss_sum_.zero_();

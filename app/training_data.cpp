@@ -43,6 +43,7 @@ std::unique_ptr<TrainingData> make_training_data(const Config& config, const Hun
   options.max_failed_share = config.data.max_failed_share;
   options.min_motion = config.data.min_motion;
   options.max_motion = config.data.max_motion;
+  options.motion = motion_options(config);
   options.seed = static_cast<uint64_t>(config.train.seed);
   return make_video_training_data(options, device, stored);
 }

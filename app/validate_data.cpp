@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -64,6 +65,7 @@ struct Plan {
   int64_t text_dim = 0, pooled_dim = 0;
   bool motion = false;
   MotionOptions motion_options;
+  std::shared_ptr<FlowEstimatorPool> flow;  // --motion: the estimators of the jobs' threads
 };
 
 bool is_config_file(const std::string& path) {
@@ -142,7 +144,7 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
     check_against_buckets(plan, reader, result);
     if (plan.motion && !result.error) {
       try {
-        const ClipMotion motion = clip_motion(reader, plan.motion_options);
+        const ClipMotion motion = clip_motion(reader, plan.motion_options, &plan.flow->for_this_thread());
         result.motion = motion.score;
         result.motion_profile = motion.profile;
       } catch (const std::exception& error) {
@@ -239,6 +241,15 @@ Plan make_plan(const ValidateDataOptions& options) {
   plan.reader = video_reader_options(plan.config, options.device);
   plan.reader.quiet = true;
   plan.motion = options.motion;
+  if (plan.motion) {
+    plan.motion_options = motion_options(plan.config);
+    plan.flow = std::make_shared<FlowEstimatorPool>(plan.motion_options.flow, plan.reader.device);
+    TT_CHECK_HINT(plan.flow->enabled(), ErrorCode::kConfig,
+                  "set data_pipeline.optical_flow.algorithm to nvofa, raft or tvl1 (or fallback: tvl1)",
+                  "validate-data --motion needs optical flow, and data_pipeline.optical_flow gives none",
+                  plan.flow->choice().reason.empty() ? "" : ": ", plan.flow->choice().reason);
+    if (!plan.flow->choice().reason.empty()) spdlog::warn("optical flow: {}", plan.flow->choice().reason);
+  }
   const HunyuanVideoConfig model = model_config_from(plan.config.model);
   plan.text_dim = model.text_embed_dim;
   plan.pooled_dim = model.pooled_projection_dim;
@@ -252,7 +263,7 @@ void report_motion(const Plan& plan, const std::vector<SampleResult>& results) {
     if (r.motion) scored.push_back(&r);
   std::sort(scored.begin(), scored.end(), [](const auto* a, const auto* b) { return *a->motion < *b->motion; });
   std::cout << "\nmotion (mean optical-flow magnitude, pixels per frame at a " << plan.motion_options.short_side
-            << "-px short side; TV-L1 over " << plan.motion_options.pairs << " frame pairs): " << scored.size()
+            << "-px short side; " << plan.flow->choice().algorithm << " over " << plan.motion_options.pairs << " frame pairs): " << scored.size()
             << " clip(s) scored\n";
   if (!scored.empty()) {
     auto quantile = [&](double q) {
@@ -280,8 +291,11 @@ void report_motion(const Plan& plan, const std::vector<SampleResult>& results) {
     spdlog::warn("{}; it is written anew", first_line(error.what()));
   }
   if (cache.pairs != plan.motion_options.pairs || cache.short_side != plan.motion_options.short_side ||
-      cache.algorithm != "tvl1")
+      cache.algorithm != plan.flow->choice().algorithm)
     cache = MotionCache{};
+  cache.algorithm = plan.flow->choice().algorithm;
+  cache.pairs = plan.motion_options.pairs;
+  cache.short_side = plan.motion_options.short_side;
   for (const SampleResult* r : scored) cache.set(r->video, *r->motion, r->motion_profile);
   try {
     cache.write(path);
@@ -383,7 +397,7 @@ int run_validate_data(const ValidateDataOptions& options) {
       report["buckets"].push_back({{"frames", b.frames}, {"height", b.height}, {"width", b.width}});
     report["sampler"] = {{"mode", frame_sample_mode_name(sampler.mode)}, {"frames_needed", frames_needed(sampler)}};
     if (plan.motion)
-      report["motion"] = {{"algorithm", "tvl1"},
+      report["motion"] = {{"algorithm", plan.flow->choice().algorithm},
                           {"pairs", plan.motion_options.pairs},
                           {"short_side", plan.motion_options.short_side},
                           {"unit", "mean optical-flow magnitude, pixels per frame at the working resolution"},

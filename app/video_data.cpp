@@ -44,6 +44,25 @@ AugmentOptions augment_options(const Config& config, torch::Dtype dtype) {
   return options;
 }
 
+MotionOptions motion_options(const Config& config) {
+  const OpticalFlowSection& section = config.data_pipeline.optical_flow;
+  MotionOptions options;
+  options.pairs = section.pairs;
+  FlowOptions& flow = options.flow;
+  flow.algorithm = section.algorithm;
+  flow.fallback = section.fallback;
+  flow.warp_mode = section.warp_mode;
+  TT_CHECK_HINT(section.grid == 1 || section.grid == 2 || section.grid == 4, ErrorCode::kConfig, "use 1, 2 or 4",
+                "tele_tron.data_pipeline.optical_flow.grid: NVOFA's output grids are 1, 2 and 4 pixels, got ",
+                section.grid);
+  flow.nvofa.grid = section.grid;
+  flow.nvofa.preset = section.preset == "slow" ? NvofaPreset::kSlow
+                      : section.preset == "fast" ? NvofaPreset::kFast
+                                                 : NvofaPreset::kMedium;
+  flow.raft_weights = section.weights;
+  return options;
+}
+
 VideoReaderOptions video_reader_options(const Config& config, const std::string& device_override) {
   VideoReaderOptions options;
   const bool overridden = !device_override.empty();

@@ -67,12 +67,28 @@ double motion_score(const torch::Tensor& first, const torch::Tensor& second, con
 
 std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::Tensor& second,
                                        const std::vector<int64_t>& gaps, const MotionOptions& options) {
+  FlowEstimator flow(options.flow, first.device());
+  return motion_pair_scores(first, second, gaps, flow);
+}
+
+namespace {
+
+void check_pairs(const torch::Tensor& first, const torch::Tensor& second, size_t gaps) {
   TT_CHECK(first.dim() == 3 && first.sizes() == second.sizes() && first.size(0) > 0 &&
-               static_cast<size_t>(first.size(0)) == gaps.size(),
+               static_cast<size_t>(first.size(0)) == gaps,
            ErrorCode::kData, "motion: K pairs of (h, w) frames and K gaps are needed, got ", first.sizes(), ", ",
-           second.sizes(), " and ", gaps.size(), " gaps");
-  const torch::Tensor flow = tvl1_flow(first, second, options.tvl1);  // (K, 2, h, w)
-  const torch::Tensor magnitude = torch::sqrt((flow * flow).sum(1)).mean({1, 2}).to(torch::kFloat64).cpu();
+           second.sizes(), " and ", gaps, " gaps");
+}
+
+// (K, 2, h, w) flow -> (K) mean magnitude over the picture, float32 on the flow's device.
+torch::Tensor mean_magnitude(const torch::Tensor& flow) { return torch::sqrt((flow * flow).sum(1)).mean({1, 2}); }
+
+}  // namespace
+
+std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::Tensor& second,
+                                       const std::vector<int64_t>& gaps, FlowEstimator& flow) {
+  check_pairs(first, second, gaps.size());
+  const torch::Tensor magnitude = mean_magnitude(flow.flow(first, second)).to(torch::kFloat64).cpu();
   std::vector<double> scores;
   for (size_t k = 0; k < gaps.size(); ++k) {
     TT_CHECK(gaps[k] >= 1, ErrorCode::kData, "motion: pair ", k, " has a frame gap of ", gaps[k]);
@@ -81,11 +97,31 @@ std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::
   return scores;
 }
 
+torch::Tensor sample_motion(const torch::Tensor& pixels, const MotionOptions& options, FlowEstimator& flow) {
+  TT_CHECK(pixels.dim() == 4 && pixels.size(0) == 3, ErrorCode::kData,
+           "motion: a sample's pixels (3, T, H, W) are needed, got ", pixels.sizes());
+  const std::vector<int64_t> starts = motion_pair_starts(pixels.size(1), options.pairs);
+  TT_CHECK(!starts.empty(), ErrorCode::kData, "motion: a sample of ", pixels.size(1),
+           " frame(s) has no frame pair");
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> next(starts.size());
+  std::transform(starts.begin(), starts.end(), next.begin(), [](int64_t s) { return s + 1; });
+  const auto at = [&](const std::vector<int64_t>& frames) {
+    const torch::Tensor index = torch::tensor(frames, torch::TensorOptions().dtype(torch::kInt64)).to(pixels.device());
+    // (K, 3, H, W) in [0, 1]
+    return (pixels.index_select(1, index).transpose(0, 1).to(torch::kFloat32) + 1.0) * 0.5;
+  };
+  // One resize for both frames of every pair.
+  const torch::Tensor work = motion_frames(torch::cat({at(starts), at(next)}, 0).clamp_(0.0, 1.0), options.short_side);
+  const int64_t k = static_cast<int64_t>(starts.size());
+  return mean_magnitude(flow.flow(work.slice(0, 0, k), work.slice(0, k, 2 * k))).mean();
+}
+
 double clip_motion_score(VideoReader& reader, const MotionOptions& options) {
   return clip_motion(reader, options).score;
 }
 
-ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options) {
+ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options, FlowEstimator* flow) {
   const int64_t frames = reader.info().frame_count;
   const std::vector<int64_t> starts = motion_pair_starts(frames, options.pairs);
   TT_CHECK(!starts.empty(), ErrorCode::kData, reader.info().path, ": ", frames,
@@ -112,9 +148,14 @@ ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options) {
   const auto index = [&](const std::vector<int64_t>& at) {
     return torch::tensor(at, torch::TensorOptions().dtype(torch::kInt64)).to(work.device());
   };
+  std::unique_ptr<FlowEstimator> own;
+  if (flow == nullptr) {
+    own = std::make_unique<FlowEstimator>(options.flow, work.device());
+    flow = own.get();
+  }
   ClipMotion motion;
   motion.profile.score =
-      motion_pair_scores(work.index_select(0, index(first)), work.index_select(0, index(second)), gaps, options);
+      motion_pair_scores(work.index_select(0, index(first)), work.index_select(0, index(second)), gaps, *flow);
   for (int64_t s : starts)
     motion.profile.at.push_back((static_cast<double>(s) + 0.5) / static_cast<double>(frames - 1));
   motion.score = std::accumulate(motion.profile.score.begin(), motion.profile.score.end(), 0.0) /

@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "pipeline/frame_sampler.h"
-#include "pipeline/optical_flow_tvl1.h"
+#include "pipeline/optical_flow.h"
 
 namespace tt {
 
 struct MotionOptions {
   int64_t pairs = 4;          // frame pairs per clip (K)
   int64_t short_side = 256;   // working resolution: the frames' shorter side, in pixels
-  TvL1Options tvl1;           // the flow (the weight-free algorithm, the default where there is no NVOFA)
+  FlowOptions flow;           // the estimator (nvofa by default, TV-L1 where it cannot run)
 };
 
 /// The first frames of `pairs` pairs (i, i + 1) spread over a clip of `frames` frames: the middle
@@ -42,9 +42,19 @@ torch::Tensor motion_frames(const torch::Tensor& frames, int64_t short_side);
 /// flow magnitude over the picture divided by the gap, in pixels per frame. 0 pairs: TT_ERR_DATA.
 double motion_score(const torch::Tensor& first, const torch::Tensor& second, const std::vector<int64_t>& gaps,
                     const MotionOptions& options = {});
-/// As motion_score, each pair's own score (its mean flow magnitude over the gap).
+/// As motion_score, each pair's own score (its mean flow magnitude over the gap). Builds an
+/// estimator of options.flow for the frames' device; the overload below takes one.
 std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::Tensor& second,
                                        const std::vector<int64_t>& gaps, const MotionOptions& options = {});
+std::vector<double> motion_pair_scores(const torch::Tensor& first, const torch::Tensor& second,
+                                       const std::vector<int64_t>& gaps, FlowEstimator& flow);
+
+/// The training pipeline's flow stage: the motion score of one sample's frames `pixels` (3, T, H,
+/// W) in [-1, 1] (as the clip loader gives them), on their device and LibTorch's current stream,
+/// without waiting: the pairs are consecutive sampled frames at motion_pair_starts(T,
+/// options.pairs), each at the working resolution; a 0-dim float32 tensor on the frames' device,
+/// in pixels per sampled frame. TT_ERR_DATA for fewer than 2 frames.
+torch::Tensor sample_motion(const torch::Tensor& pixels, const MotionOptions& options, FlowEstimator& flow);
 
 class VideoReader;
 
@@ -59,8 +69,9 @@ struct ClipMotion {
   double score = 0;
   MotionProfile profile;
 };
-/// As clip_motion_score, with the profile.
-ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options = {});
+/// As clip_motion_score, with the profile. The flow comes from `flow` when given (its owner keeps
+/// NVOFA sessions or RAFT between clips), else from an estimator of options.flow made for the call.
+ClipMotion clip_motion(VideoReader& reader, const MotionOptions& options = {}, FlowEstimator* flow = nullptr);
 
 /// The per-manifest motion cache `teletron validate-data --motion` writes beside the manifest
 /// (<manifest>.motion.json) and training reads for data.min_motion / data.max_motion. Scores are

@@ -22,6 +22,11 @@ struct PipelineGpuTime {
   int64_t samples = 0;
   double before_vae_ms = 0;  // colour, rotation, gather, augment (decoding runs on NVDEC's engines)
   double vae_ms = 0;
+  double flow_ms = 0;        // the flow stage (its motion scores), over the same samples
+  /// The flow stage's motion scores (pixels per sampled frame at the working resolution) of the
+  /// samples whose scores have arrived, on any device (CPU runs too).
+  int64_t motion_samples = 0;
+  double motion_sum = 0;
 };
 
 class TrainingData {
@@ -46,7 +51,8 @@ class TrainingData {
   /// latents: index of the row's latent shape among the distinct ones); empty when every sample
   /// has one shape, and the trainer then batches samples in epoch order.
   virtual std::vector<int64_t> row_buckets() const { return {}; }
-  /// Totals since the last call of the samples whose timing events have completed; never waits.
+  /// Totals since the last call of the samples whose timing events (and motion scores) have
+  /// completed; never waits.
   virtual PipelineGpuTime take_gpu_time() { return {}; }
   /// The manifest line and source file of row `index` (for messages and preprocess's output).
   virtual std::pair<int64_t, std::string> row_origin(int64_t index) const = 0;

@@ -44,6 +44,11 @@ class VideoTrainingData : public TrainingData {
     augment_ = options.augment;
     augment_.dtype = vae_dtype_;
     load_vae();
+    if (options.motion.flow.algorithm != "none") {
+      flow_ = std::make_unique<FlowEstimatorPool>(options.motion.flow, device_);
+      if (!flow_->choice().reason.empty()) spdlog::warn("data_pipeline.optical_flow: {}", flow_->choice().reason);
+      if (!flow_->enabled()) flow_.reset();
+    }
     check_rows();
     failures_ = FailureBudget(options.max_failed_share, static_cast<int64_t>(rows_.size()));
     content_hash_ = compute_content_hash();
@@ -85,7 +90,8 @@ class VideoTrainingData : public TrainingData {
     }
     const VideoVaeOptions& vae = options_.vae;
     return str_cat(options_.manifest, " (videos -> ", buckets, "; ", frame_sample_mode_name(samplers_[0].mode),
-                   " sampling, VAE ", vae.preset,
+                   " sampling, flow stage ", flow_ ? flow_->choice().algorithm : std::string("off"), ", VAE ",
+                   vae.preset,
                    vae.weights && *vae.weights != "random" ? " from " + *vae.weights : std::string(" (random weights)"),
                    ")");
   }
@@ -284,11 +290,19 @@ class VideoTrainingData : public TrainingData {
   PipelineGpuTime take_gpu_time() override {
     std::lock_guard<std::mutex> lock(timing_mutex_);
     while (!timing_.empty()) {
-      const auto& [before_vae, vae] = timing_.front();
-      if ((before_vae && !before_vae->done()) || !vae->done()) break;
-      timed_.before_vae_ms += before_vae ? before_vae->elapsed_ms() : 0.0;
-      timed_.vae_ms += vae->elapsed_ms();
-      ++timed_.samples;
+      const Timing& t = timing_.front();
+      auto pending = [](const std::shared_ptr<GpuInterval>& interval) { return interval && !interval->done(); };
+      if (pending(t.before_vae) || pending(t.vae) || pending(t.flow)) break;
+      if (t.vae) {
+        timed_.before_vae_ms += t.before_vae ? t.before_vae->elapsed_ms() : 0.0;
+        timed_.vae_ms += t.vae->elapsed_ms();
+        timed_.flow_ms += t.flow ? t.flow->elapsed_ms() : 0.0;
+        ++timed_.samples;
+      }
+      if (t.motion.defined()) {
+        timed_.motion_sum += t.motion.item<double>();  // arrived: the flow interval, which holds its copy, is done
+        ++timed_.motion_samples;
+      }
       timing_.pop_front();
     }
     return std::exchange(timed_, PipelineGpuTime{});
@@ -310,12 +324,24 @@ class VideoTrainingData : public TrainingData {
       torch::NoGradGuard no_grad;
       const torch::Tensor pixels =
           clip.pixels.unsqueeze(0).to(device_, vae_dtype_, /*non_blocking=*/clip.pixels.is_pinned());  // (1, 3, T, H, W)
-      std::shared_ptr<GpuInterval> vae_time = GpuInterval::start(device_);
+      Timing timing;
+      timing.before_vae = clip.gpu_stages;
+      if (flow_) {
+        // The flow stage: the score is copied to the host behind the flow's kernels and read once
+        // the interval around both has passed (never waited for here).
+        timing.flow = GpuInterval::start(device_);
+        const torch::Tensor score =
+            sample_motion(pixels.squeeze(0), options_.motion, flow_->for_this_thread()).to(torch::kFloat32);
+        timing.motion = torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(device_.is_cuda()));
+        timing.motion.copy_(score, /*non_blocking=*/device_.is_cuda());
+        if (timing.flow) timing.flow->stop();
+      }
+      timing.vae = GpuInterval::start(device_);
       sample.latents = vae_->encode_mean(pixels, tiling_).squeeze(0).to(torch::kFloat32);
-      if (vae_time) {
-        vae_time->stop();
+      if (timing.vae) timing.vae->stop();
+      if (timing.vae || timing.motion.defined()) {
         std::lock_guard<std::mutex> lock(timing_mutex_);
-        timing_.emplace_back(clip.gpu_stages, vae_time);
+        timing_.push_back(std::move(timing));
         if (timing_.size() > 256) timing_.pop_front();  // nobody reads them (preprocess): keep a few events
       }
     }
@@ -457,7 +483,12 @@ class VideoTrainingData : public TrainingData {
   FailureBudget failures_{0.0, 0};
   std::string content_hash_;
   std::mutex timing_mutex_;  // load() runs on the producer (and preprocess's jobs), take_gpu_time() on the trainer
-  std::deque<std::pair<std::shared_ptr<GpuInterval>, std::shared_ptr<GpuInterval>>> timing_;  // (before VAE, VAE)
+  struct Timing {
+    std::shared_ptr<GpuInterval> before_vae, vae, flow;  // null on the CPU (and before_vae for CPU-side clips)
+    torch::Tensor motion;                                 // the flow stage's score on the host (0-dim float)
+  };
+  std::deque<Timing> timing_;
+  std::unique_ptr<FlowEstimatorPool> flow_;  // the flow stage, when data_pipeline.optical_flow gives one
   PipelineGpuTime timed_;
   std::unique_ptr<ClipWorkers> workers_;  // made by the first prepare(); joined before the members above go
 };

@@ -27,6 +27,7 @@
 #include "pipeline/augment.h"
 #include "pipeline/buckets.h"
 #include "pipeline/frame_sampler.h"
+#include "pipeline/motion.h"
 #include "pipeline/training_data.h"
 #include "pipeline/video_reader.h"
 
@@ -54,6 +55,10 @@ struct VideoTrainingOptions {
   /// Rows whose motion score (<manifest>.motion.json, pipeline/motion.h) is outside [min, max] are
   /// left out before anything else; a row without a current score is TT_ERR_CONFIG.
   std::optional<double> min_motion, max_motion;
+  /// The flow stage: each sample's motion score (pipeline/motion.h sample_motion) from its frames on
+  /// the VAE's device, right before the encode, with motion.flow's algorithm (none: no stage); the
+  /// scores and the stage's GPU time come back through take_gpu_time.
+  MotionOptions motion;
   uint64_t seed = 0;                          // with (epoch, row): each sample's frame choice and augmentation
 };
 

@@ -238,6 +238,32 @@ TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and
   CHECK(rows[1]["samples_per_s"].get<double>() > 0);
 }
 
+TEST_CASE("bench --suite flow times TV-L1's CPU reference per worker count with its end-point errors; the GPU rows "
+          "need a GPU", "[cli][bench][flow]") {
+  tt::test::TempDir dir("tt_bench_flow");
+  const std::string json = dir / "flow.json";
+  auto result = run_teletron("bench --suite flow --device cpu --height 64 --width 80 --cpu-workers 1,2 --json " + json +
+                             " 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("| TV-L1, CPU reference, 2 worker(s) x 1 thread | cpu x2 |"));
+  std::ifstream in(json);
+  REQUIRE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in);
+  CHECK(j["height"] == 64);
+  REQUIRE(j["rows"].size() == 3);  // two CPU rows and the CPU flow stage per sample
+  for (int r = 0; r < 2; ++r) {
+    INFO(j["rows"][r].dump());
+    CHECK(j["rows"][r]["skipped"] == "");
+    CHECK(j["rows"][r]["ms_per_pair"].get<double>() > 0);
+    // A 5.3 px translation and a 3-degree rotation of a smooth texture: TV-L1 within a few hundredths.
+    REQUIRE(j["rows"][r]["epe"].size() == 2);
+    CHECK(j["rows"][r]["epe"][0][1].get<double>() < 0.1);
+    CHECK(j["rows"][r]["epe"][1][1].get<double>() < 0.1);
+  }
+  CHECK(j["rows"][2]["ms_per_sample"].get<double>() > 0);
+}
+
 TEST_CASE("bench on the GPU splits its fwd+bwd peak into parameters, gradients, autocast copies, inputs and "
           "activations", "[cli][bench][gpu]") {
   TT_REQUIRE_GPU();

@@ -244,11 +244,11 @@ TEST_CASE("the original design's example loads", "[config]") {
   CHECK(c.data_pipeline.optical_flow.algorithm == "raft");
 
   // Every key the example sets that train (on cached latents, the default source) cannot honour
-  // is named once: the features not built yet, and the video pipeline's keys.
-  const char* not_yet[] = {"data_pipeline.optical_flow.algorithm", "data_pipeline.optical_flow.warp_mode"};
-  for (const char* path : not_yet) {
+  // is named once: the video pipeline's keys, the flow stage's among them.
+  const char* video_only[] = {"data_pipeline.optical_flow.algorithm", "data_pipeline.optical_flow.warp_mode"};
+  for (const char* path : video_only) {
     INFO(path);
-    CHECK(has_warning(c, path, "has no effect yet (arrives with"));
+    CHECK(has_warning(c, path, "data.source is latents"));
   }
   CHECK(times_named(warnings(c), "batch_size") == 0);  // dynamic batching is built
   CHECK(times_named(warnings(c), "cuda_graph") == 0);  // so are CUDA graphs
@@ -292,7 +292,10 @@ TEST_CASE("the defaults are those of the original design's config block", "[conf
   // Issue 13 made contiguous windows at 24 fps the default; the design's block keeps stratified.
   CHECK(d.data_pipeline.frame_sampler.mode == "fps");
   CHECK(d.data_pipeline.frame_sampler.target_fps == std::optional<double>(24.0));
-  CHECK(d.data_pipeline.optical_flow.algorithm == "none");
+  // The flow stage (issue 13) runs on NVOFA by default, TV-L1 where it cannot.
+  CHECK(d.data_pipeline.optical_flow.algorithm == "nvofa");
+  CHECK(d.data_pipeline.optical_flow.fallback == "tvl1");
+  CHECK(d.data_pipeline.optical_flow.pairs == 4);
   CHECK(d.data_pipeline.prefetch == 5);
   CHECK(d.batch_size == 1);
   CHECK_FALSE(d.batch_size_dynamic);
@@ -306,10 +309,12 @@ TEST_CASE("the defaults are those of the original design's config block", "[conf
   CHECK(d.distributed.backend == "nccl");
 
   // The design's own block (kConfigMdYaml) loads and says exactly the defaults but for the frame
-  // sampler (stratified, no target_fps there); an empty root says the defaults.
+  // sampler (stratified, no target_fps there) and the flow (none there: it was not built when the
+  // block was written); an empty root says the defaults.
   tt::Config design = d;
   design.data_pipeline.frame_sampler.mode = "stratified";
   design.data_pipeline.frame_sampler.target_fps.reset();
+  design.data_pipeline.optical_flow.algorithm = "none";
   check_same(load(kConfigMdYaml), design);
   tt::Config empty = load("tele_tron:\n");
   check_same(empty, d);

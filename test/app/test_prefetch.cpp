@@ -71,7 +71,10 @@ void check_prefetch_equals_synchronous(const std::string& device_name) {
   const std::string manifest = make_dataset(dir);
   const tt::Config config = tt::load_config_text(
       "tele_tron:\n  model: {preset: tiny}\n  vae: {preset: tiny}\n  data:\n    source: video\n    manifest: " +
-          manifest + "\n    buckets: [{frames: 9, height: 64, width: 64}]\n  batch_size: 2\n",
+          manifest + "\n    buckets: [{frames: 9, height: 64, width: 64}]\n  batch_size: 2\n" +
+          // On the GPU the flow stage (NVOFA) runs on the producer's stream too; on the CPU it is off
+          // (TV-L1 at its working resolution would cost this test more than the rest).
+          "  data_pipeline: {optical_flow: {algorithm: " + (device_name == "cpu" ? "none" : "nvofa") + "}}\n",
       "(test)");
   const torch::Device device(device_name);
   auto data = tt::make_training_data(config, tt::model_config_from(config.model), device);

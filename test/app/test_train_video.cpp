@@ -70,8 +70,10 @@ std::string write_manifest(const TempDir& dir, const std::vector<std::string>& v
 
 std::string write_config(const TempDir& dir, const std::string& manifest, int64_t steps, double failed_share,
                          int64_t prefetch = 2, const std::string& name = "train_video.yaml",
-                         const std::string& device = "cpu") {
+                         const std::string& device = "cpu", const std::string& flow = "none") {
   std::ostringstream yaml;
+  // The flow stage is off unless asked for: TV-L1 at its 256-px working resolution costs the CPU
+  // runs more than the tiny model's steps.
   yaml << "tele_tron:\n"
        << "  model: {preset: tiny}\n"
        << "  vae: {preset: tiny}\n"
@@ -79,7 +81,7 @@ std::string write_config(const TempDir& dir, const std::string& manifest, int64_
        << "    buckets: [{frames: 9, height: 64, width: 64}]\n"
        << "    max_failed_share: " << failed_share << "\n"
        << "  data_pipeline: {frame_sampler: {mode: stratified}, augment: {flip: 0.5, crop: random}, prefetch: "
-       << prefetch << "}\n"
+       << prefetch << ", optical_flow: {algorithm: " << flow << "}}\n"
        << "  batch_size: 2\n"
        << "  optimizer: {lr: 1.0e-3, warmup_steps: 5, weight_decay: 0.0}\n"
        << "  flow_matching: {shift: 1.0}\n"
@@ -169,7 +171,8 @@ TEST_CASE("train on raw videos with frame_sampler mode motion: without the clips
   CHECK_THAT(unscored.output, ContainsSubstring("TT_ERR_CONFIG"));
   CHECK_THAT(unscored.output, ContainsSubstring("2 of 2 clips have no current motion profile"));
   CHECK_THAT(unscored.output, ContainsSubstring("validate-data CONFIG --motion"));
-  const auto scored = tt::test::run_teletron("validate-data '" + config + "' --device cpu --motion 2>&1");
+  const auto scored = tt::test::run_teletron("validate-data '" + config +
+                                             "' --device cpu --motion --set data_pipeline.optical_flow.algorithm=tvl1 2>&1");
   INFO(scored.output);
   REQUIRE(scored.exit_code == 0);
   CHECK_THAT(train_ok(config, dir / "run", motion), ContainsSubstring("motion sampling"));
@@ -397,9 +400,11 @@ TEST_CASE("train on raw videos on CUDA: batches made ahead on the side stream eq
   TempDir dir("tt_gpu_resume");
   write_manifest(dir, clips);
   // 10 steps of 2 samples over 6 rows: 3 batches per epoch, so step 4 stops in the middle of epoch 1.
-  const std::string sync = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 0, "sync.yaml", "cuda");
-  const std::string ahead = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 5, "ahead.yaml", "cuda");
-  const std::string half = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 5, "half.yaml", "cuda");
+  // The flow stage runs on the GPU's engine (NVOFA) on the producer's stream: it must not change
+  // the batches.
+  const std::string sync = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 0, "sync.yaml", "cuda", "nvofa");
+  const std::string ahead = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 5, "ahead.yaml", "cuda", "nvofa");
+  const std::string half = write_config(dir, dir / "manifest.jsonl", 10, 0.0, 5, "half.yaml", "cuda", "nvofa");
   std::string half_text = tt::test::read_file(half);
   half_text.replace(half_text.find("checkpoint_every: 10"), 20, "checkpoint_every: 4 ");
   tt::test::write_file(half, half_text);
@@ -415,8 +420,17 @@ TEST_CASE("train on raw videos on CUDA: batches made ahead on the side stream eq
     return result.output;
   };
   train(sync, dir / "sync", dir / "sync.trace", "");
-  CHECK_THAT(train(ahead, dir / "ahead", dir / "ahead.trace", ""),
-             ContainsSubstring("runs up to 5 batches ahead on its own CUDA stream"));
+  const std::string ahead_log = train(ahead, dir / "ahead", dir / "ahead.trace", "");
+  CHECK_THAT(ahead_log, ContainsSubstring("runs up to 5 batches ahead on its own CUDA stream"));
+  CHECK_THAT(ahead_log, ContainsSubstring("flow stage nvofa"));
+  int64_t scored = 0;
+  for (const nlohmann::json& row : read_metrics(dir / "ahead/metrics.jsonl"))
+    if (row.contains("motion")) {
+      scored += row["motion_samples"].get<int64_t>();
+      CHECK(row["motion"].get<double>() > 0.01);
+      CHECK(row["flow_gpu_ms_per_sample"].get<double>() > 0);
+    }
+  CHECK(scored > 0);
   train(half, dir / "resumed", dir / "resumed.trace", "--max-steps 4");
   const std::string resumed_log = train(half, dir / "resumed", dir / "resumed.trace", "--resume auto --max-steps 10");
   unsetenv("TELETRON_CUDNN_BENCHMARK");
@@ -519,6 +533,31 @@ TEST_CASE("train on raw videos with two buckets: after a resume the global batch
   CHECK(resumed.second == straight.second);
 }
 
+TEST_CASE("train on raw videos with the flow stage (TV-L1 on the CPU): each metrics row has its samples' mean motion; "
+          "with the flow off none", "[train][video][motion]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_train_flow_stage");
+  const std::string manifest = write_manifest(dir, std::vector<std::string>(clips.begin(), clips.begin() + 2));
+  const std::string with_flow = write_config(dir, manifest, 2, 0.0, 0, "flow.yaml", "cpu", "tvl1");
+  CHECK_THAT(train_ok(with_flow, dir / "flow"), ContainsSubstring("flow stage tvl1"));
+  const std::vector<nlohmann::json> rows = read_metrics(dir / "flow/metrics.jsonl");
+  REQUIRE(rows.size() == 1);  // log_every 5: the last step's row covers both steps
+  INFO(rows[0].dump());
+  REQUIRE(rows[0].contains("motion"));
+  CHECK(rows[0]["motion_samples"] == 4);  // 2 steps of 2 samples
+  const double motion = rows[0]["motion"].get<double>();
+  CHECK(std::isfinite(motion));
+  CHECK(motion > 0.01);  // the clips move (test patterns with a turning hue)
+  // The same run without the stage: the same weights (the stage only measures), no motion.
+  const std::string without = write_config(dir, manifest, 2, 0.0, 0, "noflow.yaml", "cpu", "none");
+  CHECK_THAT(train_ok(without, dir / "noflow"), ContainsSubstring("flow stage off"));
+  const std::vector<nlohmann::json> plain = read_metrics(dir / "noflow/metrics.jsonl");
+  REQUIRE(plain.size() == 1);
+  CHECK_FALSE(plain[0].contains("motion"));
+  check_same_weights(dir / "flow/checkpoints/step_0000002/model.safetensors",
+                     dir / "noflow/checkpoints/step_0000002/model.safetensors");
+}
+
 TEST_CASE("train on raw videos: data.min_motion / max_motion keep the clips whose validate-data --motion score is in "
           "range; no score is TT_ERR_CONFIG, no clip left TT_ERR_DATA", "[train][video][motion]") {
   const std::vector<std::string> clips = make_clips();
@@ -533,7 +572,8 @@ TEST_CASE("train on raw videos: data.min_motion / max_motion keep the clips whos
   CHECK_THAT(unscored.output, ContainsSubstring("6 of 6 clips have no current motion score"));
   CHECK_THAT(unscored.output, ContainsSubstring("teletron validate-data CONFIG --motion"));
   // Score them, then keep those at or above the median score.
-  auto scored = tt::test::run_teletron("validate-data '" + config + "' --motion 2>&1");
+  auto scored = tt::test::run_teletron("validate-data '" + config +
+                                       "' --motion --set data_pipeline.optical_flow.algorithm=tvl1 2>&1");
   INFO(scored.output);
   REQUIRE(scored.exit_code == 0);
   const nlohmann::json cache = nlohmann::json::parse(tt::test::read_file(manifest + ".motion.json"));

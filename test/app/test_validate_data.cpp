@@ -178,8 +178,10 @@ TEST_CASE("validate-data --motion scores each clip: a still clip far below a slo
                                    "' --set 'data.buckets=[{frames: 9, height: 64, width: 64}]' 2>&1");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
-  CHECK_THAT(result.output, ContainsSubstring("pixels per frame at a 256-px short side; TV-L1 over 4 frame pairs): 3 "
+  // The default algorithm, nvofa, needs a GPU: on the CPU its fallback, TV-L1, runs, and says so.
+  CHECK_THAT(result.output, ContainsSubstring("pixels per frame at a 256-px short side; tvl1 over 4 frame pairs): 3 "
                                               "clip(s) scored"));
+  CHECK_THAT(result.output, ContainsSubstring("nvofa cannot run (NVOFA needs a CUDA device"));
   CHECK_THAT(result.output, ContainsSubstring("stillest"));
   const nlohmann::json r = read_report(report);
   const double fast_score = r["samples"][0]["motion"].get<double>();
@@ -192,11 +194,19 @@ TEST_CASE("validate-data --motion scores each clip: a still clip far below a slo
   CHECK(std::abs(slow_score - 1.07) < 0.1);
   CHECK(std::abs(fast_score - 4.27) < 0.3);
   CHECK(r["motion"]["pairs"] == 4);
+  CHECK(r["motion"]["algorithm"] == "tvl1");
   // The cache beside the manifest, keyed by the clips' paths.
   const nlohmann::json cache = read_report(manifest + ".motion.json");
   CHECK(cache["version"] == 1);
   CHECK(std::abs(cache["clips"][slow]["score"].get<double>() - slow_score) < 1e-9);
   CHECK(cache["clips"].size() == 3);
+  // With the flow off there is nothing to score with: a config error naming the key.
+  const auto off = run_teletron("validate-data '" + manifest + "' --device cpu --motion --set "
+                                "data_pipeline.optical_flow.algorithm=none --set 'data.buckets=[{frames: 9, height: 64, "
+                                "width: 64}]' 2>&1");
+  INFO(off.output);
+  CHECK(off.exit_code == 2);
+  CHECK_THAT(off.output, ContainsSubstring("validate-data --motion needs optical flow"));
 }
 
 TEST_CASE("probe --flow writes the colour-coded flow between two frames as a PNG and says how far they moved",
@@ -208,7 +218,7 @@ TEST_CASE("probe --flow writes the colour-coded flow between two frames as a PNG
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   // 160x120 at a 256-px short side: 341x256, 2 px per frame becomes 4.27.
-  CHECK_THAT(result.output, ContainsSubstring("(frames 5 -> 6, TV-L1 at 341x256: mean 4.2"));
+  CHECK_THAT(result.output, ContainsSubstring("(frames 5 -> 6, tvl1 at 341x256: mean 4.2"));
   const std::string bytes = tt::test::read_file(png);
   REQUIRE(bytes.size() > 24);
   CHECK(bytes.substr(1, 3) == "PNG");

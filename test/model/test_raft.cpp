@@ -112,9 +112,11 @@ torch::Tensor model_input(const std::string& key) {
 void weights_from_seed(tt::RaftImpl& raft, uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto generator = at::detail::createCPUGenerator(seed);
-  for (auto& [key, tensor] : raft.torchvision_tensors()) {
+  for (auto& entry : raft.torchvision_tensors()) {
+    const std::string& key = entry.first;
+    torch::Tensor& tensor = entry.second;
     const torch::Tensor u = torch::rand(tensor.sizes(), generator, torch::kFloat32);
-    auto ends_with = [&](const std::string& suffix) {
+    auto ends_with = [&key](const std::string& suffix) {
       return key.size() >= suffix.size() &&
              key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
     };

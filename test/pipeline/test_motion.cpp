@@ -81,6 +81,31 @@ TEST_CASE("motion scores: a still clip scores far below a slow pan, which scores
             .code() == tt::ErrorCode::kData);
 }
 
+TEST_CASE("the flow stage's sample score: a training sample's frames in [-1, 1] score as the clip's frames do, "
+          "without waiting", "[flow][motion]") {
+  tt::MotionOptions options;
+  options.short_side = 96;
+  options.flow.algorithm = "tvl1";
+  tt::FlowEstimator flow(options.flow, torch::kCPU);
+  for (const double speed : {0.0, 0.5, 2.0}) {
+    const torch::Tensor clip = pan(9, 48, 64, speed);  // (T, 3, h, w) uint8
+    // As the clip loader gives a sample: (3, T, H, W) in [-1, 1], here in bf16 as on the GPU.
+    const torch::Tensor pixels = (clip.permute({1, 0, 2, 3}).to(torch::kFloat32) / 127.5 - 1).to(torch::kBFloat16);
+    const torch::Tensor score = tt::sample_motion(pixels, options, flow);
+    REQUIRE(score.dim() == 0);
+    CHECK(score.scalar_type() == torch::kFloat32);
+    const double expected = score_of(clip, options);
+    INFO("speed " << speed << ": sample " << score.item<double>() << ", clip frames " << expected);
+    // bf16 holds the 8-bit levels exactly up to 2^-8 steps near 1: the same flow within rounding.
+    CHECK(std::abs(score.item<double>() - expected) < 0.02 + 0.01 * expected);
+    CHECK(std::abs(score.item<double>() - 2 * speed) < 0.1 + 0.08 * speed);
+  }
+  CHECK(tt::test::expect_error([&] { tt::sample_motion(torch::zeros({3, 1, 8, 8}), options, flow); }).code() ==
+        tt::ErrorCode::kData);
+  CHECK(tt::test::expect_error([&] { tt::sample_motion(torch::zeros({1, 4, 8, 8}), options, flow); }).code() ==
+        tt::ErrorCode::kData);
+}
+
 TEST_CASE("the motion cache keeps scores per clip while the file is unchanged; a damaged cache is TT_ERR_DATA",
           "[flow][motion]") {
   tt::test::TempDir dir("tt_motion_cache");

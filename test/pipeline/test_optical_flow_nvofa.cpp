@@ -24,14 +24,14 @@
 
 #include "core/cuda_stream.h"
 #include "core/errors.h"
-#include "test/pipeline/flow_pairs.h"
+#include "pipeline/flow_pairs.h"
 #include "test/test_util.h"
 
 namespace {
 
-using tt::test::flow_epe;
-using tt::test::FlowPair;
-using tt::test::translated_pair;
+using tt::flow_epe;
+using tt::FlowPair;
+using tt::translated_pair;
 
 // Sets an environment variable for its lifetime, restoring the old value after.
 class ScopedEnv {

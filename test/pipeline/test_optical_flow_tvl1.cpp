@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "test/pipeline/flow_pairs.h"
+#include "pipeline/flow_pairs.h"
 #include "test/test_util.h"
 
-using tt::test::flow_epe;
-using tt::test::FlowPair;
-using tt::test::moved_pair;
-using tt::test::rotated_pair;
-using tt::test::translated_pair;
+using tt::flow_epe;
+using tt::FlowPair;
+using tt::moved_pair;
+using tt::rotated_pair;
+using tt::translated_pair;
 
 TEST_CASE("TV-L1 finds a sub-pixel translation, a rotation and a zoom of a smooth texture", "[flow][tvl1]") {
   const int64_t h = 64, w = 80;

@@ -1,6 +1,6 @@
-// Frame pairs with exactly known optical flow, for the flow tests (TV-L1, NVOFA): a smooth texture
-// evaluated at moved coordinates, so that no resampling error enters the ground truth, and the
-// end-point error against it.
+// Frame pairs with exactly known optical flow, for the flow tests and `teletron bench --suite flow`
+// (TV-L1, NVOFA, RAFT): a smooth texture evaluated at moved coordinates, so that no resampling
+// error enters the ground truth, and the end-point error against it.
 #pragma once
 
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace tt::test {
+namespace tt {
 
 /// A smooth texture in [0.05, 0.95] at pixel coordinates (x, y): sums of sinusoids of several
 /// orientations and periods (6-20 px), so that every direction of motion is observable.
@@ -24,28 +24,30 @@ struct FlowPair {
 
 /// i1 is i0 moved by the map m: i1(m(q)) = i0(q), so the flow at p is m(p) - p. Built by evaluating
 /// the texture at m⁻¹(p) for i1. `forward` and `inverse` map (x, y) grids (float64) to coordinates.
+/// `scale` < 1 stretches the texture's periods by 1 / scale (large frames: at 6-20 px periods a
+/// coarse-to-fine method's coarse levels alias them).
 template <typename Forward, typename Inverse>
-FlowPair moved_pair(int64_t h, int64_t w, Forward forward, Inverse inverse) {
+FlowPair moved_pair(int64_t h, int64_t w, Forward forward, Inverse inverse, double scale = 1.0) {
   auto ys = torch::arange(h, torch::kFloat64).view({h, 1}).expand({h, w});
   auto xs = torch::arange(w, torch::kFloat64).view({1, w}).expand({h, w});
   FlowPair p;
-  p.i0 = flow_texture(xs, ys).to(torch::kFloat32);
+  p.i0 = flow_texture(xs * scale, ys * scale).to(torch::kFloat32);
   auto [sx, sy] = inverse(xs, ys);
-  p.i1 = flow_texture(sx, sy).to(torch::kFloat32);
+  p.i1 = flow_texture(sx * scale, sy * scale).to(torch::kFloat32);
   auto [fx, fy] = forward(xs, ys);
   p.flow = torch::stack({fx - xs, fy - ys}).to(torch::kFloat32);
   return p;
 }
 
 /// The pair moved by (dx, dy) pixels.
-inline FlowPair translated_pair(int64_t h, int64_t w, double dx, double dy) {
+inline FlowPair translated_pair(int64_t h, int64_t w, double dx, double dy, double scale = 1.0) {
   return moved_pair(
       h, w, [&](auto x, auto y) { return std::make_pair(x + dx, y + dy); },
-      [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); });
+      [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); }, scale);
 }
 
 /// The pair rotated by `degrees` about the picture's centre.
-inline FlowPair rotated_pair(int64_t h, int64_t w, double degrees) {
+inline FlowPair rotated_pair(int64_t h, int64_t w, double degrees, double scale = 1.0) {
   const double a = degrees * M_PI / 180.0, cx = static_cast<double>(w - 1) / 2.0,
                cy = static_cast<double>(h - 1) / 2.0;
   return moved_pair(
@@ -57,7 +59,8 @@ inline FlowPair rotated_pair(int64_t h, int64_t w, double degrees) {
       [&](auto x, auto y) {
         return std::make_pair(cx + std::cos(a) * (x - cx) + std::sin(a) * (y - cy),
                               cy - std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-      });
+      },
+      scale);
 }
 
 /// Mean end-point error of `flow` (2, H, W) against `truth` away from a border of `margin` pixels
@@ -67,4 +70,4 @@ inline double flow_epe(const torch::Tensor& flow, const torch::Tensor& truth, in
   return torch::sqrt((d * d).sum(0)).mean().item<double>();
 }
 
-}  // namespace tt::test
+}  // namespace tt

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# GPU machine: issue 13's flow measurements (carry .device and .videos: clips copied from
+# ../shared/data/videos). Builds into build-device/ (shared with gpu_issue11.sh), logs and pictures
+# into $OUT, a short summary last.
+#   scripts/gpu_flow.sh bench      bench --suite flow at 480x832 (CPU reference in 1 and 16 workers,
+#                                  TV-L1 CUDA, NVOFA grids/presets, the flow stage per sample; EPE
+#                                  with the pancake clip's frame) and at 1080x1920; then the CPU peers
+#                                  (scripts/bench_flow_peer.py: scikit-image in 1 and 16 processes,
+#                                  OpenCV DIS/Farneback) on the same pair.
+#   scripts/gpu_flow.sh pictures   probe --flow with NVOFA and TV-L1 on two real clips.
+#   scripts/gpu_flow.sh epe        the EPE table on each real clip's middle frame (bench --suite flow
+#                                  --flow-frames, GPU rows only).
+# Several parts may be named: scripts/gpu_flow.sh bench pictures
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
+TELETRON_BUILD_TARGETS=${TELETRON_BUILD_TARGETS:-teletron} source "$here/device_build.sh" || exit 1
+echo "build ${build_s}s" | tee -a "$out/summary.txt"
+videos=$root/.videos
+[ $# -gt 0 ] || set -- bench
+for part in "$@"; do
+  case "$part" in
+    bench)
+      timeout 300 "$tt" bench --suite flow --device cuda --height 480 --width 832 --steps 50 --cpu-workers 1,16 \
+        --flow-frames "$videos/flipping_a_pancake.mkv" --json "$out/flow_480x832.json" 2>&1 | tee "$out/flow_480x832.log" |
+        sed -n '/^| row/,$p' | tee -a "$out/summary.txt"
+      timeout 240 "$tt" bench --suite flow --device cuda --height 1080 --width 1920 --steps 20 --cpu-workers 16 \
+        --json "$out/flow_1080x1920.json" 2>&1 | tee "$out/flow_1080x1920.log" | sed -n '/^| row/,$p' |
+        tee -a "$out/summary.txt"
+      timeout 240 python3 "$here/bench_flow_peer.py" --height 480 --width 832 --processes 1,16 \
+        --json "$out/flow_peer_480x832.json" 2>&1 | tee -a "$out/summary.txt"
+      ;;
+    pictures)
+      for spec in "flipping_a_pancake.mkv 90,110" "nasa_13013.mp4 200,203"; do
+        read -r clip frames <<<"$spec"
+        for algorithm in nvofa tvl1; do
+          png="$out/flow_${clip%%.*}_${algorithm}.png"
+          timeout 60 "$tt" probe "$videos/$clip" --device cuda --flow "$png" --frames "$frames" \
+            --flow-algorithm "$algorithm" 2>&1 | grep -E "^flow:|TT_ERR" | tee -a "$out/summary.txt"
+        done
+      done
+      ;;
+    epe)
+      for clip in nasa_13013.mp4 flipping_a_pancake.mkv video_90.mov; do
+        echo "== EPE on the middle frame of $clip (480x832)" | tee -a "$out/summary.txt"
+        timeout 200 "$tt" bench --suite flow --device cuda --height 480 --width 832 --steps 5 --cpu-workers 1 \
+          --flow-frames "$videos/$clip" --json "$out/epe_${clip%%.*}.json" 2>&1 | sed -n '/^end-point/,$p' |
+          tee -a "$out/summary.txt"
+      done
+      ;;
+    *) echo "bench, pictures or epe" >&2; exit 2 ;;
+  esac
+done
