@@ -253,6 +253,11 @@ std::string number(double value, const char* format) {
 
 }  // namespace
 
+BenchFlowRow bench_flow_sample(const std::string& name, const FlowOptions& flow, const std::string& device_name,
+                               const BenchFlowOptions& options) {
+  return sample_row(name, flow, resolve_device(device_name, "--device"), options);
+}
+
 std::vector<BenchFlowRow> run_bench_flow(const BenchFlowOptions& o) {
   const torch::Device device = resolve_device(o.device, "--device");
   TT_CHECK(o.height >= 32 && o.width >= 32, ErrorCode::kConfig, "bench --suite flow: frames of at least 32x32 px, got ",

@@ -46,6 +46,14 @@ struct BenchFlowRow {
   std::string skipped;           // why the row did not run ("" when it ran)
 };
 
+struct FlowOptions;
+
+/// One row of the flow stage per training sample (sample_motion on a random (3, options.frames, H,
+/// W) clip, options.motion_pairs pairs at the 256-px working resolution): ms per sample, or the
+/// reason it cannot run with `flow` on `device_name` (a fallback counts as cannot).
+BenchFlowRow bench_flow_sample(const std::string& name, const FlowOptions& flow, const std::string& device_name,
+                               const BenchFlowOptions& options);
+
 /// Runs the rows, prints the table (with each row's speed-up over the first CPU row) and writes
 /// the JSON when asked.
 std::vector<BenchFlowRow> run_bench_flow(const BenchFlowOptions& options);

@@ -42,11 +42,27 @@ void process(const BenchVideoOptions& o, const std::string& path, int64_t sample
     const ScanReport report = reader.scan();
     totals.decoded += report.frames_decoded;
     totals.needed += report.frames_decoded;
+  } else if (o.mode == "sample") {
+    FrameSamplerOptions sampler;
+    TT_CHECK(parse_frame_sample_mode(o.sampler, &sampler.mode), ErrorCode::kConfig, "--sampler: unknown mode ",
+             o.sampler);
+    sampler.samples = o.frames;
+    if (sampler.mode == FrameSampleMode::kFps || sampler.mode == FrameSampleMode::kMotion) sampler.target_fps = 24.0;
+    std::vector<int64_t> frames = sample_frames(sampler, reader.index().times(), 1234, 0, sample_index, nullptr);
+    frames.erase(std::unique(frames.begin(), frames.end()), frames.end());
+    const DecodedFrames decoded = reader.decode(frames);
+#ifdef TELETRON_WITH_CUDA
+    if (decoded.y.is_cuda()) c10::cuda::getCurrentCUDAStream(decoded.y.device().index()).synchronize();
+#endif
+    totals.decoded += reader.last_decoded_count();
+    totals.needed += static_cast<int64_t>(frames.size());
   } else {
     ClipRequest request;
     TT_CHECK(parse_frame_sample_mode(o.sampler, &request.sampler.mode), ErrorCode::kConfig, "--sampler: unknown mode ",
              o.sampler);
     request.sampler.samples = o.frames;
+    if (request.sampler.mode == FrameSampleMode::kFps || request.sampler.mode == FrameSampleMode::kMotion)
+      request.sampler.target_fps = 24.0;
     request.augment.flip = 0.5;
     request.augment.dtype = torch::kBFloat16;
     request.height = o.height;
@@ -77,10 +93,11 @@ void process(const BenchVideoOptions& o, const std::string& path, int64_t sample
 
 }  // namespace
 
-void run_bench_video(const BenchVideoOptions& o) {
+BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
   TT_CHECK(!o.clips.empty(), ErrorCode::kConfig, "bench-video needs at least one clip");
-  TT_CHECK(o.mode == "decode-only" || o.mode == "gpu" || o.mode == "cpu", ErrorCode::kConfig,
-           "--mode: decode-only, gpu or cpu, got ", o.mode);
+  TT_CHECK(o.mode == "decode-only" || o.mode == "sample" || o.mode == "gpu" || o.mode == "cpu", ErrorCode::kConfig,
+           "--mode: decode-only, sample, gpu or cpu, got ", o.mode);
+  const int threads_before = at::get_num_threads();
   if (o.mode == "cpu") at::set_num_threads(1);  // one core per worker: the workers are the parallelism
   const int workers = std::max(1, o.workers);
   const int64_t tasks = static_cast<int64_t>(o.clips.size()) * std::max(1, o.passes);
@@ -92,7 +109,8 @@ void run_bench_video(const BenchVideoOptions& o) {
     for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&, w] {
         try {
-          const SideStream stream(o.mode != "cpu" && torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
+          const bool gpu = o.mode != "cpu" && resolve_device(o.device, "--device").is_cuda();
+          const SideStream stream(gpu && torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
                                                                                  : torch::Device(torch::kCPU));
           for (int64_t t = next++; t < count; t = next++)
             process(o, o.clips[t % o.clips.size()], t, totals);
@@ -147,6 +165,16 @@ void run_bench_video(const BenchVideoOptions& o) {
     std::ofstream out(o.json, std::ios::app);
     out << row.dump() << "\n";
   }
+  at::set_num_threads(threads_before);
+  BenchVideoResult result;
+  result.clips = totals.clips;
+  result.seconds = seconds;
+  result.clips_per_s = clips_per_s;
+  result.decoded_frames_per_s = decoded_per_s;
+  result.sampled_frames_per_s = o.mode == "decode-only" ? decoded_per_s : clips_per_s * static_cast<double>(o.frames);
+  result.cpu_cores = cpus;
+  result.nvdec_clips = totals.nvdec;
+  return result;
 }
 
 }  // namespace tt

@@ -11,6 +11,7 @@
 
 #include "app/bench.h"
 #include "app/bench_flow.h"
+#include "app/bench_pipeline.h"
 #include "app/bench_train.h"
 #include "app/bench_vae.h"
 #include "app/bench_video.h"
@@ -145,6 +146,7 @@ struct BenchArgs {
   std::vector<int64_t> cpu_workers = {16};
   std::string flow_weights;
   std::string flow_frames;
+  BenchPipelineOptions pipeline;
   BenchOptions options;
 };
 
@@ -154,6 +156,35 @@ int run_bench_command(BenchArgs& args) {
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", overrides)
                                             : load_config(args.config, overrides);
+  if (args.suite == "pipeline" || args.suite == "all") {
+    BenchPipelineOptions& pipeline = args.pipeline;
+    pipeline.device = args.device.empty() ? "cuda" : args.device;
+    pipeline.frames = args.options.frames;
+    pipeline.height = args.options.height;
+    pipeline.width = args.options.width;
+    pipeline.json_path = args.options.json_path;
+    if (args.suite == "all") {
+      // The Transformer's step, the flow algorithms, then the pipeline's stages; --json names the
+      // pipeline's file (the model suite prints only).
+      TT_CHECK_HINT(!pipeline.clips.empty(), ErrorCode::kConfig, "e.g. --clips a.mp4,b.mp4",
+                    "bench --suite all needs video clips (--clips) for its pipeline part");
+      warn_unused_keys(args.options.config, Command::kBench);
+      BenchOptions model = args.options;
+      model.json_path.clear();
+      model.optimizer = !args.no_optimizer;
+      run_bench(model);
+      BenchFlowOptions flow;
+      flow.device = pipeline.device;
+      flow.height = pipeline.height;
+      flow.width = pipeline.width;
+      flow.cpu_workers = args.cpu_workers;
+      if (!args.flow_frames.empty()) flow.flow_frames = args.flow_frames;
+      run_bench_flow(flow);
+    }
+    int regressions = 0;
+    run_bench_pipeline(pipeline, &regressions);
+    return regressions > 0 ? 1 : 0;
+  }
   if (args.suite == "flow") {
     BenchFlowOptions flow;
     flow.device = args.device.empty() ? "cuda" : args.device;
@@ -313,7 +344,29 @@ int run_cli(int argc, char** argv) {
                         "cached latents (--warmup and --steps count optimizer steps); flow: the optical-flow "
                         "algorithms at --height x --width (--steps timed pairs per GPU row) against the CPU "
                         "reference in --cpu-workers workers, with their end-point errors")
-      ->check(CLI::IsMember({"model", "train", "flow"}));
+      ->check(CLI::IsMember({"model", "train", "flow", "pipeline", "all"}));
+  bench_cmd->add_option("--clips", bench.pipeline.clips, "--suite pipeline|all: the video clips, comma-separated")
+      ->delimiter(',');
+  bench_cmd->add_option("--workers", bench.pipeline.workers,
+                        "--suite pipeline: workers (threads, NVDEC sessions) of the stage rows, at most the cores here")
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--cores", bench.pipeline.cores,
+                        "--suite pipeline: the whole pipeline's rows, one per worker count (one CPU core each)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--passes", bench.pipeline.passes, "--suite pipeline: times each clip is processed per row")
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--sampler", bench.pipeline.sampler, "--suite pipeline: the frame sampler (fps: at 24 fps)")
+      ->check(CLI::IsMember({"uniform", "stratified", "random", "fps"}));
+  bench_cmd->add_option("--vae-preset", bench.pipeline.vae_preset, "--suite pipeline: the VAE row's preset")
+      ->check(CLI::IsMember({"hunyuan", "tiny"}));
+  bench_cmd->add_option("--plot", bench.pipeline.plot_path, "--suite pipeline: write an SVG bar chart of the rows here");
+  bench_cmd->add_option("--compare", bench.pipeline.compare_path,
+                        "--suite pipeline: compare with an earlier --json file; exit status 1 when a row is slower "
+                        "than (1 - --compare-threshold) x before");
+  bench_cmd->add_option("--compare-threshold", bench.pipeline.compare_threshold,
+                        "--suite pipeline: the share a row may lose before it is flagged")
+      ->check(CLI::Range(0.0, 1.0));
   bench_cmd->add_option("--cpu-workers", bench.cpu_workers,
                         "--suite flow: the CPU reference's rows, one per count of single-threaded workers")
       ->delimiter(',')
@@ -431,13 +484,14 @@ int run_cli(int argc, char** argv) {
       "bench-video", "Time the video data pipeline on real clips: decode-only ceiling, GPU path (NVDEC + kernels), "
                      "CPU path; decoded frames/s and clips/s");
   bench_video_cmd->add_option("clips", bench_video.clips, "Video files")->required();
-  bench_video_cmd->add_option("--mode", bench_video.mode, "What runs")
-      ->check(CLI::IsMember({"decode-only", "gpu", "cpu"}));
+  bench_video_cmd->add_option("--mode", bench_video.mode,
+                              "What runs: decode-only (every frame), sample (the sampled frames, decoded only), gpu, cpu")
+      ->check(CLI::IsMember({"decode-only", "sample", "gpu", "cpu"}));
   bench_video_cmd->add_option("--workers", bench_video.workers, "Clips in flight at once")->check(CLI::PositiveNumber);
   bench_video_cmd->add_option("--passes", bench_video.passes, "Times each clip is processed")->check(CLI::PositiveNumber);
   bench_video_cmd->add_option("--frames", bench_video.frames, "Samples per clip")->check(CLI::PositiveNumber);
-  bench_video_cmd->add_option("--sampler", bench_video.sampler, "Frame sampler mode")
-      ->check(CLI::IsMember({"uniform", "stratified", "random"}));
+  bench_video_cmd->add_option("--sampler", bench_video.sampler, "Frame sampler mode (fps: at 24 fps)")
+      ->check(CLI::IsMember({"uniform", "stratified", "random", "fps"}));
   bench_video_cmd->add_flag("--time-gpu-stages", bench_video.time_gpu_stages,
                             "gpu mode: time the kernels after decoding with CUDA events (adds a wait per clip)");
   bench_video_cmd->add_option("--height", bench_video.height, "Output height")->check(CLI::PositiveNumber);

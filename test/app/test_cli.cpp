@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include <string>
 
@@ -262,6 +263,69 @@ TEST_CASE("bench --suite flow times TV-L1's CPU reference per worker count with 
     CHECK(j["rows"][r]["epe"][1][1].get<double>() < 0.1);
   }
   CHECK(j["rows"][2]["ms_per_sample"].get<double>() > 0);
+}
+
+TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say why they cannot run), writes the "
+          "JSON and the chart, and --compare flags a row slower than before", "[cli][bench][video]") {
+  const auto made = tt::test::media_command(
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt yuv420p "
+      "'{media}/bench_pipeline.mp4'");
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  const std::string clip = tt::test::media_dir() + "/bench_pipeline.mp4";
+  tt::test::TempDir dir("tt_bench_pipeline");
+  const std::string json = dir / "now.json", svg = dir / "now.svg";
+  const std::string args = "bench --suite pipeline --device cpu --clips " + clip +
+                           " --frames 5 --height 64 --width 64 --cores 1 --workers 1 --passes 1 --vae-preset tiny";
+  auto result = run_teletron(args + " --json " + json + " --plot " + svg + " 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  std::ifstream in(json);
+  REQUIRE(in.good());
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::map<std::string, int> ran, skipped;
+  for (const nlohmann::json& row : j["rows"]) {
+    INFO(row.dump());
+    if (row["skipped"] == "") {
+      CHECK(row["where"] == "cpu");
+      CHECK(row["value"].get<double>() > 0);
+      ++ran[row["stage"].get<std::string>()];
+    } else {
+      CHECK(row["where"] == "cuda");
+      ++skipped[row["stage"].get<std::string>()];
+    }
+  }
+  // One CPU row per stage (the pipeline's: one per worker count), every GPU row skipped here.
+  for (const char* stage : {"decode", "sampling", "colour+augment", "flow", "vae", "pipeline"}) {
+    INFO(stage);
+    CHECK(ran[stage] == 1);
+  }
+  CHECK(skipped["decode"] == 1);
+  CHECK(skipped["flow"] == 2);  // NVOFA and TV-L1 CUDA
+  const std::string chart = tt::test::read_file(svg);
+  CHECK(chart.rfind("<svg", 0) == 0);
+  CHECK(count(chart, "<rect") == 6);  // one bar per row that ran
+
+  // --compare: against the run's own rows, with a threshold no timing noise reaches (flagged only
+  // below 1 % of before), no regression; a row that was 10x faster before is one.
+  auto same = run_teletron(args + " --compare " + json + " --compare-threshold 0.99 2>&1");
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.output, ContainsSubstring("0 regression(s)"));
+  CHECK_THAT(same.output, ContainsSubstring("| decode | FFmpeg on the CPU, 1 thread(s) |"));
+  for (nlohmann::json& row : j["rows"])
+    if (row["stage"] == "decode") row["value"] = row["value"].get<double>() * 10;
+  const std::string faster = dir / "faster_before.json";
+  tt::test::write_file(faster, j.dump());
+  auto slower = run_teletron(args + " --compare " + faster + " 2>&1");
+  INFO(slower.output);
+  CHECK(slower.exit_code == 1);
+  CHECK_THAT(slower.output, ContainsSubstring("REGRESSION"));
+  // Something that is not such a file is a clear error.
+  tt::test::write_file(dir / "other.json", "{\"rows\": 3}");
+  auto other = run_teletron(args + " --compare " + (dir / "other.json") + " 2>&1");
+  CHECK(other.exit_code != 0);
+  CHECK_THAT(other.output, ContainsSubstring("is not a bench --suite pipeline JSON file"));
 }
 
 TEST_CASE("bench on the GPU splits its fwd+bwd peak into parameters, gradients, autocast copies, inputs and "
