@@ -303,7 +303,13 @@ std::vector<BenchFlowRow> run_bench_flow(const BenchFlowOptions& o) {
       FlowOptions raft;
       raft.algorithm = "raft";
       raft.raft_weights = o.raft_weights;
-      add(time_row("RAFT (12 updates, fp32)", raft, device, cases, o));
+      raft.raft_bf16 = false;
+      raft.raft_graphs = false;
+      add(time_row("RAFT (12 updates), fp32, eager", raft, device, cases, o));
+      raft.raft_bf16 = true;
+      add(time_row("RAFT (12 updates), bf16 autocast, eager", raft, device, cases, o));
+      raft.raft_graphs = true;
+      add(time_row("RAFT (12 updates), bf16 autocast, CUDA graph", raft, device, cases, o));
     }
     FlowOptions stage;  // the default: nvofa, grid 4, medium
     stage.fallback = "error";

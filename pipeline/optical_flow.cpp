@@ -7,8 +7,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <vector>
 
+#include <spdlog/spdlog.h>
+
+#include "core/autocast.h"
+#include "core/cuda_stream.h"
 #include "core/errors.h"
+#include "core/graph_capture.h"
 #include "core/safetensors.h"
 #include "model/raft.h"
 
@@ -42,6 +49,27 @@ RaftConfig raft_config_of(const std::string& path) {
 }
 
 }  // namespace
+
+// RAFT's forwards as CUDA graphs, one per (B, H, W) of its input: static input and output tensors
+// in one private pool, captured after one eager run of the shape (cuDNN's choices, lazy
+// initialisation), replayed on the caller's stream after the frames are copied in.
+struct FlowEstimator::RaftGraphs {
+#ifdef TELETRON_WITH_CUDA
+  struct Shape {
+    torch::Tensor in1, in2, out;
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+    bool eager = false;  // the capture failed: this shape runs eagerly
+  };
+  explicit RaftGraphs(int device) : pool(device), side("RAFT's graph capture stream") {}
+  GraphPool pool;
+  OwnedCudaStream side;
+  std::map<std::vector<int64_t>, Shape> shapes;
+#endif
+  int64_t replays = 0, eager_shapes = 0;
+};
+
+int64_t FlowEstimator::raft_replays() const { return raft_graphs_ ? raft_graphs_->replays : 0; }
+int64_t FlowEstimator::raft_eager_shapes() const { return raft_graphs_ ? raft_graphs_->eager_shapes : 0; }
 
 FlowChoice resolve_flow(const FlowOptions& options, const torch::Device& device) {
   check_choices(options);
@@ -101,11 +129,73 @@ torch::Tensor FlowEstimator::flow(const torch::Tensor& first, const torch::Tenso
   torch::NoGradGuard no_grad;
   // Frames decoded elsewhere (a file NVDEC refused decodes on the CPU) come to the estimator's device.
   const torch::Tensor a = first.to(device_), b = second.to(device_);
-  if (choice_.algorithm == "nvofa") return nvofa_->flow(a, b, options_.nvofa);
+  if (choice_.algorithm == "nvofa") {
+    try {
+      return nvofa_->flow(a, b, options_.nvofa);
+    } catch (const Error& error) {
+      // The engine refused these frames (a size outside its range, a failed session): with the
+      // tvl1 fallback the estimator goes on with TV-L1, as a file NVDEC refuses goes to the CPU.
+      if (options_.fallback != "tvl1") throw;
+      choice_ = {"tvl1", str_cat("nvofa failed on ", a.sizes(), " frames (", first_line(error.what()),
+                                 "): tvl1 from now on")};
+      spdlog::warn("data_pipeline.optical_flow: {}", choice_.reason);
+      nvofa_.reset();
+    }
+  }
   if (choice_.algorithm == "raft") return raft_flow(a, b);
   if (options_.warp_mode == "cpu" && !device_.is_cpu())
     return tvl1_flow(a.cpu(), b.cpu(), options_.tvl1).to(device_);
   return tvl1_flow(a, b, options_.tvl1);
+}
+
+// One RAFT forward: under bf16 autocast on CUDA when asked, through a graph of the shape when asked.
+torch::Tensor FlowEstimator::raft_run(const torch::Tensor& image1, const torch::Tensor& image2) {
+  const bool cuda = image1.is_cuda();
+  auto eager = [&] {
+    const AutocastScope autocast(cuda && options_.raft_bf16, at::kBFloat16, at::kCUDA);
+    return raft_->forward(image1, image2, options_.raft_updates);
+  };
+  if (!cuda || !options_.raft_graphs) return eager();
+#ifdef TELETRON_WITH_CUDA
+  if (!raft_graphs_) raft_graphs_ = std::make_unique<RaftGraphs>(image1.device().index());
+  RaftGraphs& graphs = *raft_graphs_;
+  const std::vector<int64_t> key = image1.sizes().vec();
+  auto found = graphs.shapes.find(key);
+  if (found == graphs.shapes.end()) {
+    RaftGraphs::Shape shape;
+    shape.in1 = image1.clone();
+    shape.in2 = image2.clone();
+    const torch::Tensor first = eager();  // the shape's first run is eager: what the capture may not do
+    shape.graph = std::make_unique<at::cuda::CUDAGraph>();
+    std::string failure;
+    {
+      const OnCaptureStream on_side(graphs.side, graphs.pool.device_index());
+      failure = capture_graph(*shape.graph, graphs.pool, [&] {
+        const AutocastScope autocast(options_.raft_bf16, at::kBFloat16, at::kCUDA);
+        shape.out = raft_->forward(shape.in1, shape.in2, options_.raft_updates);
+      }, /*fail=*/false);
+    }
+    if (!failure.empty()) {
+      spdlog::warn("TT_ERR_GRAPH: RAFT's forward at {} could not be captured ({}); that shape runs eagerly",
+                   str_cat(image1.sizes()), failure);
+      shape.graph.reset();
+      shape.out = torch::Tensor();
+      shape.eager = true;
+      ++graphs.eager_shapes;
+    }
+    graphs.shapes.emplace(key, std::move(shape));
+    return first;
+  }
+  RaftGraphs::Shape& shape = found->second;
+  if (shape.eager) return eager();
+  shape.in1.copy_(image1);
+  shape.in2.copy_(image2);
+  shape.graph->replay();
+  ++graphs.replays;
+  return shape.out.clone();
+#else
+  return eager();
+#endif
 }
 
 // RAFT takes RGB in [-1, 1] at sides that are multiples of 8 (and at least its pyramid's minimum):
@@ -127,7 +217,7 @@ torch::Tensor FlowEstimator::raft_flow(const torch::Tensor& first, const torch::
                                 .align_corners(false));
     return (x * 2.0 - 1.0).expand({-1, 3, -1, -1}).contiguous();
   };
-  torch::Tensor flow = raft_->forward(prepare(a), prepare(b), options_.raft_updates);  // (B, 2, h8, w8)
+  torch::Tensor flow = raft_run(prepare(a), prepare(b));  // (B, 2, h8, w8)
   if (h8 != height || w8 != width) {
     flow = F::interpolate(flow, F::InterpolateFuncOptions()
                                     .size(std::vector<int64_t>{height, width})

@@ -7,7 +7,9 @@
 //
 // Choosing (resolve_flow): nvofa needs a CUDA device, a driver with libnvidia-opticalflow and a GPU
 // with the engine; where one is missing the `fallback` runs instead (tvl1 by default; none turns
-// the flow off; error stops with TT_ERR_CONFIG), and the reason is kept for a log line. raft needs
+// the flow off; error stops with TT_ERR_CONFIG), and the reason is kept for a log line. When the
+// engine refuses frames later (a size outside its range, a session that fails) and the fallback is
+// tvl1, the estimator logs it once and goes on with TV-L1. raft needs
 // `weights` (a torchvision state dict saved as safetensors; raft_large or raft_small is told by its
 // keys): without them it is TT_ERR_CONFIG pointing to nvofa and tvl1, since no weights can be
 // made here. tvl1 always runs, on the frames' device (`warp_mode: cuda`: its warps and iterations
@@ -40,6 +42,12 @@ struct FlowOptions {
   NvofaOptions nvofa;
   std::optional<std::string> raft_weights;  // safetensors of a torchvision raft_large / raft_small state dict
   int64_t raft_updates = 12;                // RAFT's update iterations (torchvision's default)
+  /// CUDA only: RAFT's convolutions under bf16 autocast (the correlation, its lookup and the
+  /// coordinates stay fp32), and the whole forward (encoders and every update) captured as one CUDA
+  /// graph per frame shape, replayed with the frames copied into its inputs. A capture that fails
+  /// is logged once and that shape runs eagerly.
+  bool raft_bf16 = true;
+  bool raft_graphs = true;
   TvL1Options tvl1;
 };
 
@@ -64,7 +72,8 @@ class FlowEstimator {
 
   /// The algorithm that runs ("none" when the flow is off).
   const std::string& algorithm() const { return choice_.algorithm; }
-  /// Why it is not the configured one ("" when it is).
+  /// Why it is not the configured one ("" when it is): decided when made, or when NVOFA failed on
+  /// a call (fallback tvl1).
   const std::string& fallback_reason() const { return choice_.reason; }
   bool enabled() const { return choice_.algorithm != "none"; }
 
@@ -76,12 +85,20 @@ class FlowEstimator {
 
  private:
   torch::Tensor raft_flow(const torch::Tensor& first, const torch::Tensor& second);
+  torch::Tensor raft_run(const torch::Tensor& image1, const torch::Tensor& image2);
 
   FlowOptions options_;
   torch::Device device_;
   FlowChoice choice_;
   std::unique_ptr<NvofaFlow> nvofa_;
   std::shared_ptr<RaftImpl> raft_;
+  struct RaftGraphs;  // optical_flow.cpp: the captured forwards, per input shape
+  std::unique_ptr<RaftGraphs> raft_graphs_;
+
+ public:
+  /// RAFT graphs: forwards replayed and shapes that run eagerly (their capture failed).
+  int64_t raft_replays() const;
+  int64_t raft_eager_shapes() const;
 };
 
 /// One FlowEstimator per calling thread, made on its first call (validate-data's jobs, the video

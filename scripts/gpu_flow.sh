@@ -10,6 +10,11 @@
 #   scripts/gpu_flow.sh pictures   probe --flow with NVOFA and TV-L1 on two real clips.
 #   scripts/gpu_flow.sh epe        the EPE table on each real clip's middle frame (bench --suite flow
 #                                  --flow-frames, GPU rows only).
+#   scripts/gpu_flow.sh pipeline   bench --suite pipeline on .benchclips (scripts/make_bench_clips.sh,
+#                                  carried) with --json/--plot into $OUT, then the CPU peers on the same
+#                                  clips: scripts/bench_opencv.py (seek-and-read + resize, 16 processes)
+#                                  and scripts/bench_augment_peer.py (Albumentations from
+#                                  .wheels/albu when carried, else torchvision's transforms).
 # Several parts may be named: scripts/gpu_flow.sh bench pictures
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -49,6 +54,17 @@ for part in "$@"; do
           tee -a "$out/summary.txt"
       done
       ;;
-    *) echo "bench, pictures or epe" >&2; exit 2 ;;
+    pipeline)
+      clips=$(ls "$root"/.benchclips/*.mp4 2>/dev/null | paste -sd, -)
+      [ -n "$clips" ] || { echo "pipeline: no clips in .benchclips (scripts/make_bench_clips.sh, then carry it)"; continue; }
+      timeout 420 "$tt" bench --suite pipeline --device cuda --clips "$clips" --json "$out/pipeline.json" \
+        --plot "$out/pipeline.svg" 2>&1 | tee "$out/pipeline.log" | sed -n '/^| stage/,$p' | tee -a "$out/summary.txt"
+      [ -d "$root/.wheels/albu" ] && python3 -m pip install -q --no-index --find-links "$root/.wheels/albu" albumentations \
+        >"$out/albu_install.log" 2>&1
+      timeout 200 python3 "$here/bench_opencv.py" --procs 16 --passes 2 ${clips//,/ } 2>&1 | tail -3 | tee -a "$out/summary.txt"
+      timeout 200 python3 "$here/bench_augment_peer.py" --procs 16 --frames 33 ${clips//,/ } 2>&1 | tail -3 |
+        tee -a "$out/summary.txt"
+      ;;
+    *) echo "bench, pictures, epe or pipeline" >&2; exit 2 ;;
   esac
 done

@@ -143,7 +143,8 @@ TEST_CASE("optical flow: RAFT weights load by their keys; frames are fitted to R
   CHECK(std::string(refused.what()).find("data_pipeline.optical_flow.weights") != std::string::npos);
 }
 
-TEST_CASE("optical flow: nvofa on the GPU runs the engine, or falls back to TV-L1 saying why", "[flow][nvofa][gpu]") {
+TEST_CASE("optical flow: nvofa on the GPU runs the engine, or falls back to TV-L1 saying why; frames the engine "
+          "refuses go to TV-L1 from then on", "[flow][nvofa][gpu]") {
   TT_REQUIRE_GPU();
   tt::FlowOptions options;
   tt::FlowEstimator estimator(options, torch::Device(torch::kCUDA, 0));
@@ -157,4 +158,60 @@ TEST_CASE("optical flow: nvofa on the GPU runs the engine, or falls back to TV-L
   const double epe = tt::flow_epe(flow, pair.flow, 16);
   INFO(estimator.algorithm() << " EPE " << epe);
   CHECK(epe < 0.5);
+  if (!engine) return;
+  // Frames below the engine's smallest size: it refuses them, and with the tvl1 fallback the
+  // estimator goes on with TV-L1 (saying so), for this call and the next ones.
+  const torch::Tensor tiny = torch::rand({2, 8, 8}, torch::TensorOptions().device(torch::kCUDA));
+  const torch::Tensor small_flow = estimator.flow(tiny, tiny);
+  CHECK(small_flow.sizes() == torch::IntArrayRef({2, 2, 8, 8}));
+  CHECK(estimator.algorithm() == "tvl1");
+  CHECK(estimator.fallback_reason().find("nvofa failed") != std::string::npos);
+  CHECK(tt::flow_epe(estimator.flow(pair.i0.cuda(), pair.i1.cuda()), pair.flow, 16) < 0.5);
+  // With fallback error the refusal is the caller's.
+  tt::FlowOptions strict;
+  strict.fallback = "error";
+  tt::FlowEstimator engine_only(strict, torch::Device(torch::kCUDA, 0));
+  CHECK(tt::test::expect_error([&] { engine_only.flow(tiny, tiny); }).code() == tt::ErrorCode::kData);
+}
+
+TEST_CASE("optical flow: RAFT on the GPU replays one CUDA graph per shape, equal to the eager forward; bf16 autocast "
+          "stays close to fp32", "[flow][raft][gpu]") {
+  TT_REQUIRE_GPU();
+  TempDir dir("tt_flow_raft_gpu");
+  tt::FlowOptions options;
+  options.algorithm = "raft";
+  options.raft_weights = save_random_raft_small(dir);
+  options.raft_updates = 4;
+  options.raft_bf16 = false;
+  options.raft_graphs = false;
+  const torch::Device cuda(torch::kCUDA, 0);
+  tt::FlowEstimator eager(options, cuda);
+  options.raft_graphs = true;
+  tt::FlowEstimator graphs(options, cuda);
+  torch::manual_seed(2);
+  for (int k = 0; k < 3; ++k) {  // the first call runs eagerly and captures, the next two replay
+    const torch::Tensor a = torch::rand({2, 128, 160}).to(cuda), b = torch::rand({2, 128, 160}).to(cuda);
+    const torch::Tensor expected = eager.flow(a, b), got = graphs.flow(a, b);
+    const double scale = expected.abs().max().item<double>();
+    INFO("call " << k << ": max |graph - eager| " << (got - expected).abs().max().item<double>() << " of " << scale);
+    CHECK((got - expected).abs().max().item<double>() <= 1e-4 * std::max(1.0, scale));
+  }
+  CHECK(graphs.raft_replays() == 2);
+  CHECK(graphs.raft_eager_shapes() == 0);
+  // Another shape: captured of its own.
+  const torch::Tensor c = torch::rand({1, 136, 144}).to(cuda);
+  CHECK(torch::allclose(graphs.flow(c, c.flip(1)), eager.flow(c, c.flip(1)), 1e-4, 1e-4));
+  graphs.flow(c, c.flip(1));
+  CHECK(graphs.raft_replays() == 3);
+
+  // bf16 autocast: the convolutions round to 8 mantissa bits; the flow stays within a tenth of
+  // fp32's largest value (test_raft's bound for torchvision parity under bf16).
+  options.raft_bf16 = true;
+  tt::FlowEstimator half(options, cuda);
+  const torch::Tensor a = torch::rand({1, 128, 160}).to(cuda), b = torch::rand({1, 128, 160}).to(cuda);
+  const torch::Tensor fp32 = eager.flow(a, b), bf16 = half.flow(a, b);
+  CHECK(bf16.scalar_type() == torch::kFloat32);
+  const double relative = (bf16 - fp32).abs().max().item<double>() / fp32.abs().max().item<double>();
+  INFO("bf16 relative difference " << relative);
+  CHECK(relative < 0.1);
 }
