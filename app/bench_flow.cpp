@@ -48,33 +48,6 @@ torch::Tensor inner(int64_t height, int64_t width) {
   return valid;
 }
 
-// `image` (H, W) sampled bilinearly at (x, y) (float64 grids; edge values beyond the image).
-torch::Tensor sample_at(const torch::Tensor& image, const torch::Tensor& x, const torch::Tensor& y) {
-  namespace F = torch::nn::functional;
-  const int64_t h = image.size(0), w = image.size(1);
-  const torch::Tensor gx = (x * 2 + 1) / static_cast<double>(w) - 1, gy = (y * 2 + 1) / static_cast<double>(h) - 1;
-  const torch::Tensor grid = torch::stack({gx, gy}, -1).unsqueeze(0).to(torch::kFloat32);
-  return F::grid_sample(image.view({1, 1, h, w}), grid,
-                        F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kBorder).align_corners(
-                            false))
-      .view({h, w});
-}
-
-// A real frame i0 moved by the map m (forward) / m⁻¹ (inverse): i1(q) = i0(m⁻¹(q)).
-template <typename Forward, typename Inverse>
-FlowPair moved_frame(const torch::Tensor& frame, Forward forward, Inverse inverse) {
-  const int64_t h = frame.size(0), w = frame.size(1);
-  auto ys = torch::arange(h, torch::kFloat64).view({h, 1}).expand({h, w});
-  auto xs = torch::arange(w, torch::kFloat64).view({1, w}).expand({h, w});
-  FlowPair p;
-  p.i0 = frame;
-  auto [sx, sy] = inverse(xs, ys);
-  p.i1 = sample_at(frame, sx, sy);
-  auto [fx, fy] = forward(xs, ys);
-  p.flow = torch::stack({fx - xs, fy - ys}).to(torch::kFloat32);
-  return p;
-}
-
 // The texture's periods grow with the frame (at most 1: the tests' 64-px texture).
 std::vector<FlowCase> texture_cases(int64_t height, int64_t width) {
   const double scale = std::min(1.0, 64.0 / static_cast<double>(std::min(height, width)));
@@ -99,33 +72,10 @@ torch::Tensor real_frame(const std::string& video, int64_t height, int64_t width
 
 std::vector<FlowCase> frame_cases(const torch::Tensor& frame) {
   const int64_t h = frame.size(0), w = frame.size(1);
-  const double cx = static_cast<double>(w - 1) / 2.0, cy = static_cast<double>(h - 1) / 2.0;
   std::vector<FlowCase> cases;
-  const double dx = 3.7, dy = -2.1;
-  cases.push_back({"frame translation (3.7, -2.1) px",
-                   moved_frame(
-                       frame, [&](auto x, auto y) { return std::make_pair(x + dx, y + dy); },
-                       [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); }),
-                   inner(h, w)});
-  const double a = 2.0 * M_PI / 180.0;
-  cases.push_back({"frame rotation 2 deg",
-                   moved_frame(
-                       frame,
-                       [&](auto x, auto y) {
-                         return std::make_pair(cx + std::cos(a) * (x - cx) - std::sin(a) * (y - cy),
-                                               cy + std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-                       },
-                       [&](auto x, auto y) {
-                         return std::make_pair(cx + std::cos(a) * (x - cx) + std::sin(a) * (y - cy),
-                                               cy - std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-                       }),
-                   inner(h, w)});
-  const double z = 1.04;
-  cases.push_back({"frame zoom 4 %",
-                   moved_frame(
-                       frame, [&](auto x, auto y) { return std::make_pair(cx + z * (x - cx), cy + z * (y - cy)); },
-                       [&](auto x, auto y) { return std::make_pair(cx + (x - cx) / z, cy + (y - cy) / z); }),
-                   inner(h, w)});
+  cases.push_back({"frame translation (3.7, -2.1) px", moved_frame(frame, Translation{3.7, -2.1}), inner(h, w)});
+  cases.push_back({"frame rotation 2 deg", moved_frame(frame, Rotation(h, w, 2.0)), inner(h, w)});
+  cases.push_back({"frame zoom 4 %", moved_frame(frame, Zoom(h, w, 1.04)), inner(h, w)});
   // Two layers: the background moves by b, the central third (rows y0..y1, columns x0..x1) by f and
   // is drawn over it. The flow of i0's pixels: f inside the rectangle, b outside. Undefined: a band
   // of 8 px around the rectangle's edges in i0, and background pixels that land under the moved
@@ -141,7 +91,7 @@ std::vector<FlowCase> frame_cases(const torch::Tensor& frame) {
   const torch::Tensor shows_front = in_box(xs - fx, ys - fy, 0.0);
   FlowPair layers;
   layers.i0 = frame;
-  layers.i1 = torch::where(shows_front, sample_at(frame, xs - fx, ys - fy), sample_at(frame, xs - bx, ys - by));
+  layers.i1 = torch::where(shows_front, sample_image_at(frame, xs - fx, ys - fy), sample_image_at(frame, xs - bx, ys - by));
   const torch::Tensor front = in_box(xs, ys, 0.0);
   layers.flow = torch::stack({torch::where(front, torch::full_like(xs, fx), torch::full_like(xs, bx)),
                               torch::where(front, torch::full_like(ys, fy), torch::full_like(ys, by))})

@@ -1,6 +1,7 @@
 // Frame pairs with exactly known optical flow, for the flow tests and `teletron bench --suite flow`
 // (TV-L1, NVOFA, RAFT): a smooth texture evaluated at moved coordinates, so that no resampling
-// error enters the ground truth, and the end-point error against it.
+// error enters the ground truth; a real frame moved by the same maps and resampled; the end-point
+// error against the truth.
 #pragma once
 
 #include <torch/torch.h>
@@ -39,28 +40,85 @@ FlowPair moved_pair(int64_t h, int64_t w, Forward forward, Inverse inverse, doub
   return p;
 }
 
+/// Maps of the plane with their inverses, on (x, y) grids (float64 tensors): a translation by
+/// (dx, dy), a rotation by `degrees` and a zoom by `factor` about the centre of an h x w picture.
+struct Translation {
+  double dx, dy;
+  template <typename T>
+  std::pair<T, T> forward(const T& x, const T& y) const { return {x + dx, y + dy}; }
+  template <typename T>
+  std::pair<T, T> inverse(const T& x, const T& y) const { return {x - dx, y - dy}; }
+};
+
+struct Rotation {
+  Rotation(int64_t h, int64_t w, double degrees)
+      : c(std::cos(degrees * M_PI / 180.0)), s(std::sin(degrees * M_PI / 180.0)),
+        cx(static_cast<double>(w - 1) / 2.0), cy(static_cast<double>(h - 1) / 2.0) {}
+  double c, s, cx, cy;
+  template <typename T>
+  std::pair<T, T> forward(const T& x, const T& y) const {
+    return {cx + c * (x - cx) - s * (y - cy), cy + s * (x - cx) + c * (y - cy)};
+  }
+  template <typename T>
+  std::pair<T, T> inverse(const T& x, const T& y) const {
+    return {cx + c * (x - cx) + s * (y - cy), cy - s * (x - cx) + c * (y - cy)};
+  }
+};
+
+struct Zoom {
+  Zoom(int64_t h, int64_t w, double factor)
+      : z(factor), cx(static_cast<double>(w - 1) / 2.0), cy(static_cast<double>(h - 1) / 2.0) {}
+  double z, cx, cy;
+  template <typename T>
+  std::pair<T, T> forward(const T& x, const T& y) const { return {cx + z * (x - cx), cy + z * (y - cy)}; }
+  template <typename T>
+  std::pair<T, T> inverse(const T& x, const T& y) const { return {cx + (x - cx) / z, cy + (y - cy) / z}; }
+};
+
+/// The texture pair moved by one of the maps above.
+template <typename Map>
+FlowPair texture_pair(int64_t h, int64_t w, const Map& map, double scale = 1.0) {
+  return moved_pair(
+      h, w, [&](auto x, auto y) { return map.forward(x, y); }, [&](auto x, auto y) { return map.inverse(x, y); },
+      scale);
+}
+
 /// The pair moved by (dx, dy) pixels.
 inline FlowPair translated_pair(int64_t h, int64_t w, double dx, double dy, double scale = 1.0) {
-  return moved_pair(
-      h, w, [&](auto x, auto y) { return std::make_pair(x + dx, y + dy); },
-      [&](auto x, auto y) { return std::make_pair(x - dx, y - dy); }, scale);
+  return texture_pair(h, w, Translation{dx, dy}, scale);
 }
 
 /// The pair rotated by `degrees` about the picture's centre.
 inline FlowPair rotated_pair(int64_t h, int64_t w, double degrees, double scale = 1.0) {
-  const double a = degrees * M_PI / 180.0, cx = static_cast<double>(w - 1) / 2.0,
-               cy = static_cast<double>(h - 1) / 2.0;
-  return moved_pair(
-      h, w,
-      [&](auto x, auto y) {
-        return std::make_pair(cx + std::cos(a) * (x - cx) - std::sin(a) * (y - cy),
-                              cy + std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-      },
-      [&](auto x, auto y) {
-        return std::make_pair(cx + std::cos(a) * (x - cx) + std::sin(a) * (y - cy),
-                              cy - std::sin(a) * (x - cx) + std::cos(a) * (y - cy));
-      },
-      scale);
+  return texture_pair(h, w, Rotation(h, w, degrees), scale);
+}
+
+/// `image` (H, W) float sampled bilinearly at (x, y) (float64 grids in pixels; edge values beyond it).
+inline torch::Tensor sample_image_at(const torch::Tensor& image, const torch::Tensor& x, const torch::Tensor& y) {
+  namespace F = torch::nn::functional;
+  const int64_t h = image.size(0), w = image.size(1);
+  const torch::Tensor gx = (x * 2 + 1) / static_cast<double>(w) - 1, gy = (y * 2 + 1) / static_cast<double>(h) - 1;
+  const torch::Tensor grid = torch::stack({gx, gy}, -1).unsqueeze(0).to(torch::kFloat32);
+  return F::grid_sample(
+             image.view({1, 1, h, w}), grid,
+             F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kBorder).align_corners(false))
+      .view({h, w});
+}
+
+/// A real frame (H, W) float as i0, moved by `map` and resampled bilinearly as i1 (i1(q) =
+/// i0(m⁻¹(q))): the truth is exact, the resampling blurs i1 a little.
+template <typename Map>
+FlowPair moved_frame(const torch::Tensor& frame, const Map& map) {
+  const int64_t h = frame.size(0), w = frame.size(1);
+  auto ys = torch::arange(h, torch::kFloat64).view({h, 1}).expand({h, w});
+  auto xs = torch::arange(w, torch::kFloat64).view({1, w}).expand({h, w});
+  FlowPair p;
+  p.i0 = frame;
+  auto [sx, sy] = map.inverse(xs, ys);
+  p.i1 = sample_image_at(frame, sx, sy);
+  auto [fx, fy] = map.forward(xs, ys);
+  p.flow = torch::stack({fx - xs, fy - ys}).to(torch::kFloat32);
+  return p;
 }
 
 /// Mean end-point error of `flow` (2, H, W) against `truth` away from a border of `margin` pixels
