@@ -6,8 +6,13 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <sched.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -16,10 +21,14 @@
 #include <thread>
 
 #include "app/bench_flow.h"
+#include "app/bench_folder.h"
 #include "app/bench_video.h"
+#include "app/options.h"
+#include "app/trainer.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "core/safetensors.h"
 #include "cuda/ops.h"
 #include "model/vae.h"
 #include "pipeline/augment.h"
@@ -230,9 +239,126 @@ BenchStageRow vae_row(const BenchPipelineOptions& o) {
   return row;
 }
 
+// Pins the calling thread (and the threads it starts from now on) to the first `cores` CPUs it may
+// use, and LibTorch's pool to that many threads; restores both when it goes.
+class PinnedCores {
+ public:
+  explicit PinnedCores(int cores) : threads_(at::get_num_threads()) {
+    CPU_ZERO(&before_);
+    if (sched_getaffinity(0, sizeof(before_), &before_) != 0) return;
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    int taken = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && taken < cores; ++cpu)
+      if (CPU_ISSET(cpu, &before_)) {
+        CPU_SET(cpu, &mine);
+        ++taken;
+      }
+    pinned_ = sched_setaffinity(0, sizeof(mine), &mine) == 0;
+    at::set_num_threads(cores);
+  }
+  ~PinnedCores() {
+    if (pinned_) sched_setaffinity(0, sizeof(before_), &before_);
+    at::set_num_threads(threads_);
+  }
+  PinnedCores(const PinnedCores&) = delete;
+  PinnedCores& operator=(const PinnedCores&) = delete;
+
+ private:
+  int threads_;
+  cpu_set_t before_;
+  bool pinned_ = false;
+};
+
+// `teletron train` on the clips, per core count and path (see bench_pipeline.h).
+std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu, int cores) {
+  std::vector<BenchStageRow> rows;
+  if (o.train_steps <= 0) return rows;
+  BenchFolder work(o.work_dir);
+  const HunyuanVideoConfig model = model_config_from(o.config.model);
+  std::string manifest_text;
+  torch::manual_seed(11);
+  for (size_t k = 0; k < o.clips.size(); ++k) {
+    const std::string embeddings = (std::filesystem::path(work.path()) / str_cat("text_", k, ".safetensors")).string();
+    safetensors::save(embeddings, {{"text_states", torch::randn({o.text_tokens, model.text_embed_dim}) * 0.1},
+                                   {"text_mask", torch::ones({o.text_tokens}, torch::kUInt8)},
+                                   {"pooled", torch::randn({model.pooled_projection_dim}) * 0.1}});
+    manifest_text += nlohmann::json{{"video", std::filesystem::absolute(o.clips[k]).string()},
+                                    {"text_embeddings", embeddings}}
+                         .dump() +
+                     "\n";
+  }
+  const std::string manifest = (std::filesystem::path(work.path()) / "manifest.jsonl").string();
+  write_text_synced(manifest, manifest_text);
+  const int64_t total = o.train_warmup + o.train_steps;
+  const int64_t every = std::gcd(std::max<int64_t>(1, o.train_warmup), o.train_steps);
+  for (int w : o.cores) {
+    if (w > cores) continue;
+    for (const bool gpu_path : {true, false}) {
+      BenchStageRow row;
+      row.stage = "training";
+      row.name = str_cat(gpu_path ? "GPU path" : "CPU path", ", ", w, " core(s)");
+      row.where = gpu_path ? "cuda" : "cpu";
+      row.workers = w;
+      if (gpu_path && !gpu) continue;  // a CPU device has one path
+      Config c = o.config;
+      c.data.source = "video";
+      c.data.manifest = manifest;
+      c.data.buckets = {Bucket{o.frames, o.height, o.width}};
+      c.vae.preset = o.vae_preset;
+      c.vae.weights = "random";
+      c.data_pipeline.workers = w;
+      c.data_pipeline.video_decoding = gpu_path ? "nvdec" : "cpu";
+      c.data_pipeline.frame_sampler.mode = o.sampler;
+      c.data_pipeline.frame_sampler.target_fps = 24.0;
+      c.batch_size = 1;
+      c.batch_size_dynamic = false;
+      c.gradient_accumulation = 1;
+      c.train.device = gpu ? o.device : "cpu";
+      c.train.max_steps = total;
+      c.train.log_every = every;
+      c.train.checkpoint_every = total;
+      c.train.output_dir = (std::filesystem::path(work.path()) / str_cat("run_", rows.size())).string();
+      TrainRequest request{c, "", {}, ""};
+      request.checkpoints = false;
+      spdlog::info("bench --suite pipeline: training, {}", row.name);
+      try {
+        const PinnedCores pinned(w);
+        run_training(request);
+      } catch (...) {
+        row.skipped = first_line(format_error(error_of_current_exception()));
+        rows.push_back(row);
+        continue;
+      }
+      double samples = 0, seconds = 0, waited = 0;
+      int64_t previous = 0;
+      for (const nlohmann::json& m : read_jsonl(c.train.output_dir + "/metrics.jsonl")) {
+        const int64_t step = m.at("step").get<int64_t>();
+        const int64_t covered = step - previous;
+        previous = step;
+        if (step <= o.train_warmup || step > total) continue;
+        const double s = m.at("step_ms").get<double>() / 1000.0 * static_cast<double>(covered);
+        seconds += s;
+        samples += m.at("samples_per_s").get<double>() * s;
+        waited += m.value("data_wait_share", 0.0) * s;
+      }
+      if (seconds <= 0) {
+        row.skipped = "no timed steps in metrics.jsonl";
+      } else {
+        row.value = samples / seconds;
+        row.unit = "samples/s";
+        row.data_wait_share = waited / seconds;
+      }
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
 nlohmann::json to_json(const BenchStageRow& r) {
   return {{"stage", r.stage}, {"name", r.name},     {"where", r.where},  {"workers", r.workers},
-          {"value", r.value}, {"unit", r.unit},     {"vs_cpu", r.vs_cpu}, {"skipped", r.skipped}};
+          {"value", r.value}, {"unit", r.unit},     {"vs_cpu", r.vs_cpu}, {"skipped", r.skipped},
+          {"data_wait_share", r.data_wait_share}};
 }
 
 std::string format(const char* pattern, double value) {
@@ -287,26 +413,30 @@ std::vector<BenchStageRow> run_bench_pipeline(const BenchPipelineOptions& o, int
             [&] { return video_row("pipeline", str_cat("GPU path, ", w, " worker(s)"), o, "gpu", o.device, w, false); });
   }
 
-  // Ratios to each stage's CPU row (the pipeline rows: to the CPU path with the same workers).
+  for (BenchStageRow& row : training_rows(o, gpu, cores)) rows.push_back(row);
+
+  // Ratios to each stage's CPU row (the pipeline and training rows: to the CPU path with the same
+  // workers).
   for (BenchStageRow& row : rows) {
     if (!row.skipped.empty() || row.value <= 0) continue;
     for (const BenchStageRow& base : rows)
       if (base.stage == row.stage && base.where == "cpu" && base.skipped.empty() && base.value > 0 &&
-          (row.stage != "pipeline" || base.workers == row.workers)) {
+          ((row.stage != "pipeline" && row.stage != "training") || base.workers == row.workers)) {
         row.vs_cpu = row.value / base.value;
         break;
       }
   }
-  std::printf("\n| stage | row | where | throughput | vs CPU |\n|---|---|---|---|---|\n");
+  std::printf("\n| stage | row | where | throughput | vs CPU | data wait |\n|---|---|---|---|---|---|\n");
   for (const BenchStageRow& r : rows) {
     if (!r.skipped.empty()) {
-      std::printf("| %s | %s | %s | skipped: %s | |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
+      std::printf("| %s | %s | %s | skipped: %s | | |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
                   r.skipped.c_str());
       continue;
     }
-    std::printf("| %s | %s | %s | %s %s | %s |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
+    std::printf("| %s | %s | %s | %s %s | %s | %s |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
                 format(r.value >= 100 ? "%.0f" : "%.2f", r.value).c_str(), r.unit.c_str(),
-                r.vs_cpu > 0 ? format("%.2fx", r.vs_cpu).c_str() : "-");
+                r.vs_cpu > 0 ? format("%.2fx", r.vs_cpu).c_str() : "-",
+                r.data_wait_share >= 0 ? format("%.0f %%", 100.0 * r.data_wait_share).c_str() : "-");
   }
   std::fflush(stdout);
   if (!o.json_path.empty()) {

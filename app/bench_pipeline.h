@@ -9,17 +9,23 @@
 //   vae             the frozen VAE's encode per sample (random weights, bf16 on the GPU): GPU only
 //   pipeline        sample -> decode -> colour -> augment per clip with W workers for each W of
 //                   --cores (capped at the cores this process may use): CPU path | GPU path
+//   training        `teletron train` itself on those clips (data.source: video, one bucket of the
+//                   benchmark's shape, batch 1, the VAE with random weights, the config's model and
+//                   flow stage), its threads pinned to W cores and data_pipeline.workers = W, for
+//                   each W of --cores: samples/s and the share of the wall time the steps waited
+//                   for data, over --steps steps after --warmup; CPU path | GPU path (on a CPU
+//                   device only the CPU path)
 // Each stage's rows carry their throughput and its ratio to the stage's CPU row. Rows that cannot
 // run here (no GPU) say why. `--json` writes the rows, `--plot` an SVG bar chart of them,
 // `--compare OLD.json` the ratio of each row to the same row of an earlier run, flagging those
-// slower by more than the threshold (exit status 1 when one is). The end-to-end training rows
-// (samples/s and data-wait share of `teletron train` on raw video per core count) are not built
-// yet.
+// slower by more than the threshold (exit status 1 when one is).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "app/config.h"
 
 namespace tt {
 
@@ -32,18 +38,25 @@ struct BenchPipelineOptions {
   std::vector<int> cores = {2, 4, 8, 16};  // the pipeline rows' worker counts
   int passes = 2;
   std::string vae_preset = "hunyuan";     // hunyuan | tiny (tests)
+  /// The training rows: the model, precision and flow stage come from here; data, batch and
+  /// train.* are set per row. train_steps 0: no training rows.
+  Config config;
+  int64_t train_warmup = 3, train_steps = 10;
+  int64_t text_tokens = 64;                // the synthetic text embeddings' length
+  std::string work_dir;                    // "" = a temporary folder
   std::string json_path, plot_path, compare_path;
   double compare_threshold = 0.10;        // a row slower than (1 - threshold) x its old value is flagged
 };
 
 struct BenchStageRow {
-  std::string stage;    // decode | sampling | colour+augment | flow | vae | pipeline
+  std::string stage;    // decode | sampling | colour+augment | flow | vae | pipeline | training
   std::string name;
   std::string where;    // "cpu", "cuda"
   int workers = 0;      // workers or threads used (0: LibTorch's default)
   double value = 0;     // throughput in `unit`
   std::string unit;     // frames/s, samples/s, clips/s
   double vs_cpu = 0;    // value / the stage's CPU row (0: none)
+  double data_wait_share = -1;  // training rows: the steps' wait for data over wall time (-1: none)
   std::string skipped;  // why it did not run
 };
 

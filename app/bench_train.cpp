@@ -14,6 +14,7 @@
 #include <numeric>
 #include <optional>
 
+#include "app/bench_folder.h"
 #include "app/options.h"
 #include "app/synth_data.h"
 #include "app/trainer.h"
@@ -116,46 +117,12 @@ BenchTrainRow row_of(const RowPlan& plan) {
   return row;
 }
 
-std::vector<nlohmann::json> read_rows(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
-
-class TempFolder {
- public:
-  explicit TempFolder(const std::string& given) {
-    if (!given.empty()) {
-      path_ = given;
-      fs::create_directories(path_);
-      return;
-    }
-    std::string pattern = (fs::temp_directory_path() / "teletron_bench_XXXXXX").string();
-    TT_CHECK(mkdtemp(pattern.data()) != nullptr, ErrorCode::kIo, "cannot make a temporary folder under ",
-             fs::temp_directory_path().string());
-    path_ = pattern;
-    owned_ = true;
-  }
-  ~TempFolder() {
-    std::error_code ignored;
-    if (owned_) fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  bool owned_ = false;
-};
-
 }  // namespace
 
 std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
   TT_CHECK_HINT(o.warmup >= 1 && o.steps >= 1 && o.profile_steps >= 0, ErrorCode::kConfig,
                 "give --warmup >= 1 and --steps >= 1", "bench --suite train: warm-up ", o.warmup, ", steps ", o.steps);
-  TempFolder work(o.work_dir);
+  BenchFolder work(o.work_dir);
   const HunyuanVideoConfig model = model_config_from(o.config.model);
   std::vector<std::array<int64_t, 3>> shapes = o.buckets;
   if (shapes.empty()) shapes.push_back({o.frames, o.height, o.width});
@@ -241,7 +208,7 @@ std::vector<BenchTrainRow> run_bench_train(const BenchTrainOptions& o) {
     double samples = 0, seconds = 0;
     int64_t measured_steps = 0;
     int64_t previous = 0;
-    for (const nlohmann::json& metrics : read_rows(run + "/metrics.jsonl")) {
+    for (const nlohmann::json& metrics : read_jsonl(run + "/metrics.jsonl")) {
       const int64_t step = metrics.at("step").get<int64_t>();
       const int64_t covered = step - previous;
       if (step > o.warmup && step <= o.warmup + o.steps) {

@@ -146,6 +146,7 @@ struct BenchArgs {
   std::vector<int64_t> cpu_workers = {16};
   std::string flow_weights;
   std::string flow_frames;
+  bool no_training = false;
   BenchPipelineOptions pipeline;
   BenchOptions options;
 };
@@ -163,6 +164,10 @@ int run_bench_command(BenchArgs& args) {
     pipeline.height = args.options.height;
     pipeline.width = args.options.width;
     pipeline.json_path = args.options.json_path;
+    pipeline.config = args.options.config;
+    pipeline.train_warmup = args.options.warmup;
+    pipeline.train_steps = args.no_training ? 0 : args.options.steps;
+    pipeline.work_dir = args.work_dir;
     if (args.suite == "all") {
       // The Transformer's step, the flow algorithms, then the pipeline's stages; --json names the
       // pipeline's file (the model suite prints only).
@@ -360,6 +365,9 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"uniform", "stratified", "random", "fps"}));
   bench_cmd->add_option("--vae-preset", bench.pipeline.vae_preset, "--suite pipeline: the VAE row's preset")
       ->check(CLI::IsMember({"hunyuan", "tiny"}));
+  bench_cmd->add_flag("--no-training", bench.no_training,
+                      "--suite pipeline: leave out the training rows (teletron train on the clips per core count; "
+                      "their steps are --warmup and --steps)");
   bench_cmd->add_option("--plot", bench.pipeline.plot_path, "--suite pipeline: write an SVG bar chart of the rows here");
   bench_cmd->add_option("--compare", bench.pipeline.compare_path,
                         "--suite pipeline: compare with an earlier --json file; exit status 1 when a row is slower "

@@ -15,6 +15,7 @@
 #                                  clips: scripts/bench_opencv.py (seek-and-read + resize, 16 processes)
 #                                  and scripts/bench_augment_peer.py (Albumentations from
 #                                  .wheels/albu when carried, else torchvision's transforms).
+#   scripts/gpu_flow.sh training   the same with its training rows (CORES, default 2,4,8,16; STEPS 8).
 # Several parts may be named: scripts/gpu_flow.sh bench pictures
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -57,7 +58,7 @@ for part in "$@"; do
     pipeline)
       clips=$(ls "$root"/.benchclips/*.mp4 2>/dev/null | paste -sd, -)
       [ -n "$clips" ] || { echo "pipeline: no clips in .benchclips (scripts/make_bench_clips.sh, then carry it)"; continue; }
-      timeout 420 "$tt" bench --suite pipeline --device cuda --clips "$clips" --json "$out/pipeline.json" \
+      timeout 420 "$tt" bench --suite pipeline --device cuda --clips "$clips" --no-training --json "$out/pipeline.json" \
         --plot "$out/pipeline.svg" 2>&1 | tee "$out/pipeline.log" | sed -n '/^| stage/,$p' | tee -a "$out/summary.txt"
       [ -d "$root/.wheels/albu" ] && python3 -m pip install -q --no-index --find-links "$root/.wheels/albu" albumentations \
         >"$out/albu_install.log" 2>&1
@@ -65,6 +66,15 @@ for part in "$@"; do
       timeout 200 python3 "$here/bench_augment_peer.py" --procs 16 --frames 33 ${clips//,/ } 2>&1 | tail -3 |
         tee -a "$out/summary.txt"
       ;;
-    *) echo "bench, pictures, epe or pipeline" >&2; exit 2 ;;
+    training)
+      # The stage rows again, then `teletron train` (1b, the hunyuan VAE with random weights, the
+      # default flow stage) on the clips per core count, CPU and GPU paths: samples/s and data wait.
+      clips=$(ls "$root"/.benchclips/*.mp4 2>/dev/null | paste -sd, -)
+      [ -n "$clips" ] || { echo "training: no clips in .benchclips"; continue; }
+      timeout 560 "$tt" bench --suite pipeline --device cuda --clips "$clips" --cores "${CORES:-2,4,8,16}" \
+        --warmup 3 --steps "${STEPS:-8}" --json "$out/pipeline_training.json" 2>&1 | tee "$out/pipeline_training.log" |
+        sed -n '/^| stage/,$p' | tee -a "$out/summary.txt"
+      ;;
+    *) echo "bench, pictures, epe, pipeline or training" >&2; exit 2 ;;
   esac
 done

@@ -277,7 +277,10 @@ TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say w
   const std::string json = dir / "now.json", svg = dir / "now.svg";
   const std::string args = "bench --suite pipeline --device cpu --clips " + clip +
                            " --frames 5 --height 64 --width 64 --cores 1 --workers 1 --passes 1 --vae-preset tiny";
-  auto result = run_teletron(args + " --json " + json + " --plot " + svg + " 2>&1");
+  // The training rows with the tiny model, two timed steps, the flow stage off (TV-L1 at 256 px
+  // would cost this test more than the rest); the --compare runs below leave them out.
+  auto result = run_teletron(args + " --preset tiny --warmup 1 --steps 2 --set data_pipeline.optical_flow.algorithm=none "
+                             "--json " + json + " --plot " + svg + " 2>&1");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   std::ifstream in(json);
@@ -295,20 +298,32 @@ TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say w
       ++skipped[row["stage"].get<std::string>()];
     }
   }
-  // One CPU row per stage (the pipeline's: one per worker count), every GPU row skipped here.
-  for (const char* stage : {"decode", "sampling", "colour+augment", "flow", "vae", "pipeline"}) {
+  // One CPU row per stage (the pipeline's and training's: one per worker count), every GPU row
+  // skipped here (training on a CPU device has the CPU path only).
+  for (const char* stage : {"decode", "sampling", "colour+augment", "flow", "vae", "pipeline", "training"}) {
     INFO(stage);
     CHECK(ran[stage] == 1);
   }
   CHECK(skipped["decode"] == 1);
   CHECK(skipped["flow"] == 2);  // NVOFA and TV-L1 CUDA
+  CHECK(skipped["training"] == 0);
+  for (const nlohmann::json& row : j["rows"])
+    if (row["stage"] == "training") {
+      INFO(row.dump());
+      CHECK(row["name"] == "CPU path, 1 core(s)");
+      CHECK(row["unit"] == "samples/s");
+      CHECK(row["data_wait_share"].get<double>() >= 0);
+      CHECK(row["data_wait_share"].get<double>() <= 1);
+    } else {
+      CHECK(row["data_wait_share"].get<double>() == -1);
+    }
   const std::string chart = tt::test::read_file(svg);
   CHECK(chart.rfind("<svg", 0) == 0);
-  CHECK(count(chart, "<rect") == 6);  // one bar per row that ran
+  CHECK(count(chart, "<rect") == 7);  // one bar per row that ran
 
   // --compare: against the run's own rows, with a threshold no timing noise reaches (flagged only
   // below 1 % of before), no regression; a row that was 10x faster before is one.
-  auto same = run_teletron(args + " --compare " + json + " --compare-threshold 0.99 2>&1");
+  auto same = run_teletron(args + " --no-training --compare " + json + " --compare-threshold 0.99 2>&1");
   INFO(same.output);
   CHECK(same.exit_code == 0);
   CHECK_THAT(same.output, ContainsSubstring("0 regression(s)"));
@@ -317,13 +332,13 @@ TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say w
     if (row["stage"] == "decode") row["value"] = row["value"].get<double>() * 10;
   const std::string faster = dir / "faster_before.json";
   tt::test::write_file(faster, j.dump());
-  auto slower = run_teletron(args + " --compare " + faster + " 2>&1");
+  auto slower = run_teletron(args + " --no-training --compare " + faster + " 2>&1");
   INFO(slower.output);
   CHECK(slower.exit_code == 1);
   CHECK_THAT(slower.output, ContainsSubstring("REGRESSION"));
   // Something that is not such a file is a clear error.
   tt::test::write_file(dir / "other.json", "{\"rows\": 3}");
-  auto other = run_teletron(args + " --compare " + (dir / "other.json") + " 2>&1");
+  auto other = run_teletron(args + " --no-training --compare " + (dir / "other.json") + " 2>&1");
   CHECK(other.exit_code != 0);
   CHECK_THAT(other.output, ContainsSubstring("is not a bench --suite pipeline JSON file"));
 }
