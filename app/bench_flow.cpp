@@ -2,9 +2,9 @@
 #include "app/bench_flow.h"
 
 #include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -51,7 +51,8 @@ torch::Tensor inner(int64_t height, int64_t width) {
 // The texture's periods grow with the frame (at most 1: the tests' 64-px texture).
 std::vector<FlowCase> texture_cases(int64_t height, int64_t width) {
   const double scale = std::min(1.0, 64.0 / static_cast<double>(std::min(height, width)));
-  return {{"texture translation (5.3, 3.2) px", translated_pair(height, width, 5.3, 3.2, scale), inner(height, width)},
+  return {{"texture translation (5.3, 3.2) px", translated_pair(height, width, 5.3, 3.2, scale),
+           inner(height, width)},
           {"texture rotation 3 deg", rotated_pair(height, width, 3.0, scale), inner(height, width)}};
 }
 
@@ -73,7 +74,8 @@ torch::Tensor real_frame(const std::string& video, int64_t height, int64_t width
 std::vector<FlowCase> frame_cases(const torch::Tensor& frame) {
   const int64_t h = frame.size(0), w = frame.size(1);
   std::vector<FlowCase> cases;
-  cases.push_back({"frame translation (3.7, -2.1) px", moved_frame(frame, Translation{3.7, -2.1}), inner(h, w)});
+  cases.push_back(
+      {"frame translation (3.7, -2.1) px", moved_frame(frame, Translation{3.7, -2.1}), inner(h, w)});
   cases.push_back({"frame rotation 2 deg", moved_frame(frame, Rotation(h, w, 2.0)), inner(h, w)});
   cases.push_back({"frame zoom 4 %", moved_frame(frame, Zoom(h, w, 1.04)), inner(h, w)});
   // Two layers: the background moves by b, the central third (rows y0..y1, columns x0..x1) by f and
@@ -91,7 +93,8 @@ std::vector<FlowCase> frame_cases(const torch::Tensor& frame) {
   const torch::Tensor shows_front = in_box(xs - fx, ys - fy, 0.0);
   FlowPair layers;
   layers.i0 = frame;
-  layers.i1 = torch::where(shows_front, sample_image_at(frame, xs - fx, ys - fy), sample_image_at(frame, xs - bx, ys - by));
+  layers.i1 = torch::where(shows_front, sample_image_at(frame, xs - fx, ys - fy),
+                           sample_image_at(frame, xs - bx, ys - by));
   const torch::Tensor front = in_box(xs, ys, 0.0);
   layers.flow = torch::stack({torch::where(front, torch::full_like(xs, fx), torch::full_like(xs, bx)),
                               torch::where(front, torch::full_like(ys, fy), torch::full_like(ys, by))})
@@ -145,7 +148,8 @@ BenchFlowRow cpu_row(int64_t workers, const std::vector<FlowCase>& cases, const 
   row.where = str_cat("cpu x", workers);
   FlowOptions options;
   options.algorithm = "tvl1";
-  for (const FlowCase& c : cases) row.epe.emplace_back(c.name, case_epe(tvl1_flow(c.pair.i0, c.pair.i1, options.tvl1), c));
+  for (const FlowCase& c : cases)
+    row.epe.emplace_back(c.name, case_epe(tvl1_flow(c.pair.i0, c.pair.i1, options.tvl1), c));
   const int threads_before = at::get_num_threads();
   at::set_num_threads(1);
   const auto start = Clock::now();
@@ -203,30 +207,31 @@ std::string number(double value, const char* format) {
 
 }  // namespace
 
-BenchFlowRow bench_flow_sample(const std::string& name, const FlowOptions& flow, const std::string& device_name,
-                               const BenchFlowOptions& options) {
+BenchFlowRow bench_flow_sample(const std::string& name, const FlowOptions& flow,
+                               const std::string& device_name, const BenchFlowOptions& options) {
   return sample_row(name, flow, resolve_device(device_name, "--device"), options);
 }
 
 std::vector<BenchFlowRow> run_bench_flow(const BenchFlowOptions& o) {
   const torch::Device device = resolve_device(o.device, "--device");
-  TT_CHECK(o.height >= 32 && o.width >= 32, ErrorCode::kConfig, "bench --suite flow: frames of at least 32x32 px, got ",
-           o.height, "x", o.width);
+  TT_CHECK(o.height >= 32 && o.width >= 32, ErrorCode::kConfig,
+           "bench --suite flow: frames of at least 32x32 px, got ", o.height, "x", o.width);
   std::vector<FlowCase> cases = texture_cases(o.height, o.width);
   if (o.flow_frames) {
     const std::vector<FlowCase> real = frame_cases(real_frame(*o.flow_frames, o.height, o.width));
     cases.insert(cases.end(), real.begin(), real.end());
   }
-  std::printf("bench --suite flow: %lldx%lld frames (height x width), %s, %lld timed pairs per GPU row, %d CPU "
-              "cores here\n",
-              static_cast<long long>(o.height), static_cast<long long>(o.width), device.str().c_str(),
-              static_cast<long long>(o.pairs), allowed_cpu_count());
+  std::printf(
+      "bench --suite flow: %lldx%lld frames (height x width), %s, %lld timed pairs per GPU row, %d CPU "
+      "cores here\n",
+      static_cast<long long>(o.height), static_cast<long long>(o.width), device.str().c_str(),
+      static_cast<long long>(o.pairs), allowed_cpu_count());
   std::fflush(stdout);
   std::vector<BenchFlowRow> rows;
   auto add = [&](BenchFlowRow row) {
     std::printf("  %-46s %s\n", row.name.c_str(),
                 row.skipped.empty() ? (row.ms_per_sample >= 0 ? number(row.ms_per_sample, "%.2f ms/sample")
-                                                               : number(row.ms_per_pair, "%.2f ms/pair"))
+                                                              : number(row.ms_per_pair, "%.2f ms/pair"))
                                           .c_str()
                                     : ("skipped: " + row.skipped).c_str());
     std::fflush(stdout);
@@ -247,7 +252,8 @@ std::vector<BenchFlowRow> run_bench_flow(const BenchFlowOptions& o) {
         nvofa.fallback = "error";
         nvofa.nvofa.grid = grid;
         nvofa.nvofa.preset = preset;
-        add(time_row(str_cat("NVOFA, grid ", grid, ", preset ", nvofa_preset_name(preset)), nvofa, device, cases, o));
+        add(time_row(str_cat("NVOFA, grid ", grid, ", preset ", nvofa_preset_name(preset)), nvofa, device,
+                     cases, o));
       }
     if (o.raft_weights) {
       FlowOptions raft;
@@ -263,12 +269,15 @@ std::vector<BenchFlowRow> run_bench_flow(const BenchFlowOptions& o) {
     }
     FlowOptions stage;  // the default: nvofa, grid 4, medium
     stage.fallback = "error";
-    add(sample_row(str_cat("flow stage per sample: NVOFA, K = ", o.motion_pairs, " at 256 px"), stage, device, o));
-    add(sample_row(str_cat("flow stage per sample: TV-L1 CUDA, K = ", o.motion_pairs, " at 256 px"), tvl1, device, o));
+    add(sample_row(str_cat("flow stage per sample: NVOFA, K = ", o.motion_pairs, " at 256 px"), stage, device,
+                   o));
+    add(sample_row(str_cat("flow stage per sample: TV-L1 CUDA, K = ", o.motion_pairs, " at 256 px"), tvl1,
+                   device, o));
   } else {
     FlowOptions tvl1;
     tvl1.algorithm = "tvl1";
-    add(sample_row(str_cat("flow stage per sample: TV-L1 CPU, K = ", o.motion_pairs, " at 256 px"), tvl1, device, o));
+    add(sample_row(str_cat("flow stage per sample: TV-L1 CPU, K = ", o.motion_pairs, " at 256 px"), tvl1,
+                   device, o));
   }
 
   // The speed table (speed-ups over the first CPU row, at equal iterations: TV-L1's defaults

@@ -26,11 +26,11 @@ namespace tt {
 struct BenchFlowOptions {
   std::string device = "cuda";  // cuda | cpu (cpu: only the CPU rows)
   int64_t height = 480, width = 832;
-  int64_t warmup = 3, pairs = 20;  // GPU rows: untimed calls, then timed ones
+  int64_t warmup = 3, pairs = 20;           // GPU rows: untimed calls, then timed ones
   std::vector<int64_t> cpu_workers = {16};  // the CPU reference's rows: W workers, one thread each
-  int64_t cpu_pairs = 1;           // pairs per CPU worker
-  int64_t frames = 33;             // the sample of the per-sample rows
-  int64_t motion_pairs = 4;        // K
+  int64_t cpu_pairs = 1;                    // pairs per CPU worker
+  int64_t frames = 33;                      // the sample of the per-sample rows
+  int64_t motion_pairs = 4;                 // K
   std::optional<std::string> raft_weights;
   std::optional<std::string> flow_frames;  // a video whose middle frame makes the real-footage cases
   std::string json_path;
@@ -38,12 +38,12 @@ struct BenchFlowOptions {
 
 struct BenchFlowRow {
   std::string name;
-  std::string algorithm;         // nvofa | tvl1 | raft
-  std::string where;             // e.g. "cuda", "cpu x16"
-  double ms_per_pair = 0;        // wall time per pair (CPU rows: wall / pairs, all workers together)
+  std::string algorithm;   // nvofa | tvl1 | raft
+  std::string where;       // e.g. "cuda", "cpu x16"
+  double ms_per_pair = 0;  // wall time per pair (CPU rows: wall / pairs, all workers together)
   std::vector<std::pair<std::string, double>> epe;  // per accuracy case, px (pair rows)
-  double ms_per_sample = -1;     // the flow stage per training sample (K pairs at 256 px); -1: not a sample row
-  std::string skipped;           // why the row did not run ("" when it ran)
+  double ms_per_sample = -1;  // the flow stage per training sample (K pairs at 256 px); -1: not a sample row
+  std::string skipped;        // why the row did not run ("" when it ran)
 };
 
 struct FlowOptions;
@@ -51,8 +51,8 @@ struct FlowOptions;
 /// One row of the flow stage per training sample (sample_motion on a random (3, options.frames, H,
 /// W) clip, options.motion_pairs pairs at the 256-px working resolution): ms per sample, or the
 /// reason it cannot run with `flow` on `device_name` (a fallback counts as cannot).
-BenchFlowRow bench_flow_sample(const std::string& name, const FlowOptions& flow, const std::string& device_name,
-                               const BenchFlowOptions& options);
+BenchFlowRow bench_flow_sample(const std::string& name, const FlowOptions& flow,
+                               const std::string& device_name, const BenchFlowOptions& options);
 
 /// Runs the rows, prints the table (with each row's speed-up over the first CPU row) and writes
 /// the JSON when asked.

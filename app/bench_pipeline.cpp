@@ -2,21 +2,21 @@
 #include "app/bench_pipeline.h"
 
 #include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <sched.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <numeric>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <thread>
 
@@ -66,7 +66,8 @@ BenchStageRow skipped_row(const std::string& stage, const std::string& name, con
 
 // A bench-video run as a row.
 BenchStageRow video_row(const std::string& stage, const std::string& name, const BenchPipelineOptions& o,
-                        const std::string& mode, const std::string& device, int workers, bool decoded_frames) {
+                        const std::string& mode, const std::string& device, int workers,
+                        bool decoded_frames) {
   BenchStageRow row;
   row.stage = stage;
   row.name = name;
@@ -108,15 +109,16 @@ DecodedFrames sampled_planes(const BenchPipelineOptions& o) {
   TT_CHECK(parse_frame_sample_mode(o.sampler, &sampler.mode), ErrorCode::kConfig, "--sampler: unknown mode ",
            o.sampler);
   sampler.samples = o.frames;
-  if (sampler.mode == FrameSampleMode::kFps || sampler.mode == FrameSampleMode::kMotion) sampler.target_fps = 24.0;
+  if (sampler.mode == FrameSampleMode::kFps || sampler.mode == FrameSampleMode::kMotion)
+    sampler.target_fps = 24.0;
   std::vector<int64_t> frames = sample_frames(sampler, reader.index().times(), 1234, 0, 0, nullptr);
   frames.erase(std::unique(frames.begin(), frames.end()), frames.end());
   return reader.decode(frames);
 }
 
 // Planes -> RGB -> rotation -> the fused augment, as the clip loader does it.
-torch::Tensor colour_augment(const DecodedFrames& planes, int rotation, const AugmentOptions& augment, int64_t height,
-                             int64_t width, int64_t sample) {
+torch::Tensor colour_augment(const DecodedFrames& planes, int rotation, const AugmentOptions& augment,
+                             int64_t height, int64_t width, int64_t sample) {
   const torch::Tensor rgb = rotate_frames(yuv420_to_rgb(planes.y, planes.uv, yuv_format(planes)), rotation);
   return augment_clip(rgb, draw_augment_params(augment, 1234, 0, sample), height, width, augment.dtype);
 }
@@ -142,7 +144,8 @@ std::vector<BenchStageRow> colour_rows(const BenchPipelineOptions& o, int worker
     std::vector<std::thread> threads;
     for (int w = 0; w < workers; ++w)
       threads.emplace_back([&, w] {
-        for (int64_t r = 0; r < repeats; ++r) colour_augment(planes, rotation, augment, o.height, o.width, w * repeats + r);
+        for (int64_t r = 0; r < repeats; ++r)
+          colour_augment(planes, rotation, augment, o.height, o.width, w * repeats + r);
       });
     for (std::thread& t : threads) t.join();
     row.value = static_cast<double>(workers * repeats * frames) / seconds_since(start);
@@ -279,7 +282,8 @@ std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu
   std::string manifest_text;
   torch::manual_seed(11);
   for (size_t k = 0; k < o.clips.size(); ++k) {
-    const std::string embeddings = (std::filesystem::path(work.path()) / str_cat("text_", k, ".safetensors")).string();
+    const std::string embeddings =
+        (std::filesystem::path(work.path()) / str_cat("text_", k, ".safetensors")).string();
     safetensors::save(embeddings, {{"text_states", torch::randn({o.text_tokens, model.text_embed_dim}) * 0.1},
                                    {"text_mask", torch::ones({o.text_tokens}, torch::kUInt8)},
                                    {"pooled", torch::randn({model.pooled_projection_dim}) * 0.1}});
@@ -356,9 +360,9 @@ std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu
 }
 
 nlohmann::json to_json(const BenchStageRow& r) {
-  return {{"stage", r.stage}, {"name", r.name},     {"where", r.where},  {"workers", r.workers},
-          {"value", r.value}, {"unit", r.unit},     {"vs_cpu", r.vs_cpu}, {"skipped", r.skipped},
-          {"data_wait_share", r.data_wait_share}};
+  return {{"stage", r.stage},     {"name", r.name},       {"where", r.where},
+          {"workers", r.workers}, {"value", r.value},     {"unit", r.unit},
+          {"vs_cpu", r.vs_cpu},   {"skipped", r.skipped}, {"data_wait_share", r.data_wait_share}};
 }
 
 std::string format(const char* pattern, double value) {
@@ -376,30 +380,33 @@ std::vector<BenchStageRow> run_bench_pipeline(const BenchPipelineOptions& o, int
   const int workers = std::max(1, std::min(o.workers, cores));
   std::string why_not_gpu;
   const bool gpu = gpu_here(o.device, &why_not_gpu);
-  std::printf("bench --suite pipeline: %zu clip(s), %lld frames -> %lldx%lld, sampler %s, %d of %d CPU cores for "
-              "the stage rows, %s\n",
-              o.clips.size(), static_cast<long long>(o.frames), static_cast<long long>(o.height),
-              static_cast<long long>(o.width), o.sampler.c_str(), workers, cores,
-              gpu ? ("GPU rows on " + o.device).c_str() : ("no GPU rows: " + why_not_gpu).c_str());
+  std::printf(
+      "bench --suite pipeline: %zu clip(s), %lld frames -> %lldx%lld, sampler %s, %d of %d CPU cores for "
+      "the stage rows, %s\n",
+      o.clips.size(), static_cast<long long>(o.frames), static_cast<long long>(o.height),
+      static_cast<long long>(o.width), o.sampler.c_str(), workers, cores,
+      gpu ? ("GPU rows on " + o.device).c_str() : ("no GPU rows: " + why_not_gpu).c_str());
   std::fflush(stdout);
   std::vector<BenchStageRow> rows;
   auto gpu_row = [&](const std::string& stage, const std::string& name, auto make) {
     rows.push_back(gpu ? make() : skipped_row(stage, name, why_not_gpu));
   };
-  rows.push_back(video_row("decode", str_cat("FFmpeg on the CPU, ", workers, " thread(s)"), o, "decode-only", "cpu",
-                           workers, true));
-  gpu_row("decode", str_cat("NVDEC, ", workers, " session(s)"),
-          [&] { return video_row("decode", str_cat("NVDEC, ", workers, " session(s)"), o, "decode-only", o.device,
-                                 workers, true); });
-  rows.push_back(video_row("sampling", str_cat("sampled frames decoded on the CPU, ", workers, " thread(s)"), o,
-                           "sample", "cpu", workers, false));
+  rows.push_back(video_row("decode", str_cat("FFmpeg on the CPU, ", workers, " thread(s)"), o, "decode-only",
+                           "cpu", workers, true));
+  gpu_row("decode", str_cat("NVDEC, ", workers, " session(s)"), [&] {
+    return video_row("decode", str_cat("NVDEC, ", workers, " session(s)"), o, "decode-only", o.device,
+                     workers, true);
+  });
+  rows.push_back(video_row("sampling", str_cat("sampled frames decoded on the CPU, ", workers, " thread(s)"),
+                           o, "sample", "cpu", workers, false));
   gpu_row("sampling", str_cat("sampled frames decoded on NVDEC, ", workers, " session(s)"), [&] {
-    return video_row("sampling", str_cat("sampled frames decoded on NVDEC, ", workers, " session(s)"), o, "sample",
-                     o.device, workers, false);
+    return video_row("sampling", str_cat("sampled frames decoded on NVDEC, ", workers, " session(s)"), o,
+                     "sample", o.device, workers, false);
   });
   for (BenchStageRow& row : colour_rows(o, workers)) rows.push_back(row);
   rows.push_back(flow_row(o, "TV-L1 on the CPU, K = 4 at 256 px", "tvl1", "cpu"));
-  gpu_row("flow", "NVOFA, K = 4 at 256 px", [&] { return flow_row(o, "NVOFA, K = 4 at 256 px", "nvofa", o.device); });
+  gpu_row("flow", "NVOFA, K = 4 at 256 px",
+          [&] { return flow_row(o, "NVOFA, K = 4 at 256 px", "nvofa", o.device); });
   gpu_row("flow", "TV-L1 CUDA, K = 4 at 256 px",
           [&] { return flow_row(o, "TV-L1 CUDA, K = 4 at 256 px", "tvl1", o.device); });
   rows.push_back(vae_row(o));
@@ -409,8 +416,9 @@ std::vector<BenchStageRow> run_bench_pipeline(const BenchPipelineOptions& o, int
       continue;
     }
     rows.push_back(video_row("pipeline", str_cat("CPU path, ", w, " worker(s)"), o, "cpu", "cpu", w, false));
-    gpu_row("pipeline", str_cat("GPU path, ", w, " worker(s)"),
-            [&] { return video_row("pipeline", str_cat("GPU path, ", w, " worker(s)"), o, "gpu", o.device, w, false); });
+    gpu_row("pipeline", str_cat("GPU path, ", w, " worker(s)"), [&] {
+      return video_row("pipeline", str_cat("GPU path, ", w, " worker(s)"), o, "gpu", o.device, w, false);
+    });
   }
 
   for (BenchStageRow& row : training_rows(o, gpu, cores)) rows.push_back(row);
@@ -440,19 +448,22 @@ std::vector<BenchStageRow> run_bench_pipeline(const BenchPipelineOptions& o, int
   }
   std::fflush(stdout);
   if (!o.json_path.empty()) {
-    nlohmann::json j = {{"suite", "pipeline"},  {"clips", o.clips},   {"frames", o.frames}, {"height", o.height},
-                        {"width", o.width},     {"sampler", o.sampler}, {"cpu_cores", cores},
-                        {"rows", nlohmann::json::array()}};
+    nlohmann::json j = {{"suite", "pipeline"}, {"clips", o.clips},
+                        {"frames", o.frames},  {"height", o.height},
+                        {"width", o.width},    {"sampler", o.sampler},
+                        {"cpu_cores", cores},  {"rows", nlohmann::json::array()}};
     for (const BenchStageRow& r : rows) j["rows"].push_back(to_json(r));
     write_text_synced(o.json_path, j.dump(2) + "\n");
   }
   if (!o.plot_path.empty()) write_pipeline_plot(rows, o.plot_path);
-  const int flagged = o.compare_path.empty() ? 0 : compare_pipeline_rows(rows, o.compare_path, o.compare_threshold);
+  const int flagged =
+      o.compare_path.empty() ? 0 : compare_pipeline_rows(rows, o.compare_path, o.compare_threshold);
   if (regressions != nullptr) *regressions = flagged;
   return rows;
 }
 
-int compare_pipeline_rows(const std::vector<BenchStageRow>& rows, const std::string& old_json, double threshold) {
+int compare_pipeline_rows(const std::vector<BenchStageRow>& rows, const std::string& old_json,
+                          double threshold) {
   std::ifstream in(old_json);
   TT_CHECK_HINT(in.good(), ErrorCode::kIo, "give a file an earlier `bench --suite pipeline --json` wrote",
                 "--compare: cannot read ", old_json);
@@ -461,15 +472,17 @@ int compare_pipeline_rows(const std::vector<BenchStageRow>& rows, const std::str
   const nlohmann::json old = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   TT_CHECK_HINT(old.is_object() && old.value("suite", "") == "pipeline" && old.contains("rows") &&
                     old["rows"].is_array(),
-                ErrorCode::kData, "give a file an earlier `bench --suite pipeline --json` wrote", "--compare: ",
-                old_json, " is not a bench --suite pipeline JSON file");
+                ErrorCode::kData, "give a file an earlier `bench --suite pipeline --json` wrote",
+                "--compare: ", old_json, " is not a bench --suite pipeline JSON file");
   std::map<std::pair<std::string, std::string>, double> before;
   for (const nlohmann::json& r : old["rows"])
     if (r.is_object() && r.value("skipped", "").empty() && r.value("value", 0.0) > 0)
       before[{r.value("stage", ""), r.value("name", "")}] = r.value("value", 0.0);
-  std::printf("\ncompared with %s (flagged: slower than %.0f %% of before)\n| stage | row | before | now | ratio |  |\n"
-              "|---|---|---|---|---|---|\n",
-              old_json.c_str(), 100.0 * (1.0 - threshold));
+  std::printf(
+      "\ncompared with %s (flagged: slower than %.0f %% of before)\n| stage | row | before | now | ratio |  "
+      "|\n"
+      "|---|---|---|---|---|---|\n",
+      old_json.c_str(), 100.0 * (1.0 - threshold));
   int flagged = 0;
   for (const BenchStageRow& r : rows) {
     const auto found = before.find({r.stage, r.name});
@@ -477,8 +490,8 @@ int compare_pipeline_rows(const std::vector<BenchStageRow>& rows, const std::str
     const double ratio = r.value / found->second;
     const bool slower = ratio < 1.0 - threshold;
     flagged += slower ? 1 : 0;
-    std::printf("| %s | %s | %.2f | %.2f | %.2fx | %s |\n", r.stage.c_str(), r.name.c_str(), found->second, r.value,
-                ratio, slower ? "REGRESSION" : "");
+    std::printf("| %s | %s | %.2f | %.2f | %.2fx | %s |\n", r.stage.c_str(), r.name.c_str(), found->second,
+                r.value, ratio, slower ? "REGRESSION" : "");
   }
   std::printf("%d regression(s)\n", flagged);
   std::fflush(stdout);
@@ -496,9 +509,10 @@ void write_pipeline_plot(const std::vector<BenchStageRow>& rows, const std::stri
   const int left = 420, bar_area = 520, row_h = 22, head = 40;
   const int height = head + row_h * static_cast<int>(shown.size()) + 40;
   std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + bar_area + 140 << "\" height=\"" << height
-      << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      << "<text x=\"10\" y=\"20\" font-size=\"14\">teletron bench --suite pipeline: throughput per stage (log "
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + bar_area + 140 << "\" height=\""
+      << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<text x=\"10\" y=\"20\" font-size=\"14\">teletron bench --suite pipeline: throughput per stage "
+         "(log "
          "scale; blue CPU, green GPU)</text>\n";
   auto x_of = [&](double v) {
     return left + bar_area * (std::log10(std::max(v, bottom)) - std::log10(bottom)) /
@@ -516,11 +530,12 @@ void write_pipeline_plot(const std::vector<BenchStageRow>& rows, const std::stri
   for (size_t i = 0; i < shown.size(); ++i) {
     const BenchStageRow& r = *shown[i];
     const int y = head + row_h * static_cast<int>(i);
-    svg << "<text x=\"" << left - 6 << "\" y=\"" << y + 14 << "\" text-anchor=\"end\">" << escape(r.stage + ": " + r.name)
-        << "</text><rect x=\"" << left << "\" y=\"" << y + 3 << "\" width=\"" << std::max(1.0, x_of(r.value) - left)
-        << "\" height=\"" << row_h - 6 << "\" fill=\"" << (r.where == "cpu" ? "#4a7bd0" : "#3fa34d")
-        << "\"/><text x=\"" << x_of(r.value) + 4 << "\" y=\"" << y + 14 << "\">"
-        << format(r.value >= 100 ? "%.0f" : "%.2f", r.value) << " " << r.unit << "</text>\n";
+    svg << "<text x=\"" << left - 6 << "\" y=\"" << y + 14 << "\" text-anchor=\"end\">"
+        << escape(r.stage + ": " + r.name) << "</text><rect x=\"" << left << "\" y=\"" << y + 3
+        << "\" width=\"" << std::max(1.0, x_of(r.value) - left) << "\" height=\"" << row_h - 6 << "\" fill=\""
+        << (r.where == "cpu" ? "#4a7bd0" : "#3fa34d") << "\"/><text x=\"" << x_of(r.value) + 4 << "\" y=\""
+        << y + 14 << "\">" << format(r.value >= 100 ? "%.0f" : "%.2f", r.value) << " " << r.unit
+        << "</text>\n";
   }
   svg << "</svg>\n";
   write_text_synced(path, svg.str());

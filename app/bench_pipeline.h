@@ -34,39 +34,41 @@ struct BenchPipelineOptions {
   std::string device = "cuda";
   int64_t frames = 33, height = 480, width = 832;
   std::string sampler = "fps";
-  int workers = 16;                       // the stage rows' workers (capped at the allowed cores)
+  int workers = 16;                        // the stage rows' workers (capped at the allowed cores)
   std::vector<int> cores = {2, 4, 8, 16};  // the pipeline rows' worker counts
   int passes = 2;
-  std::string vae_preset = "hunyuan";     // hunyuan | tiny (tests)
+  std::string vae_preset = "hunyuan";  // hunyuan | tiny (tests)
   /// The training rows: the model, precision and flow stage come from here; data, batch and
   /// train.* are set per row. train_steps 0: no training rows.
   Config config;
   int64_t train_warmup = 3, train_steps = 10;
-  int64_t text_tokens = 64;                // the synthetic text embeddings' length
-  std::string work_dir;                    // "" = a temporary folder
+  int64_t text_tokens = 64;  // the synthetic text embeddings' length
+  std::string work_dir;      // "" = a temporary folder
   std::string json_path, plot_path, compare_path;
-  double compare_threshold = 0.10;        // a row slower than (1 - threshold) x its old value is flagged
+  double compare_threshold = 0.10;  // a row slower than (1 - threshold) x its old value is flagged
 };
 
 struct BenchStageRow {
-  std::string stage;    // decode | sampling | colour+augment | flow | vae | pipeline | training
+  std::string stage;  // decode | sampling | colour+augment | flow | vae | pipeline | training
   std::string name;
-  std::string where;    // "cpu", "cuda"
-  int workers = 0;      // workers or threads used (0: LibTorch's default)
-  double value = 0;     // throughput in `unit`
-  std::string unit;     // frames/s, samples/s, clips/s
-  double vs_cpu = 0;    // value / the stage's CPU row (0: none)
+  std::string where;            // "cpu", "cuda"
+  int workers = 0;              // workers or threads used (0: LibTorch's default)
+  double value = 0;             // throughput in `unit`
+  std::string unit;             // frames/s, samples/s, clips/s
+  double vs_cpu = 0;            // value / the stage's CPU row (0: none)
   double data_wait_share = -1;  // training rows: the steps' wait for data over wall time (-1: none)
-  std::string skipped;  // why it did not run
+  std::string skipped;          // why it did not run
 };
 
 /// Runs the rows, prints the table, writes what was asked; returns the rows and sets `regressions`
 /// to the number of rows --compare flagged.
-std::vector<BenchStageRow> run_bench_pipeline(const BenchPipelineOptions& options, int* regressions = nullptr);
+std::vector<BenchStageRow> run_bench_pipeline(const BenchPipelineOptions& options,
+                                              int* regressions = nullptr);
 
 /// The --compare part on its own: rows of `old_json` (a --json file) against `rows`; prints the
 /// comparison and returns how many rows are slower than (1 - threshold) x their old value.
-int compare_pipeline_rows(const std::vector<BenchStageRow>& rows, const std::string& old_json, double threshold);
+int compare_pipeline_rows(const std::vector<BenchStageRow>& rows, const std::string& old_json,
+                          double threshold);
 
 /// The --plot part: an SVG with one horizontal bar per row that ran (log scale, grouped by stage,
 /// CPU and GPU rows in two colours), written atomically to `path`.

@@ -34,8 +34,9 @@ void check_choices(const FlowOptions& options) {
   const std::string& f = options.fallback;
   TT_CHECK_HINT(f == "tvl1" || f == "none" || f == "error", ErrorCode::kConfig, "use tvl1, none or error",
                 "data_pipeline.optical_flow.fallback: unknown value '", f, "'");
-  TT_CHECK_HINT(options.warp_mode == "cuda" || options.warp_mode == "cpu", ErrorCode::kConfig, "use cuda or cpu",
-                "data_pipeline.optical_flow.warp_mode: unknown value '", options.warp_mode, "'");
+  TT_CHECK_HINT(options.warp_mode == "cuda" || options.warp_mode == "cpu", ErrorCode::kConfig,
+                "use cuda or cpu", "data_pipeline.optical_flow.warp_mode: unknown value '", options.warp_mode,
+                "'");
   TT_CHECK(options.raft_updates >= 1, ErrorCode::kConfig,
            "data_pipeline.optical_flow.raft_updates must be at least 1, got ", options.raft_updates);
 }
@@ -43,8 +44,9 @@ void check_choices(const FlowOptions& options) {
 // raft_large has a mask predictor (convex upsampling); raft_small upsamples bilinearly.
 RaftConfig raft_config_of(const std::string& path) {
   const safetensors::Header header = safetensors::read_header(path);
-  const bool large = std::any_of(header.tensors.begin(), header.tensors.end(),
-                                 [](const auto& entry) { return entry.first.rfind("mask_predictor.", 0) == 0; });
+  const bool large = std::any_of(header.tensors.begin(), header.tensors.end(), [](const auto& entry) {
+    return entry.first.rfind("mask_predictor.", 0) == 0;
+  });
   return raft_preset(large ? "raft_large" : "raft_small", "data_pipeline.optical_flow.weights");
 }
 
@@ -68,17 +70,22 @@ struct FlowEstimator::RaftGraphs {
   int64_t replays = 0, eager_shapes = 0;
 };
 
-int64_t FlowEstimator::raft_replays() const { return raft_graphs_ ? raft_graphs_->replays : 0; }
-int64_t FlowEstimator::raft_eager_shapes() const { return raft_graphs_ ? raft_graphs_->eager_shapes : 0; }
+int64_t FlowEstimator::raft_replays() const {
+  return raft_graphs_ ? raft_graphs_->replays : 0;
+}
+int64_t FlowEstimator::raft_eager_shapes() const {
+  return raft_graphs_ ? raft_graphs_->eager_shapes : 0;
+}
 
 FlowChoice resolve_flow(const FlowOptions& options, const torch::Device& device) {
   check_choices(options);
   if (options.algorithm == "raft") {
-    TT_CHECK_HINT(options.raft_weights.has_value(), ErrorCode::kConfig,
-                  "set data_pipeline.optical_flow.weights to a torchvision RAFT state dict saved as safetensors "
-                  "(save_file(raft_large(weights=...).state_dict(), path)), or use algorithm nvofa or tvl1, which "
-                  "need no weights",
-                  kAlgorithmKey, ": raft needs trained weights and data_pipeline.optical_flow.weights is not set");
+    TT_CHECK_HINT(
+        options.raft_weights.has_value(), ErrorCode::kConfig,
+        "set data_pipeline.optical_flow.weights to a torchvision RAFT state dict saved as safetensors "
+        "(save_file(raft_large(weights=...).state_dict(), path)), or use algorithm nvofa or tvl1, which "
+        "need no weights",
+        kAlgorithmKey, ": raft needs trained weights and data_pipeline.optical_flow.weights is not set");
     std::error_code ignored;
     TT_CHECK_HINT(std::filesystem::is_regular_file(*options.raft_weights, ignored), ErrorCode::kConfig,
                   "give the path of a torchvision RAFT state dict saved as safetensors",
@@ -93,9 +100,10 @@ FlowChoice resolve_flow(const FlowOptions& options, const torch::Device& device)
   } else {
     return {"nvofa", ""};
   }
-  TT_CHECK_HINT(options.fallback != "error", ErrorCode::kConfig,
-                "set data_pipeline.optical_flow.fallback: tvl1 (or algorithm: tvl1) to run without the engine",
-                kAlgorithmKey, ": nvofa cannot run: ", why);
+  TT_CHECK_HINT(
+      options.fallback != "error", ErrorCode::kConfig,
+      "set data_pipeline.optical_flow.fallback: tvl1 (or algorithm: tvl1) to run without the engine",
+      kAlgorithmKey, ": nvofa cannot run: ", why);
   return {options.fallback, str_cat("nvofa cannot run (", why, "): ", options.fallback,
                                     options.fallback == "none" ? " (no flow)" : " instead")};
 }
@@ -109,8 +117,8 @@ FlowEstimator::FlowEstimator(const FlowOptions& options, const torch::Device& de
       raft_ = load_raft(path, raft_config_of(path), device_).ptr();
     } catch (const Error& error) {
       throw Error(ErrorCode::kConfig,
-                  str_cat("data_pipeline.optical_flow.weights: ", path, " does not load as RAFT: ",
-                          first_line(error.what())),
+                  str_cat("data_pipeline.optical_flow.weights: ", path,
+                          " does not load as RAFT: ", first_line(error.what())),
                   "give a torchvision raft_large or raft_small state dict saved as safetensors");
     }
   }
@@ -119,13 +127,14 @@ FlowEstimator::FlowEstimator(const FlowOptions& options, const torch::Device& de
 FlowEstimator::~FlowEstimator() = default;
 
 torch::Tensor FlowEstimator::flow(const torch::Tensor& first, const torch::Tensor& second) {
-  TT_CHECK_HINT(enabled(), ErrorCode::kConfig, "set data_pipeline.optical_flow.algorithm to nvofa, raft or tvl1",
-                "optical flow is off (", kAlgorithmKey, ": none", choice_.reason.empty() ? "" : "; ",
-                choice_.reason, ")");
+  TT_CHECK_HINT(enabled(), ErrorCode::kConfig,
+                "set data_pipeline.optical_flow.algorithm to nvofa, raft or tvl1", "optical flow is off (",
+                kAlgorithmKey, ": none", choice_.reason.empty() ? "" : "; ", choice_.reason, ")");
   TT_CHECK((first.dim() == 2 || first.dim() == 3) && first.sizes() == second.sizes() &&
                first.is_floating_point() && second.is_floating_point(),
-           ErrorCode::kData, "optical flow: two float frames (H, W) or (B, H, W) of one size are needed, got ",
-           first.sizes(), " and ", second.sizes());
+           ErrorCode::kData,
+           "optical flow: two float frames (H, W) or (B, H, W) of one size are needed, got ", first.sizes(),
+           " and ", second.sizes());
   torch::NoGradGuard no_grad;
   // Frames decoded elsewhere (a file NVDEC refused decodes on the CPU) come to the estimator's device.
   const torch::Tensor a = first.to(device_), b = second.to(device_);
@@ -170,10 +179,13 @@ torch::Tensor FlowEstimator::raft_run(const torch::Tensor& image1, const torch::
     std::string failure;
     {
       const OnCaptureStream on_side(graphs.side, graphs.pool.device_index());
-      failure = capture_graph(*shape.graph, graphs.pool, [&] {
-        const AutocastScope autocast(options_.raft_bf16, at::kBFloat16, at::kCUDA);
-        shape.out = raft_->forward(shape.in1, shape.in2, options_.raft_updates);
-      }, /*fail=*/false);
+      failure = capture_graph(
+          *shape.graph, graphs.pool,
+          [&] {
+            const AutocastScope autocast(options_.raft_bf16, at::kBFloat16, at::kCUDA);
+            shape.out = raft_->forward(shape.in1, shape.in2, options_.raft_updates);
+          },
+          /*fail=*/false);
     }
     if (!failure.empty()) {
       spdlog::warn("TT_ERR_GRAPH: RAFT's forward at {} could not be captured ({}); that shape runs eagerly",
@@ -223,11 +235,10 @@ torch::Tensor FlowEstimator::raft_flow(const torch::Tensor& first, const torch::
                                     .size(std::vector<int64_t>{height, width})
                                     .mode(torch::kBilinear)
                                     .align_corners(false));
-    const torch::Tensor scale =
-        torch::tensor({static_cast<float>(width) / static_cast<float>(w8),
-                       static_cast<float>(height) / static_cast<float>(h8)},
-                      flow.options())
-            .view({1, 2, 1, 1});
+    const torch::Tensor scale = torch::tensor({static_cast<float>(width) / static_cast<float>(w8),
+                                               static_cast<float>(height) / static_cast<float>(h8)},
+                                              flow.options())
+                                    .view({1, 2, 1, 1});
     flow = flow * scale;
   }
   return single ? flow.squeeze(0) : flow;

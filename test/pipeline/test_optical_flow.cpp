@@ -5,8 +5,8 @@
 // GPU ([gpu] cases here and in test_optical_flow_nvofa.cpp).
 #include "pipeline/optical_flow.h"
 
-#include <catch2/catch_test_macros.hpp>
 #include <torch/torch.h>
+#include <catch2/catch_test_macros.hpp>
 
 #include <cstdlib>
 #include <string>
@@ -19,8 +19,8 @@
 
 namespace {
 
-using tt::test::TempDir;
 using tt::translated_pair;
+using tt::test::TempDir;
 
 // A raft_small with LibTorch's random initialisation, saved under torchvision's keys.
 std::string save_random_raft_small(const TempDir& dir) {
@@ -46,8 +46,9 @@ TEST_CASE("optical flow: nvofa on a CPU device falls back as configured, saying 
   CHECK(choice.algorithm == "none");
   tt::FlowEstimator off(options, torch::kCPU);
   CHECK_FALSE(off.enabled());
-  CHECK(tt::test::expect_error([&] { off.flow(torch::rand({8, 8}), torch::rand({8, 8})); }).code() ==
-        tt::ErrorCode::kConfig);
+  CHECK(tt::test::expect_error([&] {
+          off.flow(torch::rand({8, 8}), torch::rand({8, 8}));
+        }).code() == tt::ErrorCode::kConfig);
   options.fallback = "error";
   const tt::Error refused = tt::test::expect_error([&] { tt::resolve_flow(options, torch::kCPU); });
   CHECK(refused.code() == tt::ErrorCode::kConfig);
@@ -65,13 +66,16 @@ TEST_CASE("optical flow: nvofa on a CPU device falls back as configured, saying 
   CHECK(std::string(no_weights.what()).find("raft needs trained weights") != std::string::npos);
   CHECK(no_weights.hint().find("nvofa or tvl1") != std::string::npos);
   options.raft_weights = "/nonexistent/raft.safetensors";
-  CHECK(tt::test::expect_error([&] { tt::resolve_flow(options, torch::kCPU); }).code() == tt::ErrorCode::kConfig);
+  CHECK(tt::test::expect_error([&] { tt::resolve_flow(options, torch::kCPU); }).code() ==
+        tt::ErrorCode::kConfig);
   options = {};
   options.algorithm = "farneback";
-  CHECK(tt::test::expect_error([&] { tt::resolve_flow(options, torch::kCPU); }).code() == tt::ErrorCode::kConfig);
+  CHECK(tt::test::expect_error([&] { tt::resolve_flow(options, torch::kCPU); }).code() ==
+        tt::ErrorCode::kConfig);
 }
 
-TEST_CASE("optical flow: the TV-L1 path gives tvl1_flow's flow, on the frames' device or the host", "[flow][tvl1]") {
+TEST_CASE("optical flow: the TV-L1 path gives tvl1_flow's flow, on the frames' device or the host",
+          "[flow][tvl1]") {
   const tt::FlowPair pair = translated_pair(40, 48, 1.5, -0.5);
   tt::FlowOptions options;
   options.algorithm = "tvl1";
@@ -86,8 +90,10 @@ TEST_CASE("optical flow: the TV-L1 path gives tvl1_flow's flow, on the frames' d
         tt::ErrorCode::kData);
 }
 
-TEST_CASE("optical flow: RAFT weights load by their keys; frames are fitted to RAFT's sizes and the flow scaled back",
-          "[flow][raft]") {
+TEST_CASE(
+    "optical flow: RAFT weights load by their keys; frames are fitted to RAFT's sizes and the flow scaled "
+    "back",
+    "[flow][raft]") {
   TempDir dir("tt_flow_raft");
   tt::FlowOptions options;
   options.algorithm = "raft";
@@ -100,7 +106,9 @@ TEST_CASE("optical flow: RAFT weights load by their keys; frames are fitted to R
   // At RAFT's own sizes (multiples of 8, at least 128) the estimator is RAFT on gray RGB in [-1, 1].
   torch::manual_seed(1);
   const torch::Tensor a = torch::rand({2, 128, 136}), b = torch::rand({2, 128, 136});
-  auto rgb = [](const torch::Tensor& gray) { return (gray * 2 - 1).unsqueeze(1).expand({-1, 3, -1, -1}).contiguous(); };
+  auto rgb = [](const torch::Tensor& gray) {
+    return (gray * 2 - 1).unsqueeze(1).expand({-1, 3, -1, -1}).contiguous();
+  };
   torch::Tensor direct;
   {
     torch::NoGradGuard no_grad;
@@ -143,8 +151,10 @@ TEST_CASE("optical flow: RAFT weights load by their keys; frames are fitted to R
   CHECK(std::string(refused.what()).find("data_pipeline.optical_flow.weights") != std::string::npos);
 }
 
-TEST_CASE("optical flow: nvofa on the GPU runs the engine, or falls back to TV-L1 saying why; frames the engine "
-          "refuses go to TV-L1 from then on", "[flow][nvofa][gpu]") {
+TEST_CASE(
+    "optical flow: nvofa on the GPU runs the engine, or falls back to TV-L1 saying why; frames the engine "
+    "refuses go to TV-L1 from then on",
+    "[flow][nvofa][gpu]") {
   TT_REQUIRE_GPU();
   tt::FlowOptions options;
   tt::FlowEstimator estimator(options, torch::Device(torch::kCUDA, 0));
@@ -174,8 +184,11 @@ TEST_CASE("optical flow: nvofa on the GPU runs the engine, or falls back to TV-L
   CHECK(tt::test::expect_error([&] { engine_only.flow(tiny, tiny); }).code() == tt::ErrorCode::kData);
 }
 
-TEST_CASE("optical flow: RAFT on the GPU replays one CUDA graph per shape, equal to the eager forward; bf16 autocast "
-          "stays close to fp32", "[flow][raft][gpu]") {
+TEST_CASE(
+    "optical flow: RAFT on the GPU replays one CUDA graph per shape, equal to the eager forward; bf16 "
+    "autocast "
+    "stays close to fp32",
+    "[flow][raft][gpu]") {
   TT_REQUIRE_GPU();
   TempDir dir("tt_flow_raft_gpu");
   tt::FlowOptions options;
@@ -193,7 +206,8 @@ TEST_CASE("optical flow: RAFT on the GPU replays one CUDA graph per shape, equal
     const torch::Tensor a = torch::rand({2, 128, 160}).to(cuda), b = torch::rand({2, 128, 160}).to(cuda);
     const torch::Tensor expected = eager.flow(a, b), got = graphs.flow(a, b);
     const double scale = expected.abs().max().item<double>();
-    INFO("call " << k << ": max |graph - eager| " << (got - expected).abs().max().item<double>() << " of " << scale);
+    INFO("call " << k << ": max |graph - eager| " << (got - expected).abs().max().item<double>() << " of "
+                 << scale);
     CHECK((got - expected).abs().max().item<double>() <= 1e-4 * std::max(1.0, scale));
   }
   CHECK(graphs.raft_replays() == 2);
