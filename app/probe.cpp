@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "core/device.h"
 #include "core/errors.h"
@@ -42,7 +43,15 @@ void write_flow_picture(VideoReader& reader, const ProbeOptions& options, std::o
   flow_options.algorithm = options.flow_algorithm;
   flow_options.fallback = "error";  // probe shows the algorithm asked for, or says why it cannot
   if (!options.flow_weights.empty()) flow_options.raft_weights = options.flow_weights;
-  FlowEstimator estimator(flow_options, resolve_device(options.device, "--device"));
+  std::unique_ptr<FlowEstimator> made;
+  try {
+    made = std::make_unique<FlowEstimator>(flow_options, resolve_device(options.device, "--device"));
+  } catch (const Error& error) {  // said in probe's own flags
+    throw Error(error.code(), str_cat("probe --flow-algorithm ", options.flow_algorithm, ": ", first_line(error.what())),
+                "use --flow-algorithm tvl1, or nvofa with --device cuda on a GPU with the optical flow engine, or "
+                "raft with --flow-weights (a torchvision RAFT state dict saved as safetensors)");
+  }
+  FlowEstimator& estimator = *made;
   const torch::Tensor frames = motion_frames(rgb.permute({0, 3, 1, 2}), motion.short_side);
   const torch::Tensor flow = estimator.flow(frames[0], frames[1]).cpu();  // (2, h, w)
   const torch::Tensor length = torch::sqrt((flow * flow).sum(0));
