@@ -44,6 +44,15 @@ const SafeKey kSafeKeys[] = {
     {"cuda_graph.scope", "what a capture takes (the whole step or the blocks); the same math"},
     {"data.text_padding", "text padding kept (masked) or trimmed; the same loss up to rounding"},
     {"vae.tile_batch", "how many VAE tiles go through the encoder at once; the same latents"},
+    // The flow stage measures each sample's motion for metrics.jsonl; the batches do not depend on it
+    // (data.min_motion / max_motion and frame_sampler mode motion read the motion cache instead).
+    {"data_pipeline.optical_flow.algorithm", "the flow stage's estimator: other motion values in metrics.jsonl; the same batches"},
+    {"data_pipeline.optical_flow.fallback", "what the flow stage runs without NVOFA; the same batches"},
+    {"data_pipeline.optical_flow.warp_mode", "where TV-L1 runs; the same batches"},
+    {"data_pipeline.optical_flow.grid", "NVOFA's output grid: other motion values; the same batches"},
+    {"data_pipeline.optical_flow.preset", "NVOFA's preset: other motion values; the same batches"},
+    {"data_pipeline.optical_flow.weights", "RAFT's weights: other motion values; the same batches"},
+    {"data_pipeline.optical_flow.pairs", "pairs per motion score: other motion values; the same batches"},
     {"train.expandable_segments", "how the CUDA allocator lays out its memory; the same math"},
     {"train.memory_cap", "how much GPU memory the allocator may take; the same math (a dynamic batch may cut its "
                          "micro-batches differently)"},

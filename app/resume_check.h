@@ -12,13 +12,14 @@
 //     contents are checked by the manifest hash), data.max_failed_share, data_pipeline.prefetch,
 //     data_pipeline.workers, data_pipeline.video_decoding, model.activation_checkpointing
 //     (recomputes, same math), vae.tile_batch (how many tiles go through the encoder at once),
-//     train.expandable_segments and train.memory_cap (the CUDA allocator's layout and cap).
+//     train.expandable_segments and train.memory_cap (the CUDA allocator's layout and cap),
+//     data_pipeline.optical_flow.* (the flow stage only measures motion for metrics.jsonl).
 //   the global batch: batch_size × gradient_accumulation (× ranks, once there are several) may be
 //     split differently as long as the product stays the same.
 //   unused: with data.source: latents before and after, vae.*, data_pipeline.* and data.buckets
 //     do not take part in training.
 //   everything else blocks: train.seed, model.*, vae.* (video), data.source, data.buckets,
-//     data.caption_dropout, data.min_motion, data.max_motion, data_pipeline.frame_sampler/augment/optical_flow.*,
+//     data.caption_dropout, data.min_motion, data.max_motion, data_pipeline.frame_sampler/augment.*,
 //     the global batch, dynamic_batch.*, mixed_precision.* (master_weights too: the weights' dtype),
 //     cuda_graph.*, optimizer.* (every hyper-parameter: lr, betas, weight_decay, eps, max_grad_norm,
 //     warmup_steps, schedule), flow_matching.*, distributed.*.

@@ -194,6 +194,9 @@ TEST_CASE("resume check: cadence, paths, pipeline depth and execution knobs keep
   check_allowed(before, "data.text_padding=full", "data.text_padding");
   check_allowed(before, "train.expandable_segments=true", "train.expandable_segments");
   check_allowed(before, "train.memory_cap=0.5", "train.memory_cap");
+  // The flow stage only measures: a checkpoint of a run before it (algorithm none then) resumes.
+  check_allowed(before, "data_pipeline.optical_flow.algorithm=none", "data_pipeline.optical_flow.algorithm");
+  check_allowed(before, "data_pipeline.optical_flow.pairs=2", "data_pipeline.optical_flow.pairs");
 }
 
 TEST_CASE("resume check: max_steps may change; the note says what it does to the schedule", "[resume]") {
