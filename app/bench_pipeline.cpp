@@ -296,15 +296,30 @@ std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu
   write_text_synced(manifest, manifest_text);
   const int64_t total = o.train_warmup + o.train_steps;
   const int64_t every = std::gcd(std::max<int64_t>(1, o.train_warmup), o.train_steps);
+  // Every W: the GPU path (with a GPU) and the CPU path; then, at the largest W, the first path
+  // again with the flow stage off, so that the stage's cost shows as a difference of wall times.
+  struct Spec {
+    int workers;
+    bool gpu_path, flow_off;
+  };
+  std::vector<Spec> specs;
+  int largest = 0;
   for (int w : o.cores) {
     if (w > cores) continue;
-    for (const bool gpu_path : {true, false}) {
+    largest = std::max(largest, w);
+    if (gpu) specs.push_back({w, true, false});
+    specs.push_back({w, false, false});
+  }
+  if (largest > 0 && o.config.data_pipeline.optical_flow.algorithm != "none") specs.push_back({largest, gpu, true});
+  for (const Spec& spec : specs) {
+    {
+      const int w = spec.workers;
+      const bool gpu_path = spec.gpu_path;
       BenchStageRow row;
       row.stage = "training";
-      row.name = str_cat(gpu_path ? "GPU path" : "CPU path", ", ", w, " core(s)");
+      row.name = str_cat(gpu_path ? "GPU path" : "CPU path", ", ", w, " core(s)", spec.flow_off ? ", flow stage off" : "");
       row.where = gpu_path ? "cuda" : "cpu";
       row.workers = w;
-      if (gpu_path && !gpu) continue;  // a CPU device has one path
       Config c = o.config;
       c.data.source = "video";
       c.data.manifest = manifest;
@@ -315,6 +330,7 @@ std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu
       c.data_pipeline.video_decoding = gpu_path ? "nvdec" : "cpu";
       c.data_pipeline.frame_sampler.mode = o.sampler;
       c.data_pipeline.frame_sampler.target_fps = 24.0;
+      if (spec.flow_off) c.data_pipeline.optical_flow.algorithm = "none";
       c.batch_size = 1;
       c.batch_size_dynamic = false;
       c.gradient_accumulation = 1;
@@ -334,7 +350,7 @@ std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu
         rows.push_back(row);
         continue;
       }
-      double samples = 0, seconds = 0, waited = 0;
+      double samples = 0, seconds = 0, waited = 0, flow_ms = 0, flow_s = 0;
       int64_t previous = 0;
       for (const nlohmann::json& m : read_jsonl(c.train.output_dir + "/metrics.jsonl")) {
         const int64_t step = m.at("step").get<int64_t>();
@@ -345,6 +361,10 @@ std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu
         seconds += s;
         samples += m.at("samples_per_s").get<double>() * s;
         waited += m.value("data_wait_share", 0.0) * s;
+        if (m.contains("flow_gpu_ms_per_sample")) {
+          flow_ms += m.at("flow_gpu_ms_per_sample").get<double>() * s;
+          flow_s += s;
+        }
       }
       if (seconds <= 0) {
         row.skipped = "no timed steps in metrics.jsonl";
@@ -352,6 +372,8 @@ std::vector<BenchStageRow> training_rows(const BenchPipelineOptions& o, bool gpu
         row.value = samples / seconds;
         row.unit = "samples/s";
         row.data_wait_share = waited / seconds;
+        row.step_ms = 1000.0 * seconds / static_cast<double>(o.train_steps);
+        if (flow_s > 0) row.flow_gpu_ms = flow_ms / flow_s;
       }
       rows.push_back(row);
     }
@@ -425,26 +447,48 @@ std::vector<BenchStageRow> run_bench_pipeline(const BenchPipelineOptions& o, int
 
   // Ratios to each stage's CPU row (the pipeline and training rows: to the CPU path with the same
   // workers).
+  auto flow_off = [](const BenchStageRow& r) { return r.name.find(", flow stage off") != std::string::npos; };
   for (BenchStageRow& row : rows) {
-    if (!row.skipped.empty() || row.value <= 0) continue;
+    if (!row.skipped.empty() || row.value <= 0 || flow_off(row)) continue;
     for (const BenchStageRow& base : rows)
-      if (base.stage == row.stage && base.where == "cpu" && base.skipped.empty() && base.value > 0 &&
+      if (base.stage == row.stage && base.where == "cpu" && base.skipped.empty() && base.value > 0 && !flow_off(base) &&
           ((row.stage != "pipeline" && row.stage != "training") || base.workers == row.workers)) {
         row.vs_cpu = row.value / base.value;
         break;
       }
   }
-  std::printf("\n| stage | row | where | throughput | vs CPU | data wait |\n|---|---|---|---|---|---|\n");
+  // Training rows also: the data wait, and the flow stage's GPU time per sample against the step's
+  // wall time per sample (batch 1: the step's), the issue's < 2 % target.
+  std::printf("\n| stage | row | where | throughput | vs CPU | data wait | flow / step |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const BenchStageRow& r : rows) {
     if (!r.skipped.empty()) {
-      std::printf("| %s | %s | %s | skipped: %s | | |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
+      std::printf("| %s | %s | %s | skipped: %s | | | |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
                   r.skipped.c_str());
       continue;
     }
-    std::printf("| %s | %s | %s | %s %s | %s | %s |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
+    const std::string flow_share =
+        r.flow_gpu_ms >= 0 && r.step_ms > 0
+            ? str_cat(format("%.2f", r.flow_gpu_ms), " / ", format("%.0f", r.step_ms), " ms = ",
+                      format("%.2f %%", 100.0 * r.flow_gpu_ms / r.step_ms))
+            : "-";
+    std::printf("| %s | %s | %s | %s %s | %s | %s | %s |\n", r.stage.c_str(), r.name.c_str(), r.where.c_str(),
                 format(r.value >= 100 ? "%.0f" : "%.2f", r.value).c_str(), r.unit.c_str(),
                 r.vs_cpu > 0 ? format("%.2fx", r.vs_cpu).c_str() : "-",
-                r.data_wait_share >= 0 ? format("%.0f %%", 100.0 * r.data_wait_share).c_str() : "-");
+                r.data_wait_share >= 0 ? format("%.0f %%", 100.0 * r.data_wait_share).c_str() : "-",
+                flow_share.c_str());
+  }
+  // The flow stage's cost in training: the same path and cores with the stage on and off.
+  for (const BenchStageRow& off : rows) {
+    const std::string suffix = ", flow stage off";
+    if (off.stage != "training" || !off.skipped.empty() || off.name.size() < suffix.size() ||
+        off.name.compare(off.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string on_name = off.name.substr(0, off.name.size() - suffix.size());
+    for (const BenchStageRow& on : rows)
+      if (on.stage == "training" && on.name == on_name && on.skipped.empty() && off.step_ms > 0)
+        std::printf("flow stage in training (%s): %.1f ms/step with it, %.1f ms without: %+.2f %% of the step\n",
+                    on_name.c_str(), on.step_ms, off.step_ms, 100.0 * (on.step_ms - off.step_ms) / off.step_ms);
   }
   std::fflush(stdout);
   if (!o.json_path.empty()) {

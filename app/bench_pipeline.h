@@ -14,7 +14,8 @@
 //                   flow stage), its threads pinned to W cores and data_pipeline.workers = W, for
 //                   each W of --cores: samples/s and the share of the wall time the steps waited
 //                   for data, over --steps steps after --warmup; CPU path | GPU path (on a CPU
-//                   device only the CPU path)
+//                   device only the CPU path); then the first path at the largest W with the flow
+//                   stage off, and the stage's cost as the difference of the two steps' wall times
 // Each stage's rows carry their throughput and its ratio to the stage's CPU row. Rows that cannot
 // run here (no GPU) say why. `--json` writes the rows, `--plot` an SVG bar chart of them,
 // `--compare OLD.json` the ratio of each row to the same row of an earlier run, flagging those
@@ -57,6 +58,8 @@ struct BenchStageRow {
   std::string unit;             // frames/s, samples/s, clips/s
   double vs_cpu = 0;            // value / the stage's CPU row (0: none)
   double data_wait_share = -1;  // training rows: the steps' wait for data over wall time (-1: none)
+  double step_ms = -1;          // training rows: wall time per optimizer step
+  double flow_gpu_ms = -1;      // training rows on a GPU: the flow stage's GPU time per sample
   std::string skipped;          // why it did not run
 };
 

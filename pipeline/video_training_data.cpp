@@ -342,7 +342,8 @@ class VideoTrainingData : public TrainingData {
       if (timing.vae || timing.motion.defined()) {
         std::lock_guard<std::mutex> lock(timing_mutex_);
         timing_.push_back(std::move(timing));
-        if (timing_.size() > 256) timing_.pop_front();  // nobody reads them (preprocess): keep a few events
+        // Nobody reads them in preprocess: keep a bounded number (training reads them every log row).
+        if (timing_.size() > 4096) timing_.pop_front();
       }
     }
     auto text = safetensors::load(row.text_embeddings, {"text_states", "text_mask", "pooled"});

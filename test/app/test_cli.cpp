@@ -277,10 +277,11 @@ TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say w
   const std::string json = dir / "now.json", svg = dir / "now.svg";
   const std::string args = "bench --suite pipeline --device cpu --clips " + clip +
                            " --frames 5 --height 64 --width 64 --cores 1 --workers 1 --passes 1 --vae-preset tiny";
-  // The training rows with the tiny model, two timed steps, the flow stage off (TV-L1 at 256 px
-  // would cost this test more than the rest); the --compare runs below leave them out.
-  auto result = run_teletron(args + " --preset tiny --warmup 1 --steps 2 --set data_pipeline.optical_flow.algorithm=none "
-                             "--json " + json + " --plot " + svg + " 2>&1");
+  // The training rows with the tiny model and two timed steps, the flow stage TV-L1 on one pair per
+  // sample, then once more without it; the --compare runs below leave them out.
+  auto result = run_teletron(args +
+                             " --preset tiny --warmup 1 --steps 2 --set data_pipeline.optical_flow.algorithm=tvl1 "
+                             "--set data_pipeline.optical_flow.pairs=1 --json " + json + " --plot " + svg + " 2>&1");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   std::ifstream in(json);
@@ -298,19 +299,21 @@ TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say w
       ++skipped[row["stage"].get<std::string>()];
     }
   }
-  // One CPU row per stage (the pipeline's and training's: one per worker count), every GPU row
-  // skipped here (training on a CPU device has the CPU path only).
-  for (const char* stage : {"decode", "sampling", "colour+augment", "flow", "vae", "pipeline", "training"}) {
+  // One CPU row per stage (the pipeline's and training's: one per worker count; training also with
+  // the flow stage off), every GPU row skipped here (training on a CPU device has the CPU path only).
+  for (const char* stage : {"decode", "sampling", "colour+augment", "flow", "vae", "pipeline"}) {
     INFO(stage);
     CHECK(ran[stage] == 1);
   }
+  CHECK(ran["training"] == 2);
+  CHECK_THAT(result.output, ContainsSubstring("flow stage in training (CPU path, 1 core(s)): "));
   CHECK(skipped["decode"] == 1);
   CHECK(skipped["flow"] == 2);  // NVOFA and TV-L1 CUDA
   CHECK(skipped["training"] == 0);
   for (const nlohmann::json& row : j["rows"])
     if (row["stage"] == "training") {
       INFO(row.dump());
-      CHECK(row["name"] == "CPU path, 1 core(s)");
+      CHECK((row["name"] == "CPU path, 1 core(s)" || row["name"] == "CPU path, 1 core(s), flow stage off"));
       CHECK(row["unit"] == "samples/s");
       CHECK(row["data_wait_share"].get<double>() >= 0);
       CHECK(row["data_wait_share"].get<double>() <= 1);
@@ -319,7 +322,7 @@ TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say w
     }
   const std::string chart = tt::test::read_file(svg);
   CHECK(chart.rfind("<svg", 0) == 0);
-  CHECK(count(chart, "<rect") == 7);  // one bar per row that ran
+  CHECK(count(chart, "<rect") == 8);  // one bar per row that ran
 
   // --compare: against the run's own rows, with a threshold no timing noise reaches (flagged only
   // below 1 % of before), no regression; a row that was 10x faster before is one.
