@@ -58,7 +58,9 @@ for part in "$@"; do
     pipeline)
       clips=$(ls "$root"/.benchclips/*.mp4 2>/dev/null | paste -sd, -)
       [ -n "$clips" ] || { echo "pipeline: no clips in .benchclips (scripts/make_bench_clips.sh, then carry it)"; continue; }
-      timeout 420 "$tt" bench --suite pipeline --device cuda --clips "$clips" --no-training --json "$out/pipeline.json" \
+      # stratified: the frames scripts/bench_opencv.py seeks and reads (its sampler), for the sampling row.
+      timeout 420 "$tt" bench --suite pipeline --device cuda --clips "$clips" --sampler stratified --no-training \
+        --json "$out/pipeline.json" \
         --plot "$out/pipeline.svg" 2>&1 | tee "$out/pipeline.log" | sed -n '/^| stage/,$p' | tee -a "$out/summary.txt"
       [ -d "$root/.wheels/albu" ] && python3 -m pip install -q --no-index --find-links "$root/.wheels/albu" albumentations \
         >"$out/albu_install.log" 2>&1
