@@ -12,6 +12,7 @@
 #include <functional>
 #include <thread>
 
+#include "app/bench_folder.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/file_io.h"
@@ -150,18 +151,13 @@ BenchFlowRow cpu_row(int64_t workers, const std::vector<FlowCase>& cases, const 
   options.algorithm = "tvl1";
   for (const FlowCase& c : cases)
     row.epe.emplace_back(c.name, case_epe(tvl1_flow(c.pair.i0, c.pair.i1, options.tvl1), c));
-  const int threads_before = at::get_num_threads();
-  at::set_num_threads(1);
+  const TorchThreads one(1);
   const auto start = Clock::now();
-  std::vector<std::thread> running;
-  for (int64_t w = 0; w < workers; ++w)
-    running.emplace_back([&] {
-      const torch::Tensor a = cases.front().pair.i0.clone(), b = cases.front().pair.i1.clone();
-      for (int64_t i = 0; i < o.cpu_pairs; ++i) tvl1_flow(a, b, options.tvl1);
-    });
-  for (std::thread& t : running) t.join();
+  run_threads(static_cast<int>(workers), [&](int) {
+    const torch::Tensor a = cases.front().pair.i0.clone(), b = cases.front().pair.i1.clone();
+    for (int64_t i = 0; i < o.cpu_pairs; ++i) tvl1_flow(a, b, options.tvl1);
+  });
   row.ms_per_pair = 1000.0 * seconds_since(start) / static_cast<double>(workers * o.cpu_pairs);
-  at::set_num_threads(threads_before);
   return row;
 }
 

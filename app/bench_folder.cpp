@@ -3,8 +3,12 @@
 
 #include <stdlib.h>
 
+#include <ATen/Parallel.h>
+
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/errors.h"
 
@@ -38,5 +42,25 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
     if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
   return rows;
 }
+
+void run_threads(int count, const std::function<void(int)>& body) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(count));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < count; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        body(i);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
+}
+
+TorchThreads::TorchThreads(int count) : before_(at::get_num_threads()) { at::set_num_threads(count); }
+
+TorchThreads::~TorchThreads() { at::set_num_threads(before_); }
 
 }  // namespace tt

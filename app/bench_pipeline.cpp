@@ -138,19 +138,13 @@ std::vector<BenchStageRow> colour_rows(const BenchPipelineOptions& o, int worker
     row.where = "cpu";
     row.workers = workers;
     augment.dtype = torch::kFloat32;
-    const int before = at::get_num_threads();
-    at::set_num_threads(1);
+    const TorchThreads one(1);
     const auto start = Clock::now();
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w)
-      threads.emplace_back([&, w] {
-        for (int64_t r = 0; r < repeats; ++r)
-          colour_augment(planes, rotation, augment, o.height, o.width, w * repeats + r);
-      });
-    for (std::thread& t : threads) t.join();
+    run_threads(workers, [&](int w) {
+      for (int64_t r = 0; r < repeats; ++r) colour_augment(planes, rotation, augment, o.height, o.width, w * repeats + r);
+    });
     row.value = static_cast<double>(workers * repeats * frames) / seconds_since(start);
     row.unit = "frames/s";
-    at::set_num_threads(before);
     rows.push_back(row);
   }
   std::string why;
@@ -264,6 +258,8 @@ class PinnedCores {
     if (pinned_) sched_setaffinity(0, sizeof(before_), &before_);
     at::set_num_threads(threads_);
   }
+  // Note: the threads that exist already (LibTorch's pool, CUDA's) keep their own affinity; the
+  // trainer's data threads, started after this, inherit it.
   PinnedCores(const PinnedCores&) = delete;
   PinnedCores& operator=(const PinnedCores&) = delete;
 
@@ -519,9 +515,14 @@ int compare_pipeline_rows(const std::vector<BenchStageRow>& rows, const std::str
                 ErrorCode::kData, "give a file an earlier `bench --suite pipeline --json` wrote",
                 "--compare: ", old_json, " is not a bench --suite pipeline JSON file");
   std::map<std::pair<std::string, std::string>, double> before;
-  for (const nlohmann::json& r : old["rows"])
-    if (r.is_object() && r.value("skipped", "").empty() && r.value("value", 0.0) > 0)
-      before[{r.value("stage", ""), r.value("name", "")}] = r.value("value", 0.0);
+  try {
+    for (const nlohmann::json& r : old["rows"])
+      if (r.is_object() && r.value("skipped", "").empty() && r.value("value", 0.0) > 0)
+        before[{r.value("stage", ""), r.value("name", "")}] = r.value("value", 0.0);
+  } catch (const nlohmann::json::exception& error) {  // a field of another type
+    throw Error(ErrorCode::kData, str_cat("--compare: ", old_json, ": a row is not a bench row (", error.what(), ")"),
+                "give a file an earlier `bench --suite pipeline --json` wrote");
+  }
   std::printf(
       "\ncompared with %s (flagged: slower than %.0f %% of before)\n| stage | row | before | now | ratio |  "
       "|\n"

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <thread>
 
@@ -97,30 +98,36 @@ BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
   TT_CHECK(!o.clips.empty(), ErrorCode::kConfig, "bench-video needs at least one clip");
   TT_CHECK(o.mode == "decode-only" || o.mode == "sample" || o.mode == "gpu" || o.mode == "cpu", ErrorCode::kConfig,
            "--mode: decode-only, sample, gpu or cpu, got ", o.mode);
-  const int threads_before = at::get_num_threads();
-  if (o.mode == "cpu") at::set_num_threads(1);  // one core per worker: the workers are the parallelism
+  // One core per worker in cpu mode (the workers are the parallelism); LibTorch's count comes back
+  // however this returns.
+  struct ThreadCount {
+    int before = at::get_num_threads();
+    ~ThreadCount() { at::set_num_threads(before); }
+  } restore;
+  if (o.mode == "cpu") at::set_num_threads(1);
+  const bool on_gpu = o.mode != "cpu" && resolve_device(o.device, "--device").is_cuda();  // a bad --device: here
   const int workers = std::max(1, o.workers);
   const int64_t tasks = static_cast<int64_t>(o.clips.size()) * std::max(1, o.passes);
 
   auto run_workers = [&](int64_t count, Totals& totals) {
     std::atomic<int64_t> next{0};
     std::vector<std::thread> threads;
-    std::vector<std::string> errors(workers);
+    std::vector<std::exception_ptr> errors(workers);
     for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&, w] {
         try {
-          const bool gpu = o.mode != "cpu" && resolve_device(o.device, "--device").is_cuda();
-          const SideStream stream(gpu && torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
-                                                                                 : torch::Device(torch::kCPU));
+          const SideStream stream(on_gpu && torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
+                                                                         : torch::Device(torch::kCPU));
           for (int64_t t = next++; t < count; t = next++)
             process(o, o.clips[t % o.clips.size()], t, totals);
-        } catch (const std::exception& error) {
-          errors[w] = error.what();
+        } catch (...) {
+          errors[w] = std::current_exception();
         }
       });
     }
     for (auto& thread : threads) thread.join();
-    for (const std::string& error : errors) TT_CHECK(error.empty(), ErrorCode::kInternal, "bench-video worker: ", error);
+    for (const std::exception_ptr& error : errors)  // the first worker's error, as it was thrown
+      if (error) std::rethrow_exception(error);
   };
 
   Totals warmup;
@@ -165,7 +172,6 @@ BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
     std::ofstream out(o.json, std::ios::app);
     out << row.dump() << "\n";
   }
-  at::set_num_threads(threads_before);
   BenchVideoResult result;
   result.clips = totals.clips;
   result.seconds = seconds;

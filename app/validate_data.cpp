@@ -263,7 +263,7 @@ void report_motion(const Plan& plan, const std::vector<SampleResult>& results) {
     if (r.motion) scored.push_back(&r);
   std::sort(scored.begin(), scored.end(), [](const auto* a, const auto* b) { return *a->motion < *b->motion; });
   std::cout << "\nmotion (mean optical-flow magnitude, pixels per frame at a " << plan.motion_options.short_side
-            << "-px short side; " << plan.flow->choice().algorithm << " over " << plan.motion_options.pairs << " frame pairs): " << scored.size()
+            << "-px short side; " << plan.flow->algorithms() << " over " << plan.motion_options.pairs << " frame pairs): " << scored.size()
             << " clip(s) scored\n";
   if (!scored.empty()) {
     auto quantile = [&](double q) {
@@ -291,9 +291,12 @@ void report_motion(const Plan& plan, const std::vector<SampleResult>& results) {
     spdlog::warn("{}; it is written anew", first_line(error.what()));
   }
   if (cache.pairs != plan.motion_options.pairs || cache.short_side != plan.motion_options.short_side ||
-      cache.algorithm != plan.flow->choice().algorithm)
+      cache.algorithm != plan.flow->algorithms())
     cache = MotionCache{};
-  cache.algorithm = plan.flow->choice().algorithm;
+  // The algorithms that gave this run's scores (an estimator that NVOFA refused turned to TV-L1).
+  cache.algorithm = plan.flow->algorithms();
+  if (cache.algorithm != plan.flow->choice().algorithm)
+    spdlog::warn("motion scores of this run come from {} (NVOFA refused some clips)", cache.algorithm);
   cache.pairs = plan.motion_options.pairs;
   cache.short_side = plan.motion_options.short_side;
   for (const SampleResult* r : scored) cache.set(r->video, *r->motion, r->motion_profile);
@@ -397,7 +400,7 @@ int run_validate_data(const ValidateDataOptions& options) {
       report["buckets"].push_back({{"frames", b.frames}, {"height", b.height}, {"width", b.width}});
     report["sampler"] = {{"mode", frame_sample_mode_name(sampler.mode)}, {"frames_needed", frames_needed(sampler)}};
     if (plan.motion)
-      report["motion"] = {{"algorithm", plan.flow->choice().algorithm},
+      report["motion"] = {{"algorithm", plan.flow->algorithms()},
                           {"pairs", plan.motion_options.pairs},
                           {"short_side", plan.motion_options.short_side},
                           {"unit", "mean optical-flow magnitude, pixels per frame at the working resolution"},

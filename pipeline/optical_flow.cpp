@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -177,7 +178,7 @@ torch::Tensor FlowEstimator::raft_run(const torch::Tensor& image1, const torch::
     const torch::Tensor first = eager();  // the shape's first run is eager: what the capture may not do
     shape.graph = std::make_unique<at::cuda::CUDAGraph>();
     std::string failure;
-    {
+    try {
       const OnCaptureStream on_side(graphs.side, graphs.pool.device_index());
       failure = capture_graph(
           *shape.graph, graphs.pool,
@@ -186,6 +187,8 @@ torch::Tensor FlowEstimator::raft_run(const torch::Tensor& image1, const torch::
             shape.out = raft_->forward(shape.in1, shape.in2, options_.raft_updates);
           },
           /*fail=*/false);
+    } catch (const std::exception& error) {  // e.g. the allocator refusing while another capture is open
+      failure = first_line(error.what());
     }
     if (!failure.empty()) {
       spdlog::warn("TT_ERR_GRAPH: RAFT's forward at {} could not be captured ({}); that shape runs eagerly",
@@ -245,7 +248,21 @@ torch::Tensor FlowEstimator::raft_flow(const torch::Tensor& first, const torch::
 }
 
 FlowEstimatorPool::FlowEstimatorPool(const FlowOptions& options, const torch::Device& device)
-    : options_(options), device_(device), choice_(resolve_flow(options, device)) {}
+    : options_(options), device_(device), choice_(resolve_flow(options, device)) {
+  // RAFT's weights are loaded once here, so that a file that is no RAFT stops the command up front
+  // (TT_ERR_CONFIG) rather than on every clip.
+  if (choice_.algorithm == "raft") FlowEstimator check(options_, device_);
+}
+
+std::string FlowEstimatorPool::algorithms() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::set<std::string> used;
+  for (const auto& [thread, estimator] : estimators_) used.insert(estimator->algorithm());
+  if (used.empty()) return choice_.algorithm;
+  std::string joined;
+  for (const std::string& name : used) joined += (joined.empty() ? "" : "+") + name;
+  return joined;
+}
 
 FlowEstimator& FlowEstimatorPool::for_this_thread() {
   const std::lock_guard<std::mutex> lock(mutex_);

@@ -43,11 +43,14 @@ struct FlowOptions {
   std::optional<std::string> raft_weights;  // safetensors of a torchvision raft_large / raft_small state dict
   int64_t raft_updates = 12;                // RAFT's update iterations (torchvision's default)
   /// CUDA only: RAFT's convolutions under bf16 autocast (the correlation, its lookup and the
-  /// coordinates stay fp32), and the whole forward (encoders and every update) captured as one CUDA
-  /// graph per frame shape, replayed with the frames copied into its inputs. A capture that fails
-  /// is logged once and that shape runs eagerly.
+  /// coordinates stay fp32), and, when raft_graphs is set, the whole forward (encoders and every
+  /// update) captured as one CUDA graph per frame shape, replayed with the frames copied into its
+  /// inputs; a capture that fails is logged once and that shape runs eagerly. Graphs are off by
+  /// default: the pipeline's estimators run on data threads while the trainer may capture its own
+  /// step, and the caching allocator refuses to empty its cache (which every capture does first)
+  /// while another capture is open; `bench --suite flow` times them.
   bool raft_bf16 = true;
-  bool raft_graphs = true;
+  bool raft_graphs = false;
   TvL1Options tvl1;
 };
 
@@ -111,6 +114,9 @@ class FlowEstimatorPool {
   bool enabled() const { return choice_.algorithm != "none"; }
   /// The calling thread's estimator.
   FlowEstimator& for_this_thread();
+  /// The algorithms the estimators run now, joined by "+" ("nvofa+tvl1" once one of them turned to
+  /// TV-L1 at run time); the choice when none was made yet.
+  std::string algorithms();
 
  private:
   FlowOptions options_;

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <deque>
@@ -326,15 +327,25 @@ class VideoTrainingData : public TrainingData {
           clip.pixels.unsqueeze(0).to(device_, vae_dtype_, /*non_blocking=*/clip.pixels.is_pinned());  // (1, 3, T, H, W)
       Timing timing;
       timing.before_vae = clip.gpu_stages;
-      if (flow_) {
+      if (flow_ && pixels.size(2) >= 2) {  // a one-frame sample (an image bucket) has no frame pair
         // The flow stage: the score is copied to the host behind the flow's kernels and read once
-        // the interval around both has passed (never waited for here).
-        timing.flow = GpuInterval::start(device_);
-        const torch::Tensor score =
-            sample_motion(pixels.squeeze(0), options_.motion, flow_->for_this_thread()).to(torch::kFloat32);
-        timing.motion = torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(device_.is_cuda()));
-        timing.motion.copy_(score, /*non_blocking=*/device_.is_cuda());
-        if (timing.flow) timing.flow->stop();
+        // the interval around both has passed (never waited for here). It only measures: a
+        // failure is logged (the first few) and the sample goes on without a score.
+        FlowEstimator& estimator = flow_->for_this_thread();  // made outside the timed interval
+        try {
+          timing.flow = GpuInterval::start(device_);
+          const torch::Tensor score = sample_motion(pixels.squeeze(0), options_.motion, estimator).to(torch::kFloat32);
+          timing.motion =
+              torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(device_.is_cuda()));
+          timing.motion.copy_(score, /*non_blocking=*/device_.is_cuda());
+          if (timing.flow) timing.flow->stop();
+        } catch (const std::exception& error) {
+          timing.flow.reset();
+          timing.motion = torch::Tensor();
+          if (flow_failures_++ < 3)
+            spdlog::warn("data_pipeline.optical_flow: no motion score for {} (line {}): {}", row.video, row.line,
+                         first_line(error.what()));
+        }
       }
       timing.vae = GpuInterval::start(device_);
       sample.latents = vae_->encode_mean(pixels, tiling_).squeeze(0).to(torch::kFloat32);
@@ -490,6 +501,7 @@ class VideoTrainingData : public TrainingData {
   };
   std::deque<Timing> timing_;
   std::unique_ptr<FlowEstimatorPool> flow_;  // the flow stage, when data_pipeline.optical_flow gives one
+  std::atomic<int64_t> flow_failures_{0};     // flow-stage failures, for the first warnings
   PipelineGpuTime timed_;
   std::unique_ptr<ClipWorkers> workers_;  // made by the first prepare(); joined before the members above go
 };

@@ -558,6 +558,21 @@ TEST_CASE("train on raw videos with the flow stage (TV-L1 on the CPU): each metr
                      dir / "noflow/checkpoints/step_0000002/model.safetensors");
 }
 
+TEST_CASE("train on raw videos: one-frame samples (an image bucket) train with the flow stage on; they get no motion",
+          "[train][video][motion]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_train_flow_image");
+  const std::string manifest = write_manifest(dir, std::vector<std::string>(clips.begin(), clips.begin() + 2));
+  std::string yaml = tt::test::read_file(write_config(dir, manifest, 2, 0.0, 0, "image.yaml", "cpu", "tvl1"));
+  yaml.replace(yaml.find("frames: 9"), 9, "frames: 1");
+  tt::test::write_file(dir / "image.yaml", yaml);
+  const std::string log = train_ok(dir / "image.yaml", dir / "run");
+  CHECK_THAT(log, !ContainsSubstring("skipping sample"));
+  const std::vector<nlohmann::json> rows = read_metrics(dir / "run/metrics.jsonl");
+  REQUIRE(rows.size() == 1);
+  CHECK_FALSE(rows[0].contains("motion"));
+}
+
 TEST_CASE("train on raw videos: data.min_motion / max_motion keep the clips whose validate-data --motion score is in "
           "range; no score is TT_ERR_CONFIG, no clip left TT_ERR_DATA", "[train][video][motion]") {
   const std::vector<std::string> clips = make_clips();
