@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/bench_folder.h"
 #include "core/checkpoint.h"
 
 namespace tt::test {
@@ -51,14 +52,7 @@ CommandResult TrainWorkspace::train(const std::string& run, const std::string& a
   return result;
 }
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
+std::vector<nlohmann::json> read_metrics(const std::string& path) { return read_jsonl(path); }
 
 CommandResult run_with_env(const std::vector<std::pair<std::string, std::string>>& env, const std::string& args) {
   for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
