@@ -240,7 +240,7 @@ TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and
 }
 
 TEST_CASE("bench --suite flow times TV-L1's CPU reference per worker count with its end-point errors; the GPU rows "
-          "need a GPU", "[cli][bench][flow]") {
+          "need a GPU", "[cli][bench][flow][video]") {
   tt::test::TempDir dir("tt_bench_flow");
   const std::string json = dir / "flow.json";
   auto result = run_teletron("bench --suite flow --device cpu --height 64 --width 80 --cpu-workers 1,2 --json " + json +
@@ -263,6 +263,31 @@ TEST_CASE("bench --suite flow times TV-L1's CPU reference per worker count with 
     CHECK(j["rows"][r]["epe"][1][1].get<double>() < 0.1);
   }
   CHECK(j["rows"][2]["ms_per_sample"].get<double>() > 0);
+
+  // --flow-frames: a real frame (here a test pattern's) moved by known maps adds four cases.
+  const auto made = tt::test::media_command(
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=160x120:rate=24 -frames:v 12 -c:v libx264 -pix_fmt yuv420p "
+      "'{media}/bench_flow_frames.mp4'");
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  const std::string frames_json = dir / "frames.json";
+  auto framed = run_teletron("bench --suite flow --device cpu --height 96 --width 128 --cpu-workers 1 --flow-frames " +
+                             tt::test::media_dir() + "/bench_flow_frames.mp4 --json " + frames_json + " 2>&1");
+  INFO(framed.output);
+  REQUIRE(framed.exit_code == 0);
+  CHECK_THAT(framed.output, ContainsSubstring("frame two layers (2, 1) / (-6, 3) px"));
+  std::ifstream frames_in(frames_json);
+  const nlohmann::json f = nlohmann::json::parse(frames_in);
+  const nlohmann::json& epe = f["rows"][0]["epe"];
+  REQUIRE(epe.size() == 6);
+  CHECK(epe[2][0] == "frame translation (3.7, -2.1) px");
+  for (size_t k = 2; k < 6; ++k) {
+    INFO(epe[k].dump());
+    const double value = epe[k][1].get<double>();
+    CHECK(std::isfinite(value));
+    CHECK(value < 1.0);  // TV-L1 on a textured frame: tenths of a pixel at most
+  }
+  CHECK(epe[2][1].get<double>() < 0.3);
 }
 
 TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say why they cannot run), writes the "
