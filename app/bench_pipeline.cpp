@@ -240,7 +240,7 @@ BenchStageRow vae_row(const BenchPipelineOptions& o) {
 // use, and LibTorch's pool to that many threads; restores both when it goes.
 class PinnedCores {
  public:
-  explicit PinnedCores(int cores) : threads_(at::get_num_threads()) {
+  explicit PinnedCores(int cores) : threads_(cores) {
     CPU_ZERO(&before_);
     if (sched_getaffinity(0, sizeof(before_), &before_) != 0) return;
     cpu_set_t mine;
@@ -252,11 +252,9 @@ class PinnedCores {
         ++taken;
       }
     pinned_ = sched_setaffinity(0, sizeof(mine), &mine) == 0;
-    at::set_num_threads(cores);
   }
   ~PinnedCores() {
     if (pinned_) sched_setaffinity(0, sizeof(before_), &before_);
-    at::set_num_threads(threads_);
   }
   // Note: the threads that exist already (LibTorch's pool, CUDA's) keep their own affinity; the
   // trainer's data threads, started after this, inherit it.
@@ -264,7 +262,7 @@ class PinnedCores {
   PinnedCores& operator=(const PinnedCores&) = delete;
 
  private:
-  int threads_;
+  TorchThreads threads_;
   cpu_set_t before_;
   bool pinned_ = false;
 };

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "app/bench_folder.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/stream_handoff.h"
@@ -100,11 +101,7 @@ BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
            "--mode: decode-only, sample, gpu or cpu, got ", o.mode);
   // One core per worker in cpu mode (the workers are the parallelism); LibTorch's count comes back
   // however this returns.
-  struct ThreadCount {
-    int before = at::get_num_threads();
-    ~ThreadCount() { at::set_num_threads(before); }
-  } restore;
-  if (o.mode == "cpu") at::set_num_threads(1);
+  const TorchThreads threads(o.mode == "cpu" ? 1 : at::get_num_threads());
   const bool on_gpu = o.mode != "cpu" && resolve_device(o.device, "--device").is_cuda();  // a bad --device: here
   const int workers = std::max(1, o.workers);
   const int64_t tasks = static_cast<int64_t>(o.clips.size()) * std::max(1, o.passes);

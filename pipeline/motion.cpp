@@ -104,15 +104,13 @@ torch::Tensor sample_motion(const torch::Tensor& pixels, const MotionOptions& op
   TT_CHECK(!starts.empty(), ErrorCode::kData, "motion: a sample of ", pixels.size(1),
            " frame(s) has no frame pair");
   torch::NoGradGuard no_grad;
-  std::vector<int64_t> next(starts.size());
-  std::transform(starts.begin(), starts.end(), next.begin(), [](int64_t s) { return s + 1; });
-  const auto at = [&](const std::vector<int64_t>& frames) {
-    const torch::Tensor index = torch::tensor(frames, torch::TensorOptions().dtype(torch::kInt64)).to(pixels.device());
-    // (K, 3, H, W) in [0, 1]
-    return (pixels.index_select(1, index).transpose(0, 1).to(torch::kFloat32) + 1.0) * 0.5;
-  };
-  // One resize for both frames of every pair.
-  const torch::Tensor work = motion_frames(torch::cat({at(starts), at(next)}, 0).clamp_(0.0, 1.0), options.short_side);
+  // The pairs' frames as views of the sample (no index tensor to copy to the device): the K first
+  // frames, then the K second ones, (2K, 3, H, W) in [0, 1], resized together.
+  std::vector<torch::Tensor> frames;
+  for (const int64_t offset : {0, 1})
+    for (const int64_t s : starts) frames.push_back(pixels.select(1, s + offset));
+  const torch::Tensor work =
+      motion_frames(((torch::stack(frames).to(torch::kFloat32) + 1.0) * 0.5).clamp_(0.0, 1.0), options.short_side);
   const int64_t k = static_cast<int64_t>(starts.size());
   return mean_magnitude(flow.flow(work.slice(0, 0, k), work.slice(0, k, 2 * k))).mean();
 }

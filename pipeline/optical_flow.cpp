@@ -238,11 +238,9 @@ torch::Tensor FlowEstimator::raft_flow(const torch::Tensor& first, const torch::
                                     .size(std::vector<int64_t>{height, width})
                                     .mode(torch::kBilinear)
                                     .align_corners(false));
-    const torch::Tensor scale = torch::tensor({static_cast<float>(width) / static_cast<float>(w8),
-                                               static_cast<float>(height) / static_cast<float>(h8)},
-                                              flow.options())
-                                    .view({1, 2, 1, 1});
-    flow = flow * scale;
+    // Per axis, in place (no host tensor to copy to the device).
+    flow.narrow(1, 0, 1).mul_(static_cast<double>(width) / static_cast<double>(w8));
+    flow.narrow(1, 1, 1).mul_(static_cast<double>(height) / static_cast<double>(h8));
   }
   return single ? flow.squeeze(0) : flow;
 }
