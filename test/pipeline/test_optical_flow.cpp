@@ -90,6 +90,18 @@ TEST_CASE("optical flow: the TV-L1 path gives tvl1_flow's flow, on the frames' d
         tt::ErrorCode::kData);
 }
 
+TEST_CASE("optical flow: the default TV-L1 finds a 5-px translation of the multi-scale texture (the nvofa test's pair)",
+          "[flow][tvl1]") {
+  // The pair the GPU test gives NVOFA and then, after the fallback, TV-L1 with these options.
+  const tt::FlowPair pair = translated_pair(240, 320, 5.3, 3.2, 1.0, tt::PairTexture::kRich);
+  tt::FlowOptions options;
+  options.algorithm = "tvl1";
+  tt::FlowEstimator estimator(options, torch::kCPU);
+  const double epe = tt::flow_epe(estimator.flow(pair.i0, pair.i1), pair.flow, 16);
+  INFO("TV-L1 EPE " << epe);
+  CHECK(epe < 0.5);
+}
+
 TEST_CASE(
     "optical flow: RAFT weights load by their keys; frames are fitted to RAFT's sizes and the flow scaled "
     "back",
@@ -162,7 +174,7 @@ TEST_CASE(
   const bool engine = tt::nvofa_available(&why, 0);
   INFO(why);
   CHECK(estimator.algorithm() == (engine ? "nvofa" : "tvl1"));
-  const tt::FlowPair pair = translated_pair(240, 320, 5.3, 3.2);
+  const tt::FlowPair pair = translated_pair(240, 320, 5.3, 3.2, 1.0, tt::PairTexture::kRich);
   const torch::Tensor flow = estimator.flow(pair.i0.cuda(), pair.i1.cuda());
   CHECK(flow.is_cuda());
   const double epe = tt::flow_epe(flow, pair.flow, 16);

@@ -155,13 +155,14 @@ torch::Tensor to_bytes(const torch::Tensor& frames) {
 
 }  // namespace
 
-TEST_CASE("NVOFA finds a 5-px translation of a smooth texture; a batch gives its pairs' flows",
+TEST_CASE("NVOFA finds a 5-px translation of a multi-scale texture; a batch gives its pairs' flows",
           "[flow][nvofa][gpu]") {
   require_nvofa();
   const int64_t h = 240, w = 320;
   const double dx = 5.3, dy = 3.2;
-  const FlowPair moving = translated_pair(h, w, dx, dy);
-  const FlowPair still = translated_pair(h, w, 0.0, 0.0);
+  // The rich texture: a periodic one gives a block matcher shifted copies to lock onto.
+  const FlowPair moving = translated_pair(h, w, dx, dy, 1.0, tt::PairTexture::kRich);
+  const FlowPair still = translated_pair(h, w, 0.0, 0.0, 1.0, tt::PairTexture::kRich);
   const torch::Tensor i0 = moving.i0.cuda(), i1 = moving.i1.cuda();
   tt::NvofaFlow nvofa;
   int64_t grids_run = 0;
@@ -199,7 +200,9 @@ TEST_CASE("NVOFA finds a 5-px translation of a smooth texture; a batch gives its
     CHECK(torch::equal(batch[1], flow));
     const double still_mean = batch[0].abs().mean().item<double>();
     INFO("still pair: mean |flow| " << still_mean << " px");
-    CHECK(still_mean < 0.05);
+    // The engine's vectors on identical frames are not exactly zero: measured on the H200 (2026-12-03)
+    // 0.14 px mean at grid 1 and 0.10 px at grid 4, against 6.2 px for the moving pair beside it.
+    CHECK(still_mean < 0.3);
   }
   CHECK(grids_run > 0);
   CHECK(nvofa.sessions() == grids_run);
@@ -218,7 +221,7 @@ TEST_CASE(
     "[flow][nvofa][gpu]") {
   require_nvofa();
   const int64_t h = 240, w = 320, rounds = 50;
-  const FlowPair pair = translated_pair(h, w, 5.3, 3.2);
+  const FlowPair pair = translated_pair(h, w, 5.3, 3.2, 1.0, tt::PairTexture::kRich);
   const torch::Tensor u0 = to_bytes(pair.i0).cuda(), u1 = to_bytes(pair.i1).cuda();
   const int device = u0.device().index();
   tt::NvofaFlow nvofa;
