@@ -25,7 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char kModelFile[] = "model.safetensors";
+const char kModelFile[] = "model.safetensors";  // unless state.json names another (model_file)
 const char kStateFile[] = "state.safetensors";
 const char kInfoFile[] = "state.json";
 const char kTempPrefix[] = ".tmp_";
@@ -93,6 +93,15 @@ std::optional<nlohmann::json> read_info(const std::string& path) {
   return info;
 }
 
+// The weights file state.json names: only the two names a checkpoint writes (a crafted state.json
+// cannot point the loader elsewhere).
+std::optional<std::string> model_file_of(const nlohmann::json& info) {
+  auto file = info.find("model_file");
+  if (file == info.end()) return std::string(kModelFile);
+  if (file->is_string() && (*file == kModelFile || *file == "lora.safetensors")) return file->get<std::string>();
+  return std::nullopt;
+}
+
 [[noreturn]] void bad_checkpoint(const std::string& folder, const std::string& problem) {
   throw Error(ErrorCode::kCheckpoint, str_cat("checkpoint ", folder, ": ", problem));
 }
@@ -124,10 +133,15 @@ nlohmann::json load_info(const std::string& folder) {
 
 // Writes the three files into `temp` in the order that makes state.json the commit marker.
 void write_folder(const std::string& temp, const Checkpoint& ckpt) {
-  safetensors::save(join_path(temp, kModelFile), ckpt.model, {{"format", "pt"}});
+  TT_ASSERT(ckpt.model_file == kModelFile || ckpt.model_file == "lora.safetensors",
+            "checkpoint weights file must be model.safetensors or lora.safetensors, got ", ckpt.model_file);
+  std::map<std::string, std::string> metadata = ckpt.model_metadata;
+  metadata["format"] = "pt";
+  safetensors::save(join_path(temp, ckpt.model_file), ckpt.model, metadata);
   safetensors::save(join_path(temp, kStateFile), ckpt.state);
   nlohmann::json info = ckpt.info.is_object() ? ckpt.info : nlohmann::json::object();
   info["step"] = ckpt.step;
+  if (ckpt.model_file != kModelFile) info["model_file"] = ckpt.model_file;
   info["complete"] = true;
   write_text_synced(join_path(temp, kInfoFile), info.dump(2) + "\n");
   fsync_path(temp, true);
@@ -187,7 +201,14 @@ Checkpoint load(const std::string& folder) {
   // info round-trips exactly what the caller saved; step and complete are the loader's fields.
   ckpt.info.erase("step");
   ckpt.info.erase("complete");
-  ckpt.model = load_tensors(folder, kModelFile);
+  std::optional<std::string> model_file = model_file_of(ckpt.info);
+  if (!model_file)
+    bad_checkpoint(folder, str_cat(kInfoFile, ": \"model_file\" must be \"model.safetensors\" or \"lora.safetensors\", got ",
+                                   ckpt.info["model_file"].dump()));
+  ckpt.model_file = *model_file;
+  ckpt.info.erase("model_file");
+  ckpt.model = load_tensors(folder, ckpt.model_file.c_str());
+  ckpt.model_metadata = safetensors::read_header(join_path(folder, ckpt.model_file)).metadata;
   ckpt.state = load_tensors(folder, kStateFile);
   return ckpt;
 }
@@ -203,7 +224,9 @@ bool is_complete(const std::string& folder) {
   auto complete = info->find("complete");
   if (complete == info->end() || *complete != true) return false;
   // Headers are cheap to check and catch files damaged after the fact (e.g. truncated by a copy).
-  for (const char* file : {kModelFile, kStateFile}) {
+  std::optional<std::string> model_file = model_file_of(*info);
+  if (!model_file) return false;
+  for (const std::string& file : {*model_file, std::string(kStateFile)}) {
     try {
       safetensors::read_header(join_path(folder, file));
     } catch (const Error&) {

@@ -1,5 +1,5 @@
-// Crash-safe checkpoint folders: run_dir/checkpoints/step_NNNNNNN/{model.safetensors,
-// state.safetensors, state.json}. A checkpoint is written into a temporary sibling folder, every
+// Crash-safe checkpoint folders: run_dir/checkpoints/step_NNNNNNN/{model.safetensors (or
+// lora.safetensors: a LoRA run's adapters), state.safetensors, state.json}. A checkpoint is written into a temporary sibling folder, every
 // file fsynced, then renamed into place, so a kill at any moment leaves earlier checkpoints intact
 // and never a folder that looks complete but is not.
 #pragma once
@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,11 @@ namespace tt::checkpoint {
 struct Checkpoint {
   int64_t step = 0;
   safetensors::TensorMap model;   // weights, diffusers key names
+  /// The weights' file in the folder (state.json records it): "model.safetensors", or
+  /// "lora.safetensors" for the adapters of a LoRA run.
+  std::string model_file = "model.safetensors";
+  /// The weights file's safetensors metadata ({"format": "pt"} is always added).
+  std::map<std::string, std::string> model_metadata;
   safetensors::TensorMap state;   // optimizer moments, RNG states, scaler, ... (tensors)
   nlohmann::json info;            // state.json: step, data position, schedule, config digest, ...
 };

@@ -91,12 +91,14 @@ torch::ScalarType linear_dtype(const torch::Tensor& x) {
 struct LinearGrads {
   torch::Tensor input, weight, bias;
 };
+// weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped.
 LinearGrads linear_backward(const torch::Tensor& grad_out, const torch::Tensor& input, const torch::Tensor& weight,
-                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype) {
+                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype, bool weight_grad) {
   const int64_t in = input.size(-1), out = weight.size(0);
   const torch::Tensor grad = grad_out.to(dtype).reshape({-1, out});
   LinearGrads g;
   g.input = grad.mm(weight.to(dtype)).view(input.sizes());
+  if (!weight_grad) return g;
   g.weight = grad.t().mm(input.to(dtype).reshape({-1, in})).to(weight.scalar_type());
   if (has_bias) g.bias = grad.sum(0).to(bias.scalar_type());
   return g;
@@ -146,7 +148,7 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_a = ctx->saved_data["has_a"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
     const torch::Tensor h = gelu_input(a, u, has_a);  // recomputed
-    const LinearGrads g = linear_backward(grads[0], h, weight, bias, has_bias, dtype);
+    const LinearGrads g = linear_backward(grads[0], h, weight, bias, has_bias, dtype, ctx->needs_input_grad(2));
     const torch::Tensor& grad_h = g.input;
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
@@ -193,7 +195,7 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const auto [m, normed, mean, rstd] = modulated(x, shift, scale);  // recomputed
-    const LinearGrads g = linear_backward(grads[0], m, weight, bias, has_bias, dtype);
+    const LinearGrads g = linear_backward(grads[0], m, weight, bias, has_bias, dtype, ctx->needs_input_grad(3));
     const torch::Tensor grad_m = g.input.to(m.scalar_type());
     // norm_modulate's backward (model/layers.cpp).
     const torch::Tensor grad_shift = grad_m.sum(1).to(shift.scalar_type());

@@ -50,20 +50,19 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivati
   net->push_back(out_);
 }
 
-torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return after_projection(proj_(x)); }
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  return after_projection(lora_linear(proj_, lora_proj, x));
+}
 
 torch::Tensor FeedForwardImpl::forward_modulated(const torch::Tensor& x, const torch::Tensor& shift,
                                                  const torch::Tensor& scale) {
-  return after_projection(fused_kernels_ ? modulate_linear(x, shift, scale, proj_->weight, proj_->bias)
-                                         : proj_(norm_modulate(x, shift, scale)));
+  return after_projection(modulated_linear(proj_, lora_proj, x, shift, scale, fused_kernels_));
 }
 
 torch::Tensor FeedForwardImpl::after_projection(torch::Tensor h) {
   // With fused kernels, the GELU and the down-projection keep only the up-projection's output.
-  if (fused_kernels_ && activation_ == FeedForwardActivation::kGeluTanh)
-    return gelu_linear(torch::Tensor(), h, out_->weight, out_->bias);
-  h = activation_ == FeedForwardActivation::kGeluTanh ? gelu_tanh(h, fused_kernels_) : torch::silu(h);
-  return out_(h);
+  if (activation_ == FeedForwardActivation::kGeluTanh) return gelu_then_linear(out_, lora_out, {}, h, fused_kernels_);
+  return lora_linear(out_, lora_out, torch::silu(h));
 }
 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -82,7 +81,7 @@ ModulationImpl::ModulationImpl(int64_t hidden, int64_t chunks) : chunks_(chunks)
 }
 
 std::vector<torch::Tensor> ModulationImpl::forward(const torch::Tensor& vec) {
-  return linear(torch::silu(vec)).chunk(chunks_, 1);
+  return lora_linear(linear, lora, torch::silu(vec)).chunk(chunks_, 1);
 }
 
 torch::Tensor layer_norm_plain(const torch::Tensor& x) {
@@ -137,6 +136,35 @@ torch::Tensor norm_modulate_reference(const torch::Tensor& x, const torch::Tenso
   return torch::addcmul(shift.unsqueeze(1), layer_norm_plain(x), 1 + scale.unsqueeze(1));
 }
 
+torch::Tensor modulated_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& x,
+                               const torch::Tensor& shift, const torch::Tensor& scale, bool fused) {
+  if (!fused) return lora_linear(base, lora, norm_modulate(x, shift, scale));
+  const torch::Tensor out = modulate_linear(x, shift, scale, base->weight, base->bias);
+  if (!lora) return out;
+  // Dropout needs the modulated input itself; without it the adapters recompute it as the base does.
+  const torch::Tensor down = lora->has_dropout() ? lora->down(norm_modulate(x, shift, scale))
+                                                 : modulate_linear(x, shift, scale, lora->down_weight(), {});
+  return lora->add_up(out, down);
+}
+
+torch::Tensor gelu_then_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& a,
+                               const torch::Tensor& u, bool fused) {
+  if (!fused) {
+    const torch::Tensor g = gelu_tanh(u, false);
+    return lora_linear(base, lora, a.defined() ? torch::cat({a, g}, -1) : g);
+  }
+  const torch::Tensor out = gelu_linear(a, u, base->weight, base->bias);
+  if (!lora) return out;
+  torch::Tensor down;
+  if (lora->has_dropout()) {
+    const torch::Tensor g = gelu_tanh(u, true);
+    down = lora->down(a.defined() ? torch::cat({a, g}, -1) : g);
+  } else {
+    down = gelu_linear(a, u, lora->down_weight(), {});
+  }
+  return lora->add_up(out, down);
+}
+
 AttentionImpl::AttentionImpl(const AttentionOptions& options) : options_(options) {
   const int64_t hidden = options.heads * options.head_dim;
   if (options.input_projection) to_qkv_ = register_module("to_qkv", torch::nn::Linear(hidden, 3 * hidden));
@@ -175,27 +203,23 @@ std::vector<torch::Tensor> AttentionImpl::heads_and_norm(const torch::Tensor& qk
 
 std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x, const RopeTable* rope,
                                                   int64_t rope_tokens) {
-  return heads_and_norm(to_qkv_(x), norm_q_, norm_k_, rope, rope_tokens);
+  return heads_and_norm(lora_linear(to_qkv_, lora_qkv, x), norm_q_, norm_k_, rope, rope_tokens);
 }
 
 std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) {
-  return heads_and_norm(add_qkv_(x), norm_added_q_, norm_added_k_, nullptr, 0);
+  return heads_and_norm(lora_linear(add_qkv_, lora_added_qkv, x), norm_added_q_, norm_added_k_, nullptr, 0);
 }
 
 std::vector<torch::Tensor> AttentionImpl::project_modulated(const torch::Tensor& x, const torch::Tensor& shift,
                                                             const torch::Tensor& scale, const RopeTable* rope,
                                                             int64_t rope_tokens) {
-  const torch::Tensor qkv = options_.fused_kernels
-                                ? modulate_linear(x, shift, scale, to_qkv_->weight, to_qkv_->bias)
-                                : to_qkv_(norm_modulate(x, shift, scale));
+  const torch::Tensor qkv = modulated_linear(to_qkv_, lora_qkv, x, shift, scale, options_.fused_kernels);
   return heads_and_norm(qkv, norm_q_, norm_k_, rope, rope_tokens);
 }
 
 std::vector<torch::Tensor> AttentionImpl::project_added_modulated(const torch::Tensor& x, const torch::Tensor& shift,
                                                                   const torch::Tensor& scale) {
-  const torch::Tensor qkv = options_.fused_kernels
-                                ? modulate_linear(x, shift, scale, add_qkv_->weight, add_qkv_->bias)
-                                : add_qkv_(norm_modulate(x, shift, scale));
+  const torch::Tensor qkv = modulated_linear(add_qkv_, lora_added_qkv, x, shift, scale, options_.fused_kernels);
   return heads_and_norm(qkv, norm_added_q_, norm_added_k_, nullptr, 0);
 }
 
@@ -204,8 +228,10 @@ std::vector<torch::Tensor> AttentionImpl::split_and_normalize(const torch::Tenso
   return heads_and_norm(qkv, norm_q_, norm_k_, rope, rope_tokens);
 }
 
-torch::Tensor AttentionImpl::output(const torch::Tensor& x) { return to_out_(x); }
-torch::Tensor AttentionImpl::output_added(const torch::Tensor& x) { return to_add_out_(x); }
+torch::Tensor AttentionImpl::output(const torch::Tensor& x) { return lora_linear(to_out_, lora_out, x); }
+torch::Tensor AttentionImpl::output_added(const torch::Tensor& x) {
+  return lora_linear(to_add_out_, lora_added_out, x);
+}
 
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                      const torch::Tensor& key_mask) {

@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "model/lora.h"
+
 namespace tt {
 
 struct RopeTable;
@@ -37,6 +39,11 @@ class FeedForwardImpl : public torch::nn::Module {
   /// (modulate_linear, model/fused_ops.h).
   torch::Tensor forward_modulated(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 
+  /// LoRA adapters on net.0.proj and net.2 (model/lora.h); empty: none.
+  LoraAdapter lora_proj{nullptr}, lora_out{nullptr};
+  int64_t dim() const { return proj_->weight.size(1); }
+  int64_t inner() const { return proj_->weight.size(0); }
+
  private:
   torch::Tensor after_projection(torch::Tensor h);
   FeedForwardActivation activation_;
@@ -67,6 +74,7 @@ class ModulationImpl : public torch::nn::Module {
   std::vector<torch::Tensor> forward(const torch::Tensor& vec);  // (B, hidden) -> chunks x (B, hidden)
 
   torch::nn::Linear linear{nullptr};
+  LoraAdapter lora{nullptr};  // on `linear` (model/lora.h); empty: none
 
  private:
   int64_t chunks_;
@@ -83,6 +91,16 @@ torch::Tensor norm_modulate_reference(const torch::Tensor& x, const torch::Tenso
                                       const torch::Tensor& scale);
 /// Affine-free LayerNorm, eps 1e-6, over the last dim.
 torch::Tensor layer_norm_plain(const torch::Tensor& x);
+
+/// base(norm_modulate(x, shift, scale)) with the host's LoRA adapter when there is one; `fused`:
+/// through modulate_linear (model/fused_ops.h), the adapters' input projection too, so that the
+/// modulated input is kept by neither.
+torch::Tensor modulated_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& x,
+                               const torch::Tensor& shift, const torch::Tensor& scale, bool fused);
+/// base(cat(a, gelu_tanh(u))) (a undefined: base(gelu_tanh(u))) with the host's adapter; `fused`:
+/// through gelu_linear (model/fused_ops.h), which keeps only a and u.
+torch::Tensor gelu_then_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& a,
+                               const torch::Tensor& u, bool fused);
 
 struct AttentionOptions {
   int64_t heads = 24;
@@ -128,6 +146,10 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor output_added(const torch::Tensor& x);
 
   const AttentionOptions& options() const { return options_; }
+
+  /// LoRA adapters (model/lora.h) on to_qkv (parts to_q, to_k, to_v), add_qkv_proj, to_out.0 and
+  /// to_add_out; empty: none.
+  LoraAdapter lora_qkv{nullptr}, lora_added_qkv{nullptr}, lora_out{nullptr}, lora_added_out{nullptr};
 
  private:
   std::vector<torch::Tensor> heads_and_norm(const torch::Tensor& qkv, RmsNorm& norm_q, RmsNorm& norm_k,

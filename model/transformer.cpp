@@ -157,14 +157,13 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
                                        const torch::Tensor& vec, const JointKeys& keys,
                                        const RopeTable& rope) {
   auto m = norm_(vec);  // shift, scale, gate
-  auto fused = fused_kernels_ ? modulate_linear(x, m[0], m[1], linear1_->weight, linear1_->bias)
-                              : linear1_(norm_modulate(x, m[0], m[1]));  // (B, N+L, 3*hidden + mlp)
+  // (B, N+L, 3*hidden + mlp)
+  auto fused = modulated_linear(linear1_, lora_linear1, x, m[0], m[1], fused_kernels_);
   // QK-norm on every token, RoPE on the video tokens only.
   auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_), &rope, video_tokens);
   auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);
   // With fused kernels, GELU, concatenation and linear2 keep only attn and the MLP's input (a view).
-  auto out = fused_kernels_ ? gelu_linear(attn, fused.slice(2, 3 * hidden_), proj_out_->weight, proj_out_->bias)
-                            : proj_out_(torch::cat({attn, gelu_tanh(fused.slice(2, 3 * hidden_), false)}, 2));
+  auto out = gelu_then_linear(proj_out_, lora_proj_out, attn, fused.slice(2, 3 * hidden_), fused_kernels_);
   return gated_residual(x, out, m[2], fused_kernels_);
 }
 
@@ -266,6 +265,82 @@ std::map<std::string, torch::Tensor> HunyuanVideoTransformerImpl::diffusers_view
     if (!split) out[name] = tensor;
   }
   return out;
+}
+
+std::vector<HunyuanVideoTransformerImpl::LoraHost> HunyuanVideoTransformerImpl::lora_hosts() {
+  const int64_t hidden = config_.hidden_size(), mlp = config_.mlp_hidden();
+  std::vector<LoraHost> hosts;
+  auto host = [&](const std::string& prefix, int64_t in, std::vector<std::pair<const char*, int64_t>> parts,
+                  LoraAdapter* slot) {
+    LoraHost h;
+    h.in_features = in;
+    for (const auto& [name, rows] : parts) h.parts.push_back({prefix + name, rows});
+    h.slot = slot;
+    hosts.push_back(std::move(h));
+  };
+  for (size_t i = 0; i < double_blocks_.size(); ++i) {
+    DoubleBlockImpl& b = *double_blocks_[i];
+    const std::string p = "transformer_blocks." + std::to_string(i) + ".";
+    host(p, hidden, {{"attn.to_q", hidden}, {"attn.to_k", hidden}, {"attn.to_v", hidden}}, &b.attn_->lora_qkv);
+    host(p, hidden, {{"attn.add_q_proj", hidden}, {"attn.add_k_proj", hidden}, {"attn.add_v_proj", hidden}},
+         &b.attn_->lora_added_qkv);
+    host(p, hidden, {{"attn.to_out.0", hidden}}, &b.attn_->lora_out);
+    host(p, hidden, {{"attn.to_add_out", hidden}}, &b.attn_->lora_added_out);
+    host(p, hidden, {{"ff.net.0.proj", mlp}}, &b.ff_->lora_proj);
+    host(p, mlp, {{"ff.net.2", hidden}}, &b.ff_->lora_out);
+    host(p, hidden, {{"ff_context.net.0.proj", mlp}}, &b.ff_context_->lora_proj);
+    host(p, mlp, {{"ff_context.net.2", hidden}}, &b.ff_context_->lora_out);
+    host(p, hidden, {{"norm1.linear", 6 * hidden}}, &b.norm1_->lora);
+    host(p, hidden, {{"norm1_context.linear", 6 * hidden}}, &b.norm1_context_->lora);
+  }
+  for (size_t i = 0; i < single_blocks_.size(); ++i) {
+    SingleBlockImpl& b = *single_blocks_[i];
+    const std::string p = "single_transformer_blocks." + std::to_string(i) + ".";
+    host(p, hidden, {{"attn.to_q", hidden}, {"attn.to_k", hidden}, {"attn.to_v", hidden}, {"proj_mlp", mlp}},
+         &b.lora_linear1);
+    host(p, hidden + mlp, {{"proj_out", hidden}}, &b.lora_proj_out);
+    host(p, hidden, {{"norm.linear", 3 * hidden}}, &b.norm_->lora);
+  }
+  return hosts;
+}
+
+LoraSet HunyuanVideoTransformerImpl::attach_lora(const LoraOptions& options) {
+  TT_CHECK_HINT(options.rank > 0, ErrorCode::kConfig, "set tele_tron.model.lora.rank to e.g. 32",
+                "tele_tron.model.lora.rank must be > 0, got ", options.rank);
+  LoraSet set;
+  set.options = options;
+  if (set.options.targets.empty()) set.options.targets = default_lora_targets();
+  std::vector<LoraHost> hosts = lora_hosts();
+  for (const LoraHost& h : hosts) TT_ASSERT(!*h.slot, "attach_lora called twice");
+  for (const std::string& target : set.options.targets) {
+    bool found = false;
+    for (const LoraHost& h : hosts)
+      for (const LoraPart& part : h.parts) found = found || lora_target_matches({target}, part.module);
+    TT_CHECK_HINT(found, ErrorCode::kConfig,
+                  "name a Linear of the double or single blocks by its diffusers name or suffix: to_q, to_k, to_v, "
+                  "to_out.0, add_q_proj, add_k_proj, add_v_proj, to_add_out, ff.net.0.proj, ff.net.2, "
+                  "ff_context.net.0.proj, ff_context.net.2, norm1.linear, norm1_context.linear (double blocks); "
+                  "to_q, to_k, to_v, proj_mlp, proj_out, norm.linear (single blocks); or a regular expression "
+                  "matching the whole name, e.g. single_transformer_blocks\\.[0-9]+\\.proj_out",
+                  "tele_tron.model.lora.targets: '", target, "' names no module that takes a LoRA adapter");
+  }
+  const torch::Device device = patch_embed_->weight.device();
+  for (LoraHost& h : hosts) {
+    std::vector<bool> adapted;
+    bool any = false;
+    for (const LoraPart& part : h.parts) {
+      adapted.push_back(lora_target_matches(set.options.targets, part.module));
+      any = any || adapted.back();
+    }
+    if (!any) continue;
+    LoraAdapter adapter(h.in_features, h.parts, adapted, set.options);
+    adapter->to(device, torch::kFloat32);
+    adapter->train(is_training());
+    *h.slot = adapter;
+    set.adapters.push_back(adapter);
+  }
+  for (auto& parameter : parameters()) parameter.set_requires_grad(false);
+  return set;
 }
 
 torch::Tensor HunyuanVideoTransformerImpl::condition_vector(const TransformerInputs& in) {

@@ -58,6 +58,8 @@ struct JointKeys {
 
 /// Double-stream block: separate weights for video and text tokens, joint attention.
 class DoubleBlockImpl : public torch::nn::Module {
+  friend class HunyuanVideoTransformerImpl;  // lora_hosts()
+
  public:
   /// fused_kernels: on CUDA, gated residuals, QK RMSNorm + RoPE and GELU-tanh through the fused
   /// kernels (model/fused_ops.h).
@@ -85,7 +87,12 @@ class SingleBlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, int64_t video_tokens, const torch::Tensor& vec,
                         const JointKeys& keys, const RopeTable& rope);
 
+  /// LoRA adapters (model/lora.h) on linear1 (parts attn.to_q, attn.to_k, attn.to_v, proj_mlp) and
+  /// proj_out (linear2); empty: none.
+  LoraAdapter lora_linear1{nullptr}, lora_proj_out{nullptr};
+
  private:
+  friend class HunyuanVideoTransformerImpl;  // lora_hosts()
   Attention attn_{nullptr};
   Modulation norm_{nullptr};  // (shift, scale, gate)
   torch::nn::Linear linear1_{nullptr}, proj_out_{nullptr};
@@ -125,6 +132,12 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   /// The parameters' .grad() under the same names (undefined where there is none yet).
   std::map<std::string, torch::Tensor> diffusers_gradients();
 
+  /// Attaches LoRA adapters to every Linear of the double and single blocks that `options.targets`
+  /// names (model/lora.h), freezes every base parameter (requires_grad false) and returns the
+  /// adapters, created on the model's device in fp32. A target that names no module of these
+  /// blocks is a kConfig error listing the modules that can take one. Call once.
+  LoraSet attach_lora(const LoraOptions& options);
+
   /// Recompute every n-th block (double and single, counted together) in backward instead of
   /// keeping its activations; 0 = off.
   void set_activation_checkpointing(int64_t every_n) { checkpoint_every_n_ = every_n; }
@@ -135,6 +148,13 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
  private:
   torch::Tensor condition_vector(const TransformerInputs& inputs);
   std::map<std::string, torch::Tensor> diffusers_view(bool gradients);
+  /// A Linear that can take a LoRA adapter: its diffusers parts and the slot the adapter goes in.
+  struct LoraHost {
+    int64_t in_features = 0;
+    std::vector<LoraPart> parts;
+    LoraAdapter* slot = nullptr;
+  };
+  std::vector<LoraHost> lora_hosts();
 
   HunyuanVideoConfig config_;
   torch::nn::Conv3d patch_embed_{nullptr};  // x_embedder.proj

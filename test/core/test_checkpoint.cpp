@@ -94,6 +94,33 @@ TEST_CASE("checkpoint round-trips model, state and info", "[checkpoint]") {
   check_same(loaded.state, saved.state);
 }
 
+TEST_CASE("checkpoint weights may be a LoRA run's lora.safetensors, with metadata; state.json names no other file",
+          "[checkpoint]") {
+  tt::test::TempDir dir;
+  ckpt::Checkpoint saved = make_checkpoint(40, 1);
+  saved.model_file = "lora.safetensors";
+  saved.model_metadata = {{"lora_adapter_metadata", "{\"transformer.r\": 4}"}};
+  const std::string folder = ckpt::save(dir.path(), saved);
+  CHECK(fs::is_regular_file(folder + "/lora.safetensors"));
+  CHECK_FALSE(fs::exists(folder + "/model.safetensors"));
+  CHECK(ckpt::is_complete(folder));
+  const ckpt::Checkpoint loaded = ckpt::load(folder);
+  CHECK(loaded.model_file == "lora.safetensors");
+  CHECK(loaded.model_metadata.at("lora_adapter_metadata") == "{\"transformer.r\": 4}");
+  CHECK(loaded.model_metadata.at("format") == "pt");
+  CHECK(loaded.info == saved.info);  // model_file is the loader's field, as step is
+  check_same(loaded.model, saved.model);
+
+  // A crafted state.json cannot point the loader at another file.
+  nlohmann::json info = nlohmann::json::parse(tt::test::read_file(folder + "/state.json"));
+  info["model_file"] = "../../etc/passwd";
+  tt::test::write_file(folder + "/state.json", info.dump());
+  CHECK_FALSE(ckpt::is_complete(folder));
+  const tt::Error error = tt::test::expect_error([&] { ckpt::load(folder); });
+  CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+  CHECK(contains(error.what(), "model_file"));
+}
+
 TEST_CASE("checkpoint save replaces an existing folder of the same step", "[checkpoint]") {
   tt::test::TempDir dir;
   ckpt::save(dir.path(), make_checkpoint(7, 1));
