@@ -202,6 +202,7 @@ class Loader {
   bool read_bool(const Item& item, bool* out);
   bool read_string(const Item& item, const ConfigField& field, std::string* out);
   bool read_int_list(const Item& item, const ConfigField& field, std::vector<int64_t>* out);
+  bool read_string_list(const Item& item, const ConfigField& field, std::vector<std::string>* out);
   bool read_batch_size(const Item& item, Config* config);
   bool read_checkpointing(const Item& item, int64_t* every_n);
   bool read_betas(const Item& item, const ConfigField& field, OptimizerSection* optimizer);
@@ -357,6 +358,8 @@ bool Loader::read_value(const ConfigField& field, const Item& item, void* at) {
       if (!read_int_list(item, field, &value)) return false;
       return *out = value, true;
     }
+    case ConfigKind::kStringList:
+      return read_string_list(item, field, static_cast<std::vector<std::string>*>(at));
   }
   return false;
 }
@@ -416,6 +419,23 @@ bool Loader::read_int_list(const Item& item, const ConfigField& field, std::vect
       ok = false;
     } else if (values[i] % 2 != 0) {
       ok = fail(entry, str_cat("must be even, got ", values[i]));
+    }
+  }
+  if (ok) *out = values;
+  return ok;
+}
+
+bool Loader::read_string_list(const Item& item, const ConfigField& field, std::vector<std::string>* out) {
+  if (item.value.IsNull()) return out->clear(), true;
+  if (!item.value.IsSequence()) return fail(item, "expected a list of names, e.g. [to_q, to_k], got " + describe(item.value));
+  bool ok = true;
+  std::vector<std::string> values(item.value.size());
+  for (size_t i = 0; i < item.value.size(); ++i) {
+    Item entry{str_cat(item.path, "[", i, "]"), item.key, item.value[i]};
+    if (!read_string(entry, field, &values[i])) {
+      ok = false;
+    } else if (values[i].empty()) {
+      ok = fail(entry, "must not be empty");
     }
   }
   if (ok) *out = values;

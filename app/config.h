@@ -27,6 +27,13 @@ struct ModelSection {
   int64_t activation_checkpointing_every_n = 0;  // false -> 0, true -> 1, {every_n: k} -> k
   bool fused_kernels = false;  // HunyuanVideoConfig::fused_kernels
   bool segment_attention = false;  // HunyuanVideoConfig::segment_attention
+  // LoRA (model/lora.h): rank 0 = off, the whole model trains.
+  int64_t lora_rank = 0;
+  double lora_alpha = 0.0;  // 0 = rank
+  double lora_dropout = 0.0;
+  std::vector<std::string> lora_targets;  // empty = default_lora_targets()
+  std::string lora_init = "kaiming";      // kaiming | gaussian
+  std::optional<std::string> lora_weights;  // a LoRA file to start from (model/lora_io.h's layouts)
 
   bool operator==(const ModelSection&) const = default;
 };

@@ -101,6 +101,11 @@ std::string value_text(const ConfigField& field, Config& config) {
       auto& v = *static_cast<std::optional<std::vector<int64_t>>*>(at);
       return v ? int_list_text(*v) : "null";
     }
+    case ConfigKind::kStringList: {
+      std::vector<std::string> parts;
+      for (const std::string& v : *static_cast<std::vector<std::string>*>(at)) parts.push_back(quote_if_needed(v));
+      return "[" + join(parts, ", ") + "]";
+    }
   }
   return "null";
 }

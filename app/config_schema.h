@@ -26,6 +26,7 @@ enum class ConfigKind {
   kOptBool,
   kOptString,
   kOptIntList,     // model.rope_axes_dim: null or a list of `list_size` integers
+  kStringList,     // a list of strings, possibly empty (model.lora.targets)
   kBatchSize,      // an integer >= 1 or `dynamic`
   kCheckpointing,  // false | true | {every_n: k}
   kBetas,          // [beta1, beta2]

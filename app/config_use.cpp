@@ -167,6 +167,8 @@ std::string type_text(const ConfigField& field) {
       return field.choices ? "choice or null" : "string or null";
     case ConfigKind::kOptIntList:
       return str_cat("list of ", field.list_size, " integers, or null");
+    case ConfigKind::kStringList:
+      return "list of strings";
     case ConfigKind::kBatchSize:
       return "integer or dynamic";
     case ConfigKind::kCheckpointing:

@@ -44,6 +44,16 @@ FlowMatchingOptions flow_matching_options_from(const FlowMatchingSection& sectio
   return options;
 }
 
+LoraOptions lora_options_from(const ModelSection& section) {
+  LoraOptions options;
+  options.rank = section.lora_rank;
+  options.alpha = section.lora_alpha;
+  options.dropout = section.lora_dropout;
+  options.targets = section.lora_targets;
+  options.init = section.lora_init;
+  return options;
+}
+
 AdamWOptions adamw_options_from(const OptimizerSection& section) {
   AdamWOptions options;
   options.lr = section.lr;

@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "model/flow_matching.h"
 #include "model/hunyuan_config.h"
+#include "model/lora.h"
 
 namespace tt {
 
@@ -14,6 +15,8 @@ namespace tt {
 HunyuanVideoConfig model_config_from(const ModelSection& model);
 FlowMatchingOptions flow_matching_options_from(const FlowMatchingSection& section);
 AdamWOptions adamw_options_from(const OptimizerSection& section);
+/// model.lora.* -> LoraOptions (rank 0: no LoRA).
+LoraOptions lora_options_from(const ModelSection& section);
 /// train.expandable_segments and train.memory_cap.
 AllocatorOptions allocator_options_from(const TrainSection& section);
 

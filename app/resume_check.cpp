@@ -74,6 +74,7 @@ struct Part {
 };
 const Part kParts[] = {
     {"model", "the model"},
+    {"model.lora", "the LoRA adapters (their modules, shapes and scale)"},
     {"vae", "the latents the VAE makes"},
     {"data", "the sample sequence"},
     {"data_pipeline", "the sample sequence"},

@@ -92,9 +92,24 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   model_->train();
   model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
   std::vector<std::string> names;
-  for (const auto& item : model_->named_parameters()) {
-    names.push_back(item.key());
-    params_.push_back(item.value());
+  if (config_.model.lora_rank > 0) {
+    TT_CHECK_HINT(!bf16_master_, ErrorCode::kConfig,
+                  "set mixed_precision.master_weights: fp32 (with LoRA the frozen base is kept in the autocast "
+                  "dtype anyway, and the adapters train in fp32)",
+                  "tele_tron.model.lora with mixed_precision.master_weights: bf16");
+    // The frozen base in the autocast dtype (no fp32 copy, no gradients, no optimizer state); fp32
+    // where the step runs in fp32 (the CPU).
+    if (autocast_) model_->to(autocast_dtype_);
+    lora_ = model_->attach_lora(lora_options_from(config_.model));
+    for (const auto& [name, tensor] : lora_->named_parameters()) {
+      names.push_back(name);
+      params_.push_back(tensor);
+    }
+  } else {
+    for (const auto& item : model_->named_parameters()) {
+      names.push_back(item.key());
+      params_.push_back(item.value());
+    }
   }
   // bf16 weights take their fp32 update rounded stochastically, keyed by (seed, parameter, step).
   optimizer_ = std::make_unique<AdamW>(params_, names, adamw_options_from(config_.optimizer),
@@ -175,6 +190,14 @@ void Trainer::announce() const {
   announce_allocator();
   spdlog::info("model: HunyuanVideo from {}, {} parameters ({:.3f} B); {}", model_origin_,
                model_->parameter_count(), model_->parameter_count() / 1e9, describe_hunyuan_config(model_config_));
+  if (lora_) {
+    const LoraOptions& o = lora_->options;
+    spdlog::info("LoRA: rank {}, alpha {:g} (scale {:g}), dropout {:g}, {} init; {} modules, {} trainable parameters "
+                 "({:.2f} % of the model), the base frozen in {}", o.rank, o.alpha > 0 ? o.alpha : double(o.rank),
+                 o.scale(), o.dropout, o.init, lora_->modules().size(), lora_->parameter_count(),
+                 100.0 * double(lora_->parameter_count()) / double(model_->parameter_count()),
+                 autocast_ ? c10::toString(autocast_dtype_) : "fp32");
+  }
   const auto& shape = dataset_->latent_shape();
   spdlog::info("data: {} ({} samples, latents [{}, {}, {}, {}], {} text tokens)", dataset_->describe(),
                dataset_->size(), shape[0], shape[1], shape[2], shape[3], dataset_->text_length());
@@ -348,6 +371,11 @@ void Trainer::end_step() {
 void Trainer::train_step() {
   // The learning rate goes into its device tensor before the step (a captured step reads it there).
   optimizer_->set_lr(learning_rate_at(config_.optimizer, step_, config_.train.max_steps));
+  // LoRA dropout draws from LibTorch's default generators, the only draws inside a step (the noise
+  // is keyed by sample): seeded by (train.seed, step) so a resumed run draws the same masks. A
+  // replayed CUDA graph reads the generator's seed and offset at each replay.
+  if (lora_ && lora_->options.dropout > 0)
+    torch::manual_seed(static_cast<uint64_t>(config_.train.seed) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step_));
   if (dynamic_) {
     dynamic_step();
     return;
@@ -584,11 +612,16 @@ void Trainer::check_finite(int64_t first_step, int64_t last_step) {
   // The first parameter whose gradient is still non-finite (the last step's; a host read per
   // parameter, on this error path only).
   std::string culprit = "none in the last step (the loss itself, or the steps after it were clean)";
-  const auto names = model_->named_parameters();
-  for (const auto& item : names) {
-    const torch::Tensor& grad = item.value().grad();
+  std::vector<std::pair<std::string, torch::Tensor>> trained;
+  if (lora_) {
+    trained = lora_->named_parameters();
+  } else {
+    for (const auto& item : model_->named_parameters()) trained.emplace_back(item.key(), item.value());
+  }
+  for (const auto& [name, tensor] : trained) {
+    const torch::Tensor& grad = tensor.grad();
     if (grad.defined() && !torch::isfinite(grad).all().item<bool>()) {
-      culprit = item.key();
+      culprit = name;
       break;
     }
   }
@@ -616,7 +649,7 @@ void Trainer::run() {
   const fs::path checkpoints = run_dir_ / "checkpoints";
   if (resume_folder_) {
     resume_from(*resume_folder_);
-    initial_weights_.reset();  // the checkpoint's weights win
+    if (!lora_) initial_weights_.reset();  // the checkpoint's weights win (a LoRA checkpoint holds the adapters only)
   } else if (resume_.empty()) {
     TT_CHECK_HINT(!checkpoint::find_latest(checkpoints.string()).has_value(), ErrorCode::kCheckpoint,
                   "pass --resume auto to continue that run, or --output DIR for a new one",
@@ -625,6 +658,15 @@ void Trainer::run() {
   if (initial_weights_) {
     load_weights(*initial_weights_, model_->diffusers_parameters());
     spdlog::info("initial weights: {}", initial_weights_->description);
+  }
+  if (lora_ && config_.model.lora_weights && !resume_folder_) {
+    const std::string& path = *config_.model.lora_weights;
+    const LoraFile file = read_lora_file(path, model_config_.hidden_size());
+    const std::vector<std::string> missing = load_lora_into(*lora_, file, "tele_tron.model.lora.weights " + path);
+    spdlog::info("LoRA: {} adapters from {} ({} layout){}", file.modules.size(), path, file.format,
+                 missing.empty() ? std::string()
+                                 : str_cat("; ", missing.size(), " adapted module(s) it lacks start from B = 0, the "
+                                           "first ", missing.front()));
   }
   const bool video = config_.data.source == "video";
   const int64_t ahead = video ? config_.data_pipeline.prefetch : config_.data.prefetch;

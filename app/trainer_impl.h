@@ -30,6 +30,7 @@
 #include "core/profiler.h"
 #include "core/step_graph.h"
 #include "model/flow_matching.h"
+#include "model/lora_io.h"
 #include "model/transformer.h"
 #include "model/weight_io.h"
 #include "model/weights.h"
@@ -161,6 +162,7 @@ class Trainer {
   std::string model_origin_;
   std::optional<WeightSource> initial_weights_;
   HunyuanVideoTransformer model_{nullptr};
+  std::optional<LoraSet> lora_;  // model.lora.rank > 0: the adapters, the only trained tensors
   std::vector<torch::Tensor> params_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LossScaler> scaler_;  // fp16: dynamic loss scaling; otherwise non-finite detection only
