@@ -17,6 +17,7 @@
 #include "app/bench_video.h"
 #include "app/config.h"
 #include "app/config_schema.h"
+#include "app/export.h"
 #include "app/model_check.h"
 #include "app/options.h"
 #include "app/preprocess.h"
@@ -420,6 +421,19 @@ int run_cli(int argc, char** argv) {
   check_cmd->add_option("--dtype", check.options.dtype, "fp32, or bf16 autocast (CUDA)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
 
+  ExportOptions export_options;
+  auto* export_cmd = app.add_subcommand(
+      "export", "A checkpoint as a diffusers model folder, or a LoRA checkpoint as pytorch_lora_weights.safetensors");
+  export_cmd->add_option("source", export_options.source, "Checkpoint folder, or a run folder (its newest checkpoint)")
+      ->required();
+  export_cmd->add_option("--output", export_options.output, "Folder to write")->required();
+  export_cmd->add_option("--dtype", export_options.dtype, "dtype of the written tensors")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  export_cmd->add_flag("--merge-lora", export_options.merge_lora,
+                       "LoRA checkpoints: merge W + (alpha/r) B A into the run's model.weights and write a model folder");
+  export_cmd->add_option("--max-shard-size", export_options.max_shard_bytes, "Model folders: bytes per shard")
+      ->check(CLI::PositiveNumber);
+
   ProbeOptions probe;
   auto* probe_cmd = app.add_subcommand(
       "probe", "What the data pipeline sees in one video: streams, codec, size, rotation, colour, frames, decode path");
@@ -535,6 +549,10 @@ int run_cli(int argc, char** argv) {
   if (synth_cmd->parsed()) return run_synth(synth);
   if (bench_cmd->parsed()) return run_bench_command(bench);
   if (check_cmd->parsed()) return run_model_check_command(check);
+  if (export_cmd->parsed()) {
+    run_export(export_options);
+    return 0;
+  }
   if (validate_cmd->parsed()) return run_validate_data(validate);
   if (bench_vae_cmd->parsed()) {
     run_bench_vae(bench_vae);

@@ -223,7 +223,8 @@ int64_t BlockGraphs::captured(const std::string& key) const {
 }
 
 std::vector<torch::Tensor> BlockGraphs::run(int64_t index, const Function& block,
-                                            const std::vector<torch::Tensor>& inputs, const torch::nn::Module& module) {
+                                            const std::vector<torch::Tensor>& inputs,
+                                            const std::vector<torch::Tensor>& params) {
   if (mode_ == Mode::kOff || !torch::GradMode::is_enabled() || !failure_.empty()) return block(inputs);
   std::shared_ptr<Graph> graph;
   if (auto found = graphs_.find({key_, index}); found != graphs_.end()) graph = found->second;
@@ -231,7 +232,7 @@ std::vector<torch::Tensor> BlockGraphs::run(int64_t index, const Function& block
     // A replaying step meets a block it has no graph for only if the model ran other blocks than
     // when it was captured: that block runs eagerly.
     if (mode_ != Mode::kCapture) return block(inputs);
-    graph = capture(index, block, inputs, module.parameters());
+    graph = capture(index, block, inputs, params);
     if (!graph) return block(inputs);  // the capture failed (failure_ says why): eagerly, as the rest
     graphs_[{key_, index}] = graph;
   }

@@ -70,8 +70,10 @@ class BlockGraphs {
   /// at its capture): eagerly when inactive or without grad mode (evaluation), else captured or
   /// replayed as the step's mode says. After a failed capture in this step the remaining blocks
   /// run eagerly.
+  /// `params`: every tensor the block's backward must give a gradient (its parameters, and LoRA
+  /// adapters, which are no submodules); those that require none are left out.
   std::vector<torch::Tensor> run(int64_t index, const Function& block, const std::vector<torch::Tensor>& inputs,
-                                 const torch::nn::Module& module);
+                                 const std::vector<torch::Tensor>& params);
 
   /// Blocks with graphs for `key`.
   int64_t captured(const std::string& key) const;

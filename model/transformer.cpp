@@ -267,6 +267,29 @@ std::map<std::string, torch::Tensor> HunyuanVideoTransformerImpl::diffusers_view
   return out;
 }
 
+namespace {
+
+std::vector<torch::Tensor> with_adapters(std::vector<torch::Tensor> tensors,
+                                         std::initializer_list<const LoraAdapter*> adapters) {
+  for (const LoraAdapter* adapter : adapters)
+    if (*adapter)
+      for (const auto& p : (*adapter)->parameters()) tensors.push_back(p);
+  return tensors;
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> DoubleBlockImpl::graph_tensors() {
+  return with_adapters(parameters(),
+                       {&attn_->lora_qkv, &attn_->lora_added_qkv, &attn_->lora_out, &attn_->lora_added_out,
+                        &ff_->lora_proj, &ff_->lora_out, &ff_context_->lora_proj, &ff_context_->lora_out,
+                        &norm1_->lora, &norm1_context_->lora});
+}
+
+std::vector<torch::Tensor> SingleBlockImpl::graph_tensors() {
+  return with_adapters(parameters(), {&lora_linear1, &lora_proj_out, &norm_->lora});
+}
+
 std::vector<HunyuanVideoTransformerImpl::LoraHost> HunyuanVideoTransformerImpl::lora_hosts() {
   const int64_t hidden = config_.hidden_size(), mlp = config_.mlp_hidden();
   std::vector<LoraHost> hosts;
@@ -417,7 +440,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
         return std::vector<torch::Tensor>{result.first, result.second};
       };
       auto outputs = recompute ? checkpointed(fn, with_keys({video, text, vec}))
-                               : block_graphs_->run(index, fn, with_keys({video, text, vec}), *block);
+                               : block_graphs_->run(index, fn, with_keys({video, text, vec}), block->graph_tensors());
       video = outputs[0];
       text = outputs[1];
     } else {
@@ -433,7 +456,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
         return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
       };
       joint = recompute ? checkpointed(fn, with_keys({joint, vec}))[0]
-                        : block_graphs_->run(index, fn, with_keys({joint, vec}), *block)[0];
+                        : block_graphs_->run(index, fn, with_keys({joint, vec}), block->graph_tensors())[0];
     } else {
       joint = block(joint, n, vec, keys, rope);
     }

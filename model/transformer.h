@@ -69,6 +69,8 @@ class DoubleBlockImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& video, const torch::Tensor& text,
                                                   const torch::Tensor& vec, const JointKeys& keys,
                                                   const RopeTable& rope);
+  /// Its parameters and its LoRA adapters' (no submodules): what a block graph differentiates.
+  std::vector<torch::Tensor> graph_tensors();
 
  private:
   Modulation norm1_{nullptr}, norm1_context_{nullptr};  // 6 chunks each
@@ -90,6 +92,8 @@ class SingleBlockImpl : public torch::nn::Module {
   /// LoRA adapters (model/lora.h) on linear1 (parts attn.to_q, attn.to_k, attn.to_v, proj_mlp) and
   /// proj_out (linear2); empty: none.
   LoraAdapter lora_linear1{nullptr}, lora_proj_out{nullptr};
+  /// Its parameters and its LoRA adapters' (no submodules): what a block graph differentiates.
+  std::vector<torch::Tensor> graph_tensors();
 
  private:
   friend class HunyuanVideoTransformerImpl;  // lora_hosts()
