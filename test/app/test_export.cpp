@@ -111,3 +111,34 @@ TEST_CASE(
   // A module without an adapter is the base's.
   CHECK(torch::equal(merged_weights.at("proj_out.weight"), base_weights.at("proj_out.weight")));
 }
+
+TEST_CASE("export loads in diffusers: from_pretrained's forward equals teletron's; load_lora_adapter of the LoRA "
+          "export equals the merged export",
+          "[export][diffusers]") {
+  // diffusers, peft and safetensors are pip packages the build does not need: without them this
+  // check says so and skips (the GPU machine's script carries the wheels).
+  if (tt::test::run_command("python3 -c 'import diffusers, peft, safetensors' 2>&1").exit_code != 0)
+    SKIP("python3 lacks diffusers, peft or safetensors (pip install diffusers peft): not checked here");
+  Workspace ws(4);
+  ws.train("base", "--max-steps 20");
+  const std::string base_dir = ws.dir / "base_export";
+  REQUIRE(run_teletron("export " + (ws.dir / "base") + " --output " + base_dir + " --dtype fp32").exit_code == 0);
+  const std::string script = std::string(TELETRON_SOURCE_DIR) + "/scripts/check_export_diffusers.py";
+  auto full = tt::test::run_command("python3 " + script + " --teletron " + TELETRON_BINARY + " --model " + base_dir +
+                                    " 2>&1");
+  INFO(full.output);
+  CHECK(full.exit_code == 0);
+  CHECK_THAT(full.output, ContainsSubstring("from_pretrained(export)"));
+
+  ws.train("lora", "--max-steps 3 --set model.weights=" + (ws.dir / "base/checkpoints/step_0000020/model.safetensors") +
+                       " --set model.lora.rank=2 --set model.lora.alpha=6 --set optimizer.lr=1.0e-2");
+  const std::string lora_dir = ws.dir / "lora_export", merged_dir = ws.dir / "merged_export";
+  REQUIRE(run_teletron("export " + (ws.dir / "lora") + " --output " + lora_dir + " --dtype fp32").exit_code == 0);
+  REQUIRE(run_teletron("export " + (ws.dir / "lora") + " --output " + merged_dir + " --dtype fp32 --merge-lora")
+              .exit_code == 0);
+  auto lora = tt::test::run_command("python3 " + script + " --teletron " + TELETRON_BINARY + " --model " + merged_dir +
+                                    " --base " + base_dir + " --lora " + lora_dir + " 2>&1");
+  INFO(lora.output);
+  CHECK(lora.exit_code == 0);
+  CHECK_THAT(lora.output, ContainsSubstring("load_lora_adapter(export)"));
+}
