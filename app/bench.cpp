@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "model/flops.h"
+#include "model/lora.h"
 #include "model/text_padding.h"
 #include "model/transformer.h"
 
@@ -97,6 +98,15 @@ void run_bench(const BenchOptions& options) {
     for (auto& p : model->parameters()) p.normal_(0.0, 0.02);
   }
   model->to(device);
+  // model.lora: as training runs it, the base frozen in the autocast dtype and only the adapters
+  // trained (their B random here, so the timed graph is the trained one).
+  std::optional<LoraSet> lora;
+  if (o.config.model.lora_rank > 0) {
+    if (autocast) model->to(half);
+    lora = model->attach_lora(lora_options_from(o.config.model));
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, tensor] : lora->named_parameters()) tensor.normal_(0.0, 0.02);
+  }
   auto fp32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   TransformerInputs in;
   in.hidden_states = torch::randn({o.batch, mc.in_channels, lt, lh, lw}, fp32);
@@ -115,9 +125,17 @@ void run_bench(const BenchOptions& options) {
   if (mc.guidance_embeds) in.guidance = torch::full({o.batch}, 1000.0, fp32);
   auto target = torch::randn_like(in.hidden_states);
 
-  std::vector<torch::Tensor> params = model->parameters();
+  std::vector<torch::Tensor> params;
   std::vector<std::string> names;
-  for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  if (lora) {
+    for (const auto& [name, tensor] : lora->named_parameters()) {
+      names.push_back(name);
+      params.push_back(tensor);
+    }
+  } else {
+    params = model->parameters();
+    for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  }
   AdamW optimizer(params, names, adamw_options_from(o.config.optimizer));
 
   auto forward_backward = [&] {
@@ -142,6 +160,9 @@ void run_bench(const BenchOptions& options) {
                describe_device(device), autocast ? str_cat(o.config.mixed_precision.dtype, " autocast, fp32 master weights") : "fp32",
                o.batch, mc.in_channels, lt, lh, lw, video_tokens, o.text_tokens, o.text_valid);
   spdlog::info("model: {:.1f} M parameters; {}", model->parameter_count() / 1e6, describe_hunyuan_config(mc));
+  if (lora)
+    spdlog::info("LoRA: rank {}, {} modules, {:.1f} M trainable parameters; the base frozen{}", lora->options.rank,
+                 lora->modules().size(), lora->parameter_count() / 1e6, autocast ? " in the autocast dtype" : "");
   const double matmul_rate = measure_matmul_rate(device, half);
   const GpuMemory before = gpu_memory(device);  // parameters, inputs, target
   reset_peak_memory(device);
@@ -153,7 +174,8 @@ void run_bench(const BenchOptions& options) {
   // activations saved for backward and its scratch. The rest counts every gradient as held at the
   // peak, so it is a lower bound where the peak comes before backward has made them all.
   const GpuMemory after = gpu_memory(device);
-  const int64_t param_bytes = bytes_of(params, false), grad_bytes = bytes_of(params, true);
+  const int64_t param_bytes = bytes_of(params, false) + (lora ? bytes_of(model->parameters(), false) : 0);
+  const int64_t grad_bytes = bytes_of(params, true);
   const int64_t copy_bytes = autocast ? autocast_copy_bytes(*model) : 0;
   const int64_t activation_bytes = after.known ? after.peak - after.allocated - copy_bytes : 0;
   const int64_t input_bytes = before.known ? before.allocated - param_bytes : 0;
@@ -172,8 +194,13 @@ void run_bench(const BenchOptions& options) {
             << 100.0 * flops.attention / flops.forward << " %) |\n";
   std::cout << "| forward+backward | " << fwd_bwd_s * 1e3 << " ms |\n";
   std::cout << "| video tokens/s (fwd+bwd) | " << tokens / fwd_bwd_s << " |\n";
-  std::cout << "| MFU fwd+bwd vs measured matmul | " << 100.0 * mfu(fwd_bwd_s, matmul_rate) << " % |\n";
-  std::cout << "| MFU fwd+bwd vs 989 TFLOP/s | " << 100.0 * mfu(fwd_bwd_s, kDatasheetBf16) << " % |\n";
+  if (lora) {
+    // The frozen base skips its weight-gradient GEMMs: the full model's training FLOPs overstate it.
+    std::cout << "| MFU | not given with LoRA (the frozen base skips its weight gradients) |\n";
+  } else {
+    std::cout << "| MFU fwd+bwd vs measured matmul | " << 100.0 * mfu(fwd_bwd_s, matmul_rate) << " % |\n";
+    std::cout << "| MFU fwd+bwd vs 989 TFLOP/s | " << 100.0 * mfu(fwd_bwd_s, kDatasheetBf16) << " % |\n";
+  }
   std::cout << "| peak memory fwd+bwd | " << fwd_bwd_peak << " GiB |\n";
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   if (after.known) {
@@ -188,7 +215,7 @@ void run_bench(const BenchOptions& options) {
   }
   if (o.optimizer) {
     std::cout << "| full step (fwd+bwd+clip+AdamW) | " << step_s * 1e3 << " ms |\n";
-    std::cout << "| MFU full step vs measured matmul | " << 100.0 * mfu(step_s, matmul_rate) << " % |\n";
+    if (!lora) std::cout << "| MFU full step vs measured matmul | " << 100.0 * mfu(step_s, matmul_rate) << " % |\n";
     std::cout << "| peak memory full step | " << peak << " GiB |\n";
   }
   if (!o.json_path.empty()) {
@@ -203,8 +230,10 @@ void run_bench(const BenchOptions& options) {
                           {"step_tflop", flops.training / 1e12},
                           {"fwd_bwd_ms", fwd_bwd_s * 1e3},
                           {"tokens_per_s", tokens / fwd_bwd_s},
-                          {"mfu_measured", mfu(fwd_bwd_s, matmul_rate)},
-                          {"mfu_datasheet", mfu(fwd_bwd_s, kDatasheetBf16)},
+                          {"mfu_measured", lora ? nlohmann::json() : nlohmann::json(mfu(fwd_bwd_s, matmul_rate))},
+                          {"mfu_datasheet", lora ? nlohmann::json() : nlohmann::json(mfu(fwd_bwd_s, kDatasheetBf16))},
+                          {"lora_rank", lora ? lora->options.rank : 0},
+                          {"trainable_parameters", lora ? lora->parameter_count() : model->parameter_count()},
                           {"peak_gb_fwd_bwd", fwd_bwd_peak},
                           {"parameter_bytes", param_bytes},
                           {"gradient_bytes", grad_bytes},

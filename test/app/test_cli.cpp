@@ -161,6 +161,23 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   CHECK_THAT(wrong.output, ContainsSubstring("--ablation needs --suite train"));
 }
 
+TEST_CASE("bench with model.lora times the LoRA step: only the adapters train, no MFU is claimed", "[cli][bench][lora]") {
+  TempDir dir("tt_bench_lora");
+  const std::string json = dir / "bench.json";
+  auto result = run_teletron("bench --device cpu --preset tiny --frames 5 --height 64 --width 64 --text-tokens 8 "
+                             "--warmup 1 --steps 2 --set model.lora.rank=4 --json " + json);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("LoRA: rank 4, 34 modules"));
+  CHECK_THAT(result.output, ContainsSubstring("| MFU | not given with LoRA"));
+  std::ifstream in(json);
+  const nlohmann::json row = nlohmann::json::parse(in);
+  CHECK(row["lora_rank"] == 4);
+  CHECK(row["mfu_measured"].is_null());
+  CHECK(row["trainable_parameters"].get<int64_t>() < row["parameters"].get<int64_t>() / 10);
+  CHECK(row["full_step_ms"].get<double>() > 0);
+}
+
 TEST_CASE("bench --suite train --rows runs the rows named, in that order, and writes no checkpoint", "[cli][bench]") {
   tt::test::TempDir dir("tt_bench_rows");
   const std::string work = dir / "work";
