@@ -15,14 +15,13 @@
 #include "core/file_io.h"
 #include "core/safetensors.h"
 #include "model/diffusers_config.h"
+#include "model/lora_io.h"
 #include "model/transformer.h"
 
 namespace tt {
 namespace {
 
 namespace fs = std::filesystem;
-
-const char kLoraPrefix[] = "transformer.";
 
 std::string checkpoint_folder(const std::string& source) {
   if (checkpoint::is_complete(source)) return source;
@@ -32,27 +31,6 @@ std::string checkpoint_folder(const std::string& source) {
                 "pass a checkpoint folder like runs/train/checkpoints/step_0000500, or a run folder", source,
                 ": not a complete checkpoint folder and no complete checkpoint inside it");
   return *latest;
-}
-
-// The run's LoRA scale alpha / r, from the adapters file's metadata (teletron writes it).
-double lora_scale(const checkpoint::Checkpoint& ckpt, const std::string& folder) {
-  auto found = ckpt.model_metadata.find("lora_adapter_metadata");
-  TT_CHECK(found != ckpt.model_metadata.end(), ErrorCode::kCheckpoint, folder,
-           "/lora.safetensors has no lora_adapter_metadata (not written by teletron train)");
-  const nlohmann::json adapter = nlohmann::json::parse(found->second, nullptr, false);
-  TT_CHECK(adapter.is_object() && adapter.value("transformer.r", 0.0) > 0 &&
-               adapter.contains("transformer.lora_alpha"),
-           ErrorCode::kCheckpoint, folder, "/lora.safetensors: lora_adapter_metadata lacks r or lora_alpha");
-  return adapter["transformer.lora_alpha"].get<double>() / adapter["transformer.r"].get<double>();
-}
-
-// "transformer.<module>.lora_A.weight" -> module; empty for other keys.
-std::string lora_module(const std::string& key, const char* kind) {
-  const std::string suffix = std::string(".") + kind + ".weight";
-  if (key.rfind(kLoraPrefix, 0) != 0 || key.size() <= suffix.size() + 12 ||
-      key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return "";
-  return key.substr(12, key.size() - 12 - suffix.size());
 }
 
 torch::ScalarType export_dtype(const std::string& dtype) {
@@ -85,36 +63,37 @@ void write_model_folder(const ExportOptions& options, const HunyuanVideoConfig& 
 
 void run_export(const ExportOptions& options) {
   const std::string folder = checkpoint_folder(options.source);
-  checkpoint::Checkpoint ckpt = checkpoint::load(folder);
-  auto stored = ckpt.info.find("config");
-  TT_CHECK(stored != ckpt.info.end() && stored->is_string(), ErrorCode::kCheckpoint, folder,
+  // state.json and the weights only: the optimizer state (twice the weights) is not read.
+  const nlohmann::json info = checkpoint::load_state_json(folder);
+  auto stored = info.find("config");
+  TT_CHECK(stored != info.end() && stored->is_string(), ErrorCode::kCheckpoint, folder,
            ": state.json has no \"config\" (not written by teletron train)");
   const Config config = load_config_text(stored->get<std::string>(), folder + "/state.json");
-  std::cout << "export: from " << folder << " (step " << ckpt.step << ")\n";
+  const std::string model_file = info.value("model_file", std::string(checkpoint::kModelWeightsFile));
+  std::cout << "export: from " << folder << " (step " << info.at("step").get<int64_t>() << ")\n";
 
-  if (ckpt.model_file != "lora.safetensors") {
+  if (model_file != checkpoint::kLoraWeightsFile) {
     TT_CHECK_HINT(!options.merge_lora, ErrorCode::kConfig, "drop --merge-lora",
                   "export --merge-lora: ", folder, " holds a full model, no LoRA adapters to merge");
     const ModelChoice choice = choose_model(config.model, config.model.weights);
-    write_model_folder(options, choice.config, ckpt.model);
+    write_model_folder(options, choice.config,
+                       safetensors::load(folder + "/" + checkpoint::kModelWeightsFile));
     return;
   }
 
-  const double scale = lora_scale(ckpt, folder);
+  // The adapters as every LoRA reader sees them (model/lora_io.h), their scale from the metadata.
+  const LoraFile file = read_lora_file(folder + "/" + checkpoint::kLoraWeightsFile);
   if (!options.merge_lora) {
     // B times alpha / r, and lora_alpha = r in the metadata: every diffusers version applies scale 1.
     const torch::ScalarType dtype = export_dtype(options.dtype);
     safetensors::TensorMap out;
     std::vector<std::string> modules;
     int64_t rank = 0;
-    for (const auto& [key, tensor] : ckpt.model) {
-      torch::Tensor value = tensor.to(torch::kFloat32);
-      if (const std::string module = lora_module(key, "lora_B"); !module.empty()) value = value * scale;
-      if (const std::string module = lora_module(key, "lora_A"); !module.empty()) {
-        modules.push_back(module);
-        rank = tensor.size(0);
-      }
-      out[key] = value.to(dtype).contiguous();
+    for (const auto& [module, pair] : file.modules) {
+      out[kLoraKeyPrefix + module + ".lora_A.weight"] = pair.a.to(dtype).contiguous();
+      out[kLoraKeyPrefix + module + ".lora_B.weight"] = (pair.b * pair.scale).to(dtype).contiguous();
+      modules.push_back(module);
+      rank = pair.a.size(0);
     }
     const nlohmann::json adapter = {{"transformer.r", rank},
                                     {"transformer.lora_alpha", static_cast<double>(rank)},
@@ -126,8 +105,8 @@ void run_export(const ExportOptions& options) {
     fsync_path(temp, false);
     fs::rename(temp, path);
     std::cout << "export: " << path << ": " << modules.size() << " LoRA modules, rank " << rank
-              << ", alpha/r = " << scale << " folded into lora_B, " << options.dtype
-              << "; load it with pipe.load_lora_weights(\"" << options.output << "\")\n";
+              << ", alpha/r = " << file.modules.begin()->second.scale << " folded into lora_B, "
+              << options.dtype << "; load it with pipe.load_lora_weights(\"" << options.output << "\")\n";
     return;
   }
 
@@ -140,18 +119,13 @@ void run_export(const ExportOptions& options) {
   std::map<std::string, torch::Tensor> views = model->diffusers_parameters();
   load_weights(*choice.weights, views);
   torch::NoGradGuard no_grad;
-  int64_t merged = 0;
-  for (const auto& [key, a] : ckpt.model) {
-    const std::string module = lora_module(key, "lora_A");
-    if (module.empty()) continue;
-    auto b = ckpt.model.find(std::string(kLoraPrefix) + module + ".lora_B.weight");
+  for (const auto& [module, pair] : file.modules) {
     auto weight = views.find(module + ".weight");
-    TT_CHECK(b != ckpt.model.end() && weight != views.end(), ErrorCode::kCheckpoint, folder,
-             "/lora.safetensors: ", key, " has no lora_B, or ", module, " is no module of the model");
-    weight->second.add_(b->second.to(torch::kFloat32).matmul(a.to(torch::kFloat32)) * scale);
-    ++merged;
+    TT_CHECK(weight != views.end(), ErrorCode::kCheckpoint, folder, "/", checkpoint::kLoraWeightsFile, ": ",
+             module, " is no module of the model");
+    weight->second.add_(pair.b.matmul(pair.a) * pair.scale);
   }
-  std::cout << "export: merged " << merged << " LoRA modules (alpha/r = " << scale << ") into "
+  std::cout << "export: merged " << file.modules.size() << " LoRA modules into "
             << choice.weights->description << "\n";
   write_model_folder(options, choice.config, views);
 }

@@ -24,15 +24,11 @@ void Trainer::save_checkpoint() {
   if (metrics_) metrics_->sync();  // every row up to this step is durable before the checkpoint is
   checkpoint::Checkpoint ckpt;
   ckpt.step = step_;
+  // A LoRA run's adapters alone, in the PEFT layout diffusers' load_lora_weights reads (model/lora_io.h).
+  ckpt.model = snapshot_weights(lora_ ? lora_file_tensors(*lora_) : model_->diffusers_parameters());
   if (lora_) {
-    // The adapters alone, in the PEFT layout diffusers' load_lora_weights reads (model/lora.h).
-    std::map<std::string, torch::Tensor> adapters;
-    for (const auto& [name, tensor] : lora_->named_parameters()) adapters["transformer." + name] = tensor;
-    ckpt.model = snapshot_weights(adapters);
-    ckpt.model_file = "lora.safetensors";
+    ckpt.model_file = checkpoint::kLoraWeightsFile;
     ckpt.model_metadata = lora_metadata(*lora_);
-  } else {
-    ckpt.model = snapshot_weights(model_->diffusers_parameters());
   }
   // A finite loss and gradient can still give a non-finite update (an absurd learning rate
   // overflows the weights): such weights are never written over a good checkpoint.
@@ -128,20 +124,17 @@ void Trainer::check_resumed_data(const std::string& folder, const StoredDataStat
 
 void Trainer::resume_from(const std::string& folder) {
   checkpoint::Checkpoint ckpt = checkpoint::load(folder);
-  const std::string weights_file = folder + "/" + ckpt.model_file;
   if (lora_) {
-    TT_CHECK_HINT(ckpt.model_file == "lora.safetensors", ErrorCode::kCheckpoint,
+    TT_CHECK_HINT(ckpt.model_file == checkpoint::kLoraWeightsFile, ErrorCode::kCheckpoint,
                   "resume it without model.lora, or start the LoRA run from those weights with model.weights",
                   "checkpoint ", folder, " holds a full model (", ckpt.model_file, "), not LoRA adapters");
-    std::map<std::string, torch::Tensor> adapters;
-    for (const auto& [name, tensor] : lora_->named_parameters()) adapters["transformer." + name] = tensor;
-    load_weights_into(adapters, ckpt.model, weights_file);
   } else {
-    TT_CHECK_HINT(ckpt.model_file == "model.safetensors", ErrorCode::kCheckpoint,
+    TT_CHECK_HINT(ckpt.model_file == checkpoint::kModelWeightsFile, ErrorCode::kCheckpoint,
                   "resume a LoRA run with its model.lora settings",
                   "checkpoint ", folder, " holds LoRA adapters (", ckpt.model_file, "), not a full model");
-    load_weights_into(model_->diffusers_parameters(), ckpt.model, weights_file);
   }
+  load_weights_into(lora_ ? lora_file_tensors(*lora_) : model_->diffusers_parameters(), ckpt.model,
+                    folder + "/" + ckpt.model_file);
   optimizer_->load_state_dict(ckpt.state);
   if (auto micro = ckpt.state.find("dynamic.micro_batches"); dynamic_ && micro != ckpt.state.end()) {
     const torch::Tensor pairs = micro->second.to(torch::kInt64).contiguous();

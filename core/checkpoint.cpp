@@ -25,7 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char kModelFile[] = "model.safetensors";  // unless state.json names another (model_file)
 const char kStateFile[] = "state.safetensors";
 const char kInfoFile[] = "state.json";
 const char kTempPrefix[] = ".tmp_";
@@ -97,8 +96,8 @@ std::optional<nlohmann::json> read_info(const std::string& path) {
 // cannot point the loader elsewhere).
 std::optional<std::string> model_file_of(const nlohmann::json& info) {
   auto file = info.find("model_file");
-  if (file == info.end()) return std::string(kModelFile);
-  if (file->is_string() && (*file == kModelFile || *file == "lora.safetensors")) return file->get<std::string>();
+  if (file == info.end()) return std::string(kModelWeightsFile);
+  if (file->is_string() && (*file == kModelWeightsFile || *file == kLoraWeightsFile)) return file->get<std::string>();
   return std::nullopt;
 }
 
@@ -133,7 +132,7 @@ nlohmann::json load_info(const std::string& folder) {
 
 // Writes the three files into `temp` in the order that makes state.json the commit marker.
 void write_folder(const std::string& temp, const Checkpoint& ckpt) {
-  TT_ASSERT(ckpt.model_file == kModelFile || ckpt.model_file == "lora.safetensors",
+  TT_ASSERT(ckpt.model_file == kModelWeightsFile || ckpt.model_file == kLoraWeightsFile,
             "checkpoint weights file must be model.safetensors or lora.safetensors, got ", ckpt.model_file);
   std::map<std::string, std::string> metadata = ckpt.model_metadata;
   metadata["format"] = "pt";
@@ -141,7 +140,7 @@ void write_folder(const std::string& temp, const Checkpoint& ckpt) {
   safetensors::save(join_path(temp, kStateFile), ckpt.state);
   nlohmann::json info = ckpt.info.is_object() ? ckpt.info : nlohmann::json::object();
   info["step"] = ckpt.step;
-  if (ckpt.model_file != kModelFile) info["model_file"] = ckpt.model_file;
+  if (ckpt.model_file != kModelWeightsFile) info["model_file"] = ckpt.model_file;
   info["complete"] = true;
   write_text_synced(join_path(temp, kInfoFile), info.dump(2) + "\n");
   fsync_path(temp, true);

@@ -16,12 +16,16 @@
 
 namespace tt::checkpoint {
 
+/// The weights file of a full-model checkpoint, and of a LoRA run's (its adapters alone).
+inline constexpr char kModelWeightsFile[] = "model.safetensors";
+inline constexpr char kLoraWeightsFile[] = "lora.safetensors";
+
 struct Checkpoint {
   int64_t step = 0;
   safetensors::TensorMap model;   // weights, diffusers key names
   /// The weights' file in the folder (state.json records it): "model.safetensors", or
   /// "lora.safetensors" for the adapters of a LoRA run.
-  std::string model_file = "model.safetensors";
+  std::string model_file = kModelWeightsFile;
   /// The weights file's safetensors metadata ({"format": "pt"} is always added).
   std::map<std::string, std::string> model_metadata;
   safetensors::TensorMap state;   // optimizer moments, RNG states, scaler, ... (tensors)

@@ -1,8 +1,11 @@
-// OwnedCudaStream (see cuda_stream.h): creation on a device, host synchronisation, and the
-// synchronise-then-destroy that ends it.
+// OwnedCudaStream (see cuda_stream.h): creation on a device (or an idle stream of an earlier
+// owner), host synchronisation, and the synchronise-then-keep that ends an owner's use.
 #include "core/cuda_stream.h"
 
+#include <map>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/stream_handoff.h"
@@ -42,24 +45,51 @@ class DeviceScope {
   bool changed_ = false;
 };
 
+// The idle streams of owners that went, per device (see the class comment): handed to the next
+// owner on that device, never destroyed.
+struct IdleStreams {
+  std::mutex mutex;
+  std::map<int, std::vector<cudaStream_t>> by_device;
+};
+
+IdleStreams& idle_streams() {
+  static IdleStreams idle;
+  return idle;
+}
+
 }  // namespace
 
 OwnedCudaStream::~OwnedCudaStream() {
   if (stream_ == nullptr) return;
-  // Synchronised first (see the class comment): the handle may be given to a later stream.
   const auto stream = static_cast<cudaStream_t>(stream_);
   const DeviceScope scope(device_index_);
   const cudaError_t synced = cudaStreamSynchronize(stream);
-  const cudaError_t destroyed = cudaStreamDestroy(stream);
-  if (synced != cudaSuccess || destroyed != cudaSuccess)
+  if (synced != cudaSuccess) {
     spdlog::error("TT_ERR_SYNC: CUDA stream {}: finishing {} failed: {}", stream_, purpose_,
-                  cudaGetErrorString(synced != cudaSuccess ? synced : destroyed));
+                  cudaGetErrorString(synced));
+    cudaStreamDestroy(stream);  // a broken stream is not given to anyone else
+    return;
+  }
+  IdleStreams& idle = idle_streams();
+  const std::lock_guard<std::mutex> lock(idle.mutex);
+  idle.by_device[device_index_].push_back(stream);
 }
 
 void* OwnedCudaStream::get(int device_index) {
   if (stream_ != nullptr) {
     TT_ASSERT(device_index == device_index_, purpose_, " is on device ", device_index_, ", asked for ", device_index);
     return stream_;
+  }
+  {
+    IdleStreams& idle = idle_streams();
+    const std::lock_guard<std::mutex> lock(idle.mutex);
+    std::vector<cudaStream_t>& free = idle.by_device[device_index];
+    if (!free.empty()) {
+      stream_ = free.back();
+      free.pop_back();
+      device_index_ = device_index;
+      return stream_;
+    }
   }
   cudaStream_t stream = nullptr;
   cudaError_t rc = cudaSuccess;

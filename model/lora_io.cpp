@@ -22,6 +22,10 @@ const char* const kOfficialSingle[] = {"linear1", "linear2", "modulation.linear"
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.size() >= prefix.size() && text.compare(0, prefix.size(), prefix) == 0;
 }
+// `text` without `prefix` when it starts with it, else unchanged.
+std::string without_prefix(const std::string& text, const std::string& prefix) {
+  return starts_with(text, prefix) ? text.substr(prefix.size()) : text;
+}
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -77,6 +81,12 @@ void add_official(LoraFile& file, const std::string& official, const StoredPair&
 
 }  // namespace
 
+std::map<std::string, torch::Tensor> lora_file_tensors(const LoraSet& set) {
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& [name, tensor] : set.named_parameters()) tensors[kLoraKeyPrefix + name] = tensor;
+  return tensors;
+}
+
 std::map<std::string, std::string> lora_metadata(const LoraSet& set) {
   const LoraOptions& o = set.options;
   const double alpha = o.alpha > 0 ? o.alpha : static_cast<double>(o.rank);
@@ -90,12 +100,12 @@ std::map<std::string, std::string> lora_metadata(const LoraSet& set) {
 }
 
 LoraFile read_lora_file(const std::string& path, int64_t hidden_size) {
-  const safetensors::Header header = safetensors::read_header(path);
-  const safetensors::TensorMap tensors = safetensors::load(path);
+  std::map<std::string, std::string> metadata;
+  const safetensors::TensorMap tensors = safetensors::load(path, {}, &metadata);
   LoraFile file;
   // diffusers' own files carry their scale in the metadata; without it, alpha = r (scale 1).
   double diffusers_scale = 1.0;
-  if (auto found = header.metadata.find("lora_adapter_metadata"); found != header.metadata.end()) {
+  if (auto found = metadata.find("lora_adapter_metadata"); found != metadata.end()) {
     const nlohmann::json adapter = nlohmann::json::parse(found->second, nullptr, false);
     if (adapter.is_object() && adapter.contains("transformer.r") &&
         adapter.contains("transformer.lora_alpha") && adapter["transformer.r"].is_number() &&
@@ -131,7 +141,7 @@ LoraFile read_lora_file(const std::string& path, int64_t hidden_size) {
     }
     if (kohya) {
       file.format = "musubi";
-      const std::string flat = starts_with(module, "lora_unet_") ? module.substr(10) : module;
+      const std::string flat = without_prefix(module, "lora_unet_");
       const std::optional<std::string> official = official_from_flat(flat);
       if (!official) {
         unplaced.push_back(key);
@@ -140,11 +150,12 @@ LoraFile read_lora_file(const std::string& path, int64_t hidden_size) {
       add_official(file, *official, pair, hidden_size > 0 ? hidden_size : pair.a.size(1), path);
     } else if (starts_with(module, "diffusion_model.")) {
       file.format = "comfyui";
-      add_official(file, module.substr(16), pair, hidden_size > 0 ? hidden_size : pair.a.size(1), path);
+      add_official(file, without_prefix(module, "diffusion_model."), pair,
+                   hidden_size > 0 ? hidden_size : pair.a.size(1), path);
     } else {
       file.format = "diffusers";
       if (!tensors.count(module + ".alpha")) pair.scale = diffusers_scale;
-      if (starts_with(module, "transformer.")) module = module.substr(12);
+      module = without_prefix(module, kLoraKeyPrefix);
       file.modules[module] = {pair.a, pair.b, pair.scale};
     }
   }

@@ -16,6 +16,13 @@
 
 namespace tt {
 
+/// The prefix of every key of a diffusers LoRA file: the pipeline component the adapters belong to.
+inline constexpr char kLoraKeyPrefix[] = "transformer.";
+
+/// `set`'s trainable tensors under their keys in a diffusers LoRA file
+/// ("transformer.transformer_blocks.0.attn.to_q.lora_A.weight"): the tensors themselves, not copies.
+std::map<std::string, torch::Tensor> lora_file_tensors(const LoraSet& set);
+
 /// The safetensors metadata of a LoRA file of `set`: lora_adapter_metadata (JSON: transformer.r,
 /// transformer.lora_alpha, transformer.lora_dropout, transformer.target_modules: the adapted
 /// modules), and teletron's own record of the options.

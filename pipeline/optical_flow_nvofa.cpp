@@ -419,12 +419,6 @@ void run_session(NvofaFlow::Session& s, const torch::Tensor& bytes0, const torch
   }
   rc = cudaEventRecord(done, stream);
   if (rc != cudaSuccess) throw_sync_error(stream, "NVOFA: marking the end of a call", cudaGetErrorString(rc));
-  // The session does not keep the call's stream: a thread's side stream ends with its thread (the
-  // prefetcher's, say) while the session lives on in its pool until the data pipeline goes, and the
-  // driver would then hold a freed stream handle for the session's destroy. The legacy default
-  // stream always exists; the next call binds its own again.
-  s.check(s.api->set_io_cuda_streams(s.instance, nullptr, nullptr), ErrorCode::kSync,
-          "releasing the call's CUDA streams");
 }
 
 #endif  // TELETRON_WITH_CUDA

@@ -30,56 +30,8 @@
 #include "pipeline/motion.h"
 #include "pipeline/video_manifest.h"
 
-#ifdef TELETRON_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace tt {
 namespace {
-
-// Where the flow stage's scores land on the host: a ring of floats in page-locked memory of our own
-// (cudaHostAlloc) on CUDA, so that the device-to-host copy does not block, and plain memory on the
-// CPU. Not LibTorch's pinned tensors: its host allocator keeps the copy's stream with the block and
-// records an event on that stream again when the tensor is freed, and the stream is the
-// prefetcher's, destroyed when its thread ends while the last scores are freed with this pipeline
-// (`teletron train` aborted in ~Trainer with "CUDA error: context is destroyed" on the H200,
-// 2026-12-03). A slot is reused after kSlots newer scores; the timing queue holds at most 4096.
-class ScoreSlots {
- public:
-  static constexpr int64_t kSlots = 8192;
-  explicit ScoreSlots(bool pinned) {
-#ifdef TELETRON_WITH_CUDA
-    if (pinned) {
-      void* memory = nullptr;
-      const cudaError_t rc = cudaHostAlloc(&memory, kSlots * sizeof(float), cudaHostAllocDefault);
-      TT_CHECK(rc == cudaSuccess, ErrorCode::kMemory, "the flow stage's score buffer (", kSlots * sizeof(float),
-               " bytes of pinned memory): ", cudaGetErrorString(rc));
-      pinned_ = static_cast<float*>(memory);
-      return;
-    }
-#endif
-    plain_.resize(kSlots);
-  }
-  ~ScoreSlots() {
-#ifdef TELETRON_WITH_CUDA
-    if (pinned_ != nullptr) cudaFreeHost(pinned_);
-#endif
-  }
-  ScoreSlots(const ScoreSlots&) = delete;
-  ScoreSlots& operator=(const ScoreSlots&) = delete;
-
-  /// The next slot, as a 0-dim float tensor over it (no deleter: the memory is this object's).
-  torch::Tensor next() {
-    float* base = pinned_ != nullptr ? pinned_ : plain_.data();
-    float* slot = base + (next_++ % kSlots);
-    return torch::from_blob(slot, {}, torch::TensorOptions().dtype(torch::kFloat32));
-  }
-
- private:
-  float* pinned_ = nullptr;
-  std::vector<float> plain_;
-  std::atomic<int64_t> next_{0};
-};
 
 class VideoTrainingData : public TrainingData {
  public:
@@ -95,7 +47,6 @@ class VideoTrainingData : public TrainingData {
     load_vae();
     if (options.motion.flow.algorithm != "none") {
       flow_ = std::make_unique<FlowEstimatorPool>(options.motion.flow, device_);
-      scores_ = std::make_unique<ScoreSlots>(device_.is_cuda());
       if (!flow_->choice().reason.empty()) spdlog::warn("data_pipeline.optical_flow: {}", flow_->choice().reason);
       if (!flow_->enabled()) flow_.reset();
     }
@@ -384,7 +335,8 @@ class VideoTrainingData : public TrainingData {
         try {
           timing.flow = GpuInterval::start(device_);
           const torch::Tensor score = sample_motion(pixels.squeeze(0), options_.motion, estimator).to(torch::kFloat32);
-          timing.motion = scores_->next();
+          timing.motion =
+              torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(device_.is_cuda()));
           timing.motion.copy_(score, /*non_blocking=*/device_.is_cuda());
           if (timing.flow) timing.flow->stop();
         } catch (const std::exception& error) {
@@ -543,10 +495,9 @@ class VideoTrainingData : public TrainingData {
   FailureBudget failures_{0.0, 0};
   std::string content_hash_;
   std::mutex timing_mutex_;  // load() runs on the producer (and preprocess's jobs), take_gpu_time() on the trainer
-  std::unique_ptr<ScoreSlots> scores_;  // where the flow stage's scores land; outlives timing_'s views of it
   struct Timing {
     std::shared_ptr<GpuInterval> before_vae, vae, flow;  // null on the CPU (and before_vae for CPU-side clips)
-    torch::Tensor motion;                                 // the flow stage's score on the host (0-dim float, in scores_)
+    torch::Tensor motion;                                 // the flow stage's score on the host (0-dim float)
   };
   std::deque<Timing> timing_;
   std::unique_ptr<FlowEstimatorPool> flow_;  // the flow stage, when data_pipeline.optical_flow gives one
