@@ -169,6 +169,7 @@ struct TrainSection {
   bool expandable_segments = false;  // the CUDA caching allocator's expandable segments
   double memory_cap = 1.0;           // in (0, 1]: the share of the GPU the allocator may take; 1 = no cap
 
+  bool tensorboard = true;           // metrics.jsonl's scalars also in a TensorBoard event file
   bool operator==(const TrainSection&) const = default;
 };
 

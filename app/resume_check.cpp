@@ -53,6 +53,7 @@ const SafeKey kSafeKeys[] = {
     {"data_pipeline.optical_flow.preset", "NVOFA's preset: other motion values; the same batches"},
     {"data_pipeline.optical_flow.weights", "RAFT's weights: other motion values; the same batches"},
     {"data_pipeline.optical_flow.pairs", "pairs per motion score: other motion values; the same batches"},
+    {"train.tensorboard", "whether the run folder gets TensorBoard event files; the same run"},
     {"train.expandable_segments", "how the CUDA allocator lays out its memory; the same math"},
     {"train.memory_cap", "how much GPU memory the allocator may take; the same math (a dynamic batch may cut its "
                          "micro-batches differently)"},

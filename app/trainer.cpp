@@ -698,7 +698,9 @@ void Trainer::run() {
   }
   write_file_atomically((run_dir_ / "config.resolved.yaml").string(), config_to_yaml(config_));
   // Rows past the restored step (the steps this run redoes) go; a fresh run (step 0) starts empty.
-  metrics_ = std::make_unique<MetricsLog>((run_dir_ / "metrics.jsonl").string(), step_);
+  // train.tensorboard: every row's scalars also go to an event file in the run folder.
+  metrics_ = std::make_unique<MetricsLog>((run_dir_ / "metrics.jsonl").string(), step_,
+                                          config_.train.tensorboard ? run_dir_.string() : std::string());
   writer_ = std::make_unique<CheckpointWriter>(checkpoints.string(), config_.train.keep_checkpoints);
 
   const int64_t max_steps = config_.train.max_steps;

@@ -16,7 +16,7 @@ as_root() {
 # --- system packages -------------------------------------------------------------------------
 packages=(g++ cmake ninja-build ccache pkg-config python3 python3-pip python3-venv ffmpeg libyaml-cpp-dev libcli11-dev libspdlog-dev
           libfmt-dev nlohmann-json3-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
-          libffmpeg-nvenc-dev)
+          libffmpeg-nvenc-dev libprotobuf-dev protobuf-compiler)
 missing=()
 if command -v dpkg >/dev/null; then
   for pkg in "${packages[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
