@@ -17,6 +17,7 @@
 #include "app/bench_video.h"
 #include "app/config.h"
 #include "app/config_schema.h"
+#include "app/encode_text.h"
 #include "app/export.h"
 #include "app/model_check.h"
 #include "app/options.h"
@@ -482,6 +483,23 @@ int run_cli(int argc, char** argv) {
   preprocess_cmd->add_option("--jobs", preprocess.jobs, "Rows encoded at once")->check(CLI::PositiveNumber);
   add_device_option(preprocess_cmd, &preprocess.device, "Device");
 
+  EncodeTextOptions encode_text;
+  auto* encode_text_cmd = app.add_subcommand(
+      "encode-text", "Encode the manifest's captions (\"caption\" keys, <video stem>.txt files) and the empty caption "
+                     "into data.text_cache with the text encoders of a diffusers HunyuanVideo pipeline folder, as "
+                     "its encode_prompt does (scripts/encode_text.py, Python with transformers); resumable");
+  encode_text_cmd->add_option("config", encode_text.config, "YAML config (data.manifest, data.text_cache, text_encoder.*)")
+      ->required();
+  add_set_option(encode_text_cmd, &encode_text.sets);
+  encode_text_cmd->add_option("--pipeline", encode_text.pipeline, "diffusers HunyuanVideo pipeline folder")
+      ->default_str("text_encoder.pipeline");
+  add_device_option(encode_text_cmd, &encode_text.device, "Device (auto: cuda when torch sees one)");
+  encode_text_cmd->add_option("--batch-size", encode_text.batch_size, "Captions encoded at once")
+      ->default_str("text_encoder.batch_size (8)")
+      ->check(CLI::PositiveNumber);
+  encode_text_cmd->add_option("--python", encode_text.python, "Python interpreter with torch and transformers")
+      ->default_str("TELETRON_PYTHON, else the build's Python, else python3");
+
   BenchVaeOptions bench_vae;
   auto* bench_vae_cmd = app.add_subcommand(
       "bench-vae", "Time the VAE encoder on a random clip, whole and tiled; --dump for the diffusers comparison");
@@ -559,6 +577,7 @@ int run_cli(int argc, char** argv) {
     return 0;
   }
   if (preprocess_cmd->parsed()) return run_preprocess(preprocess);
+  if (encode_text_cmd->parsed()) return run_encode_text(encode_text);
   if (bench_video_cmd->parsed()) {
     run_bench_video(bench_video);
     return 0;

@@ -51,7 +51,8 @@ struct DataSection {
   std::string source = "latents";  // latents | video
   std::string manifest = "data/train.jsonl";  // relative to the working directory, not to the file
   std::vector<Bucket> buckets = {Bucket{}};
-  double caption_dropout = 0.0;
+  double caption_dropout = 0.0;  // share of samples trained on the empty caption's embedding
+  std::optional<std::string> text_cache;  // captions' embeddings (encode-text); null: text_cache/ beside the manifest
   double max_failed_share = 0.01;
   std::optional<double> min_motion;  // motion filters (data.source: video): <manifest>.motion.json's scores
   std::optional<double> max_motion;
@@ -173,6 +174,14 @@ struct TrainSection {
   bool operator==(const TrainSection&) const = default;
 };
 
+struct TextEncoderSection {
+  std::optional<std::string> pipeline;  // a diffusers HunyuanVideo pipeline folder (text_encoder*, tokenizer*)
+  int64_t batch_size = 8;               // captions encoded at once
+  std::string dtype = "auto";           // auto (bf16 on CUDA, fp32 on the CPU) | bf16 | fp32
+
+  bool operator==(const TextEncoderSection&) const = default;
+};
+
 struct DistributedSection {
   std::string backend = "nccl";
   int64_t zero_stage = 0;
@@ -202,6 +211,7 @@ struct Config {
   FlowMatchingSection flow_matching;
   TrainSection train;
   DistributedSection distributed;
+  TextEncoderSection text_encoder;
 
   /// Folder of the config file (for reference; relative paths resolve against the cwd).
   std::string source_path;
@@ -244,6 +254,7 @@ enum class Command {
   kBenchVideo,
   kPreprocess,
   kBenchVae,
+  kEncodeText,
 };
 
 /// The subcommand's name on the command line ("validate-data").

@@ -23,7 +23,6 @@ constexpr ConfigRange kGrid = {1, 4, false, false};                // 1, 2 or 4 
 constexpr ConfigRange kRopeAxis = {2, kConfigInf, false, false};     // >= 2 (and even: config.cpp)
 
 // The features a key waits for; "tele_tron.<key>: set, but has no effect yet (arrives with <feature>)".
-constexpr const char* kCaptionDropout = "caption dropout";
 constexpr const char* kDistributed = "multi-GPU training";
 
 // Who reads what (kRead* bits, config_schema.h). Checked against the code that reads each key:
@@ -121,13 +120,15 @@ const ConfigField kFields[] = {
      .read_by = kVideoSide, .doc = "Windows or tiles of one shape encoded in one batch: more is faster, 1 needs the least memory."},
 
     {.path = "data.source", .kind = K::kString, .at = TT_AT(data.source), .choices = "latents|video",
-     .read_by = kT | kP | kV, .doc = "What the manifest lists: latents (cached, written by preprocess or synth-data) or video (clips encoded by the VAE while training)."},
+     .read_by = kT | kP | kV | kReadEncodeText, .doc = "What the manifest lists: latents (cached, written by preprocess or synth-data) or video (clips encoded by the VAE while training)."},
     {.path = "data.manifest", .kind = K::kString, .at = TT_AT(data.manifest),
-     .read_by = kT | kP | kV, .doc = "The JSONL manifest, relative to the working directory; the paths inside it are relative to its folder."},
+     .read_by = kT | kP | kV | kReadEncodeText, .doc = "The JSONL manifest, relative to the working directory; the paths inside it are relative to its folder."},
     {.path = "data.buckets", .kind = K::kBuckets, .at = TT_AT(data.buckets),
      .read_by = kSampling | kS, .doc = "Clip shapes {frames: 4n+1, height: 16k, width: 16k}; each clip goes to the bucket it fills with the closest aspect ratio."},
-    {.path = "data.caption_dropout", .kind = K::kFloat, .at = TT_AT(data.caption_dropout), .range = kProbability, .not_yet = kCaptionDropout,
-     .doc = "Share of samples trained with an empty caption."},
+    {.path = "data.caption_dropout", .kind = K::kFloat, .at = TT_AT(data.caption_dropout), .range = kProbability,
+     .read_by = kT, .doc = "Share of samples trained on the empty caption's embedding (from data.text_cache, which `teletron encode-text` always writes), each sample chosen from (train.seed, step, its place in the global batch), so a resume draws the same; classifier-free guidance needs it, peers use 0.1."},
+    {.path = "data.text_cache", .kind = K::kOptString, .at = TT_AT(data.text_cache),
+     .read_by = kT | kP | kV | kReadEncodeText, .doc = "The folder of caption embeddings: `teletron encode-text` writes one file per distinct caption there (named by a hash of the caption and the encoders) and encoder.json; manifest rows with a caption (or a <video stem>.txt) are trained on their file, and data.caption_dropout takes the empty caption's; null = text_cache/ beside data.manifest."},
     {.path = "data.max_failed_share", .kind = K::kFloat, .at = TT_AT(data.max_failed_share), .range = kProbability,
      .read_by = kVideoSide, .doc = "Share of the rows that may fail to load (each replaced by another row of its bucket) before TT_ERR_DATA stops the run."},
     {.path = "data.prefetch", .kind = K::kInt, .at = TT_AT(data.prefetch), .range = kNonNegative,
@@ -255,7 +256,7 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "Value fed to the guidance embedder, times 1000 (only models with guidance_embeds); match the recipe you compare with."},
 
     {.path = "train.device", .kind = K::kString, .at = TT_AT(train.device), .choices = "auto|cpu|cuda",
-     .read_by = kT | kB | kP | kV, .doc = "Where the work runs: auto = cuda when a GPU is visible, else cpu; the commands' --device overrides it."},
+     .read_by = kT | kB | kP | kV | kReadEncodeText, .doc = "Where the work runs: auto = cuda when a GPU is visible, else cpu; the commands' --device overrides it."},
     {.path = "train.max_steps", .kind = K::kInt, .at = TT_AT(train.max_steps), .range = kAtLeastOne,
      .read_by = kT, .doc = "Total optimizer steps, counted across resumes; --max-steps overrides it."},
     {.path = "train.seed", .kind = K::kInt, .at = TT_AT(train.seed), .range = kNonNegative,
@@ -279,6 +280,13 @@ const ConfigField kFields[] = {
      .doc = "Collective backend between processes."},
     {.path = "distributed.zero_stage", .kind = K::kInt, .at = TT_AT(distributed.zero_stage), .range = kZeroStage, .not_yet = kDistributed,
      .doc = "ZeRO sharding stage: 0 none, 1 optimizer state, 2 + gradients, 3 + weights."},
+
+    {.path = "text_encoder.pipeline", .kind = K::kOptString, .at = TT_AT(text_encoder.pipeline),
+     .read_by = kReadEncodeText, .doc = "`teletron encode-text`: a diffusers HunyuanVideo pipeline folder whose text_encoder + tokenizer (LLaVA-Llama-3) and text_encoder_2 + tokenizer_2 (CLIP-L) encode the captions as HunyuanVideoPipeline.encode_prompt does; --pipeline overrides it."},
+    {.path = "text_encoder.batch_size", .kind = K::kInt, .at = TT_AT(text_encoder.batch_size), .range = kAtLeastOne,
+     .read_by = kReadEncodeText, .doc = "`teletron encode-text`: captions encoded at once; --batch-size overrides it."},
+    {.path = "text_encoder.dtype", .kind = K::kString, .at = TT_AT(text_encoder.dtype), .choices = "auto|bf16|fp32",
+     .read_by = kReadEncodeText, .doc = "`teletron encode-text`: the encoders' precision and the files' dtype: auto = bf16 on CUDA (as the released pipeline runs), fp32 on the CPU. Another dtype is another cache identity (other files)."},
 };
 // clang-format on
 

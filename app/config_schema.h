@@ -52,8 +52,9 @@ inline constexpr unsigned kReadPreprocess = 1u << 3;
 inline constexpr unsigned kReadValidateData = 1u << 4;
 inline constexpr unsigned kReadSynthData = 1u << 5;
 inline constexpr unsigned kReadModelCheck = 1u << 6;
+inline constexpr unsigned kReadEncodeText = 1u << 7;
 inline constexpr unsigned kReadTrain = kReadTrainLatents | kReadTrainVideo;
-inline constexpr int kReadBitCount = 7;
+inline constexpr int kReadBitCount = 8;
 
 struct ConfigField {
   const char* path;  // below the root, e.g. "optimizer.lr"

@@ -39,6 +39,8 @@ unsigned command_reads(Command command, const Config& config) {
       return kReadSynthData;
     case Command::kModelCheck:
       return kReadModelCheck;
+    case Command::kEncodeText:
+      return kReadEncodeText;
     case Command::kProbe:
     case Command::kBenchVideo:
     case Command::kBenchVae:
@@ -347,6 +349,8 @@ const char* command_name(Command command) {
       return "preprocess";
     case Command::kBenchVae:
       return "bench-vae";
+    case Command::kEncodeText:
+      return "encode-text";
   }
   return "?";
 }

@@ -53,6 +53,10 @@ const SafeKey kSafeKeys[] = {
     {"data_pipeline.optical_flow.preset", "NVOFA's preset: other motion values; the same batches"},
     {"data_pipeline.optical_flow.weights", "RAFT's weights: other motion values; the same batches"},
     {"data_pipeline.optical_flow.pairs", "pairs per motion score: other motion values; the same batches"},
+    {"text_encoder.pipeline", "read by encode-text only; training reads the embeddings files"},
+    {"text_encoder.batch_size", "read by encode-text only; training reads the embeddings files"},
+    {"text_encoder.dtype", "read by encode-text only; training reads the embeddings files"},
+    {"train.memory_check", "whether the memory estimate runs before the first step; the same run"},
     {"train.tensorboard", "whether the run folder gets TensorBoard event files; the same run"},
     {"train.expandable_segments", "how the CUDA allocator lays out its memory; the same math"},
     {"train.memory_cap", "how much GPU memory the allocator may take; the same math (a dynamic batch may cut its "

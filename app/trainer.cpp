@@ -21,6 +21,7 @@
 #include "core/safetensors.h"
 #include "cuda/ops.h"
 #include "model/text_padding.h"
+#include "pipeline/text_cache.h"
 
 namespace tt {
 namespace {
@@ -76,6 +77,16 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   if (resume_folder_) stored = check_resume(*resume_folder_);
   dataset_ = make_training_data(config_, model_config_, device_, stored ? &*stored : nullptr);
   if (resume_folder_) check_resumed_data(*resume_folder_, *stored);
+  if (config_.data.caption_dropout > 0) {
+    const std::string cache = text_cache_folder(config_.data.text_cache.value_or(""), config_.data.manifest);
+    CaptionDropout dropout{config_.data.caption_dropout, static_cast<uint64_t>(config_.train.seed),
+                           load_empty_caption(cache, model_config_.text_embed_dim, model_config_.pooled_projection_dim,
+                                              dataset_->text_length())};
+    dropout.empty.text_states = dropout.empty.text_states.to(device_);  // the mask stays on the host, as the batch's
+    dropout.empty.pooled = dropout.empty.pooled.to(device_);
+    caption_dropout_ = std::move(dropout);
+    spdlog::info("data: caption dropout {}: the empty caption's embedding from {}", config_.data.caption_dropout, cache);
+  }
   cursor_.row_bucket = dataset_->row_buckets();
   cursor_.step_samples = global_batch_of(config_).samples();
   dynamic_ = config_.batch_size_dynamic;
@@ -303,8 +314,10 @@ torch::Tensor Trainer::image_condition(const torch::Tensor& noisy, const torch::
   return torch::cat({noisy, first_frame.to(noisy.scalar_type()), mask.to(noisy.scalar_type())}, 1);
 }
 
-Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& batch, int64_t first, double weight,
+Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& given, int64_t first, double weight,
                                            bool full_text) const {
+  // data.caption_dropout: the samples it picks (by seed, step, place in the global batch) get the empty caption.
+  const LatentBatch batch = caption_dropout_ ? caption_dropout_->apply(given, step_, first) : given;
   MicroBatch micro;
   micro.latents = batch.latents.to(device_);
   // Padding shared by the whole micro-batch is dropped on the host (no device sync), and attention

@@ -34,6 +34,7 @@
 #include "model/transformer.h"
 #include "model/weight_io.h"
 #include "model/weights.h"
+#include "pipeline/caption_dropout.h"
 #include "pipeline/data_cursor.h"
 
 namespace tt {
@@ -173,6 +174,7 @@ class Trainer {
   int64_t last_micro_batch_ = 0;            // the last step's micro-batch (metrics)
   int64_t oom_retries_ = 0;                 // dynamic: steps run again after out-of-memory, since the last report
   std::unique_ptr<TrainingData> dataset_;
+  std::optional<CaptionDropout> caption_dropout_;  // data.caption_dropout > 0 (its embedding on device_)
   FlowMatchingOptions flow_options_;
   DataCursor cursor_;                   // consumed by training steps (checkpointed)
   DataPosition& position_ = cursor_.position;

@@ -19,6 +19,7 @@ std::unique_ptr<TrainingData> make_training_data(const Config& config, const Hun
   }
   VideoTrainingOptions options;
   options.manifest = config.data.manifest;
+  options.text_cache = config.data.text_cache.value_or("");
   options.buckets = config.data.buckets;
   for (size_t b = 0; b < options.buckets.size(); ++b) {
     options.samplers.push_back(frame_sampler_options(config, b));

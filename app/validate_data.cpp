@@ -24,6 +24,7 @@
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "pipeline/motion.h"
+#include "pipeline/text_cache.h"
 #include "pipeline/video_manifest.h"
 #include "pipeline/video_reader.h"
 
@@ -159,12 +160,15 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
   } catch (const std::exception& error) {  // c10::Error, bad_alloc, ...: reported, never fatal
     result.fail("failed", str_cat(row.video, ": ", error.what()));
   }
-  if (!row.text_embeddings.empty()) {
+  if (!row.text_error.empty()) {
+    result.fail("text_embeddings", str_cat("line ", row.line, ": ", row.text_error));
+  } else if (!row.text_embeddings.empty()) {
     const std::string problem = check_text_embeddings(row.text_embeddings, plan.text_dim, plan.pooled_dim);
     if (!problem.empty()) result.fail("text_embeddings", problem);
   } else if (plan.config.data.source == "video") {
-    result.fail("text_embeddings", str_cat("line ", row.line, ": no \"text_embeddings\" (training with data.source: "
-                                           "video reads each clip's text from it)"));
+    result.fail("text_embeddings", str_cat("line ", row.line, ": no caption and no \"text_embeddings\" (training "
+                                           "with data.source: video needs each clip's text: a \"caption\", a "
+                                           "<video stem>.txt, or an embeddings file)"));
   }
   return result;
 }
@@ -313,7 +317,8 @@ void report_motion(const Plan& plan, const std::vector<SampleResult>& results) {
 
 int run_validate_data(const ValidateDataOptions& options) {
   const Plan plan = make_plan(options);
-  const std::vector<VideoManifestRow> rows = read_video_manifest(plan.manifest);
+  std::vector<VideoManifestRow> rows = read_video_manifest(plan.manifest);
+  resolve_captions(rows, open_text_cache(text_cache_folder(plan.config.data.text_cache.value_or(""), plan.manifest)));
   const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int jobs = std::max(1, std::min<int>(options.jobs > 0 ? options.jobs : std::min(hardware, 8),
                                              static_cast<int>(rows.size())));

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "core/errors.h"
 #include "core/file_io.h"
@@ -28,6 +29,25 @@ std::string string_field(const nlohmann::json& row, const char* key, std::string
     return "";
   }
   return it->get<std::string>();
+}
+
+// A row with neither text key: the caption in `<video stem>.txt` beside the video, when there is
+// one, without the whitespace around it (editors add a final newline).
+void read_caption_file(VideoManifestRow& row) {
+  const fs::path text = fs::path(row.video).replace_extension(".txt");
+  std::error_code ignored;
+  if (!fs::is_regular_file(text, ignored)) return;
+  std::ifstream in(text, std::ios::binary);
+  if (!in) {
+    row.error = str_cat("cannot read the caption file ", text.string());
+    return;
+  }
+  std::string caption((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const char* space = " \t\r\n";
+  const size_t first = caption.find_first_not_of(space);
+  caption = first == std::string::npos ? std::string() : caption.substr(first, caption.find_last_not_of(space) + 1 - first);
+  row.has_caption = true;
+  row.caption = caption;
 }
 
 }  // namespace
@@ -55,10 +75,20 @@ std::vector<VideoManifestRow> read_video_manifest(const std::string& path) {
     } else {
       const std::string video = string_field(json, "video", &row.error);
       const std::string embeddings = string_field(json, "text_embeddings", &row.error);
+      auto caption = json.find("caption");
+      if (caption != json.end() && !caption->is_string()) row.error = "\"caption\" must be a string";
+      if (caption != json.end() && !embeddings.empty())
+        row.error = "give \"caption\" or \"text_embeddings\", not both";
       if (row.error.empty() && video.empty()) row.error = "missing key \"video\" (the clip's path)";
       if (row.error.empty()) {
         row.video = resolve(base, video);
         if (!embeddings.empty()) row.text_embeddings = resolve(base, embeddings);
+        if (caption != json.end()) {
+          row.has_caption = true;
+          row.caption = caption->get<std::string>();
+        } else if (embeddings.empty()) {
+          read_caption_file(row);
+        }
       }
     }
     rows.push_back(row);

@@ -28,6 +28,7 @@
 #include "pipeline/clip_workers.h"
 #include "pipeline/failure_budget.h"
 #include "pipeline/motion.h"
+#include "pipeline/text_cache.h"
 #include "pipeline/video_manifest.h"
 
 namespace tt {
@@ -166,6 +167,7 @@ class VideoTrainingData : public TrainingData {
   // one text length. Decoding problems are found while training (or before, by validate-data).
   void check_rows() {
     rows_ = read_video_manifest(options_.manifest);
+    resolve_captions(rows_, open_text_cache(text_cache_folder(options_.text_cache, options_.manifest)));
     if (options_.min_motion || options_.max_motion) filter_by_motion();
     if (std::any_of(samplers_.begin(), samplers_.end(),
                     [](const FrameSamplerOptions& s) { return s.mode == FrameSampleMode::kMotion; }))
@@ -178,9 +180,11 @@ class VideoTrainingData : public TrainingData {
       TT_CHECK_HINT(std::filesystem::is_regular_file(row.video, ignored), ErrorCode::kData,
                     "paths in the manifest are relative to the manifest's folder", where, ": video not found (",
                     row.video, ")");
+      TT_CHECK(row.text_error.empty(), ErrorCode::kData, where, " (", row.video, "): ", row.text_error);
       TT_CHECK_HINT(!row.text_embeddings.empty(), ErrorCode::kData,
-                    "each row needs {\"video\": ..., \"text_embeddings\": \"x.safetensors\"} for training", where,
-                    ": no \"text_embeddings\"");
+                    "each row needs {\"video\": ..., \"caption\": \"...\"} (then `teletron encode-text CONFIG`), a "
+                    "<video stem>.txt beside the clip, or {\"text_embeddings\": \"x.safetensors\"}", where,
+                    ": no caption and no \"text_embeddings\"");
       const std::string problem = check_text_embeddings(row.text_embeddings, options_.text_dim, options_.pooled_dim);
       TT_CHECK_HINT(problem.empty(), ErrorCode::kData, "re-create the embeddings file", where, ": ", problem);
       const int64_t length = safetensors::read_header(row.text_embeddings).tensors.at("text_states").shape[0];

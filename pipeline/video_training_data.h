@@ -43,6 +43,7 @@ struct VideoVaeOptions {
 
 struct VideoTrainingOptions {
   std::string manifest;                       // the video manifest (pipeline/video_manifest.h)
+  std::string text_cache;                     // captions' embeddings (pipeline/text_cache.h); "": beside the manifest
   std::vector<Bucket> buckets;                // at least one
   std::vector<FrameSamplerOptions> samplers;  // one per bucket, each taking its bucket's frame count
   VideoReaderOptions reader;                  // reader.device: where frames are decoded and augmented
