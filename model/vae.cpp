@@ -9,7 +9,7 @@
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
-#include "cuda/ops.h"
+#include "model/vae_blocks.h"
 #include "model/weights.h"
 
 #include <filesystem>
@@ -19,8 +19,6 @@
 namespace tt {
 namespace {
 
-namespace F = torch::nn::functional;
-
 int64_t log2_exact(int64_t value, const char* name) {
   int64_t bits = 0;
   while ((int64_t{1} << bits) < value) ++bits;
@@ -28,77 +26,7 @@ int64_t log2_exact(int64_t value, const char* name) {
   return bits;
 }
 
-// GroupNorm, then SiLU when `silu`: teletron's fused kernel on CUDA when the runtime asks for it
-// (one read for the statistics, one read + write for the output, any memory format), else
-// LibTorch's GroupNorm and silu.
-torch::Tensor norm(torch::nn::GroupNorm& module, const torch::Tensor& x, bool silu, const VaeRuntime& rt) {
-  if (rt.fused_norm && x.is_cuda() && kernels_built())
-    return group_norm_silu(x, module->weight, module->bias, module->options.num_groups(), module->options.eps(), silu);
-  torch::Tensor h = module(x);
-  return silu ? F::silu(h) : h;
-}
-
-// Replicate padding that keeps the input's memory format (F::pad's replicate mode returns NCDHW,
-// which would undo channels-last before every convolution): one copy of the interior, then the
-// borders copied from the edge rows, columns and the first frame.
-torch::Tensor causal_pad(const torch::Tensor& x, int64_t time, int64_t space) {
-  const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
-  torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
-                                   x.options().memory_format(x.suggest_memory_format()));
-  torch::Tensor frames = out.narrow(2, time, t);
-  frames.narrow(3, space, h).narrow(4, space, w).copy_(x);
-  if (space > 0) {
-    torch::Tensor rows = frames.narrow(4, space, w);
-    rows.narrow(3, 0, space).copy_(rows.narrow(3, space, 1).expand_as(rows.narrow(3, 0, space)));
-    rows.narrow(3, space + h, space).copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
-    frames.narrow(4, 0, space).copy_(frames.narrow(4, space, 1).expand_as(frames.narrow(4, 0, space)));
-    frames.narrow(4, space + w, space).copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
-  }
-  if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
-  return out;
-}
-
 }  // namespace
-
-// Conv3d with causal replicate padding: time gets kernel - 1 copies of the first frame in front, space
-// kernel / 2 on each side. Holds the convolution as `conv` (diffusers: `<name>.conv.weight`).
-class CausalConv3dImpl : public torch::nn::Module {
- public:
-  CausalConv3dImpl(int64_t in, int64_t out, int64_t kernel, std::vector<int64_t> stride = {1, 1, 1})
-      : pad_{kernel / 2, kernel / 2, kernel / 2, kernel / 2, kernel - 1, 0} {
-    conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).stride(stride)));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    if (pad_[0] == 0 && pad_[4] == 0) return conv(x);
-    if (x.is_contiguous()) return conv(F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate)));
-    return conv(causal_pad(x, pad_[4], pad_[0]));
-  }
-  torch::nn::Conv3d conv{nullptr};
-
- private:
-  std::vector<int64_t> pad_;
-};
-TORCH_MODULE(CausalConv3d);
-
-// GroupNorm -> SiLU -> conv, twice, plus a 1x1x1 shortcut when the channel count changes.
-class VaeResnetImpl : public torch::nn::Module {
- public:
-  VaeResnetImpl(int64_t in, int64_t out, int64_t groups) {
-    norm1 = register_module("norm1", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, in).eps(1e-6)));
-    conv1 = register_module("conv1", CausalConv3d(in, out, 3));
-    norm2 = register_module("norm2", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, out).eps(1e-6)));
-    conv2 = register_module("conv2", CausalConv3d(out, out, 3));
-    if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
-  }
-  torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {
-    torch::Tensor h = conv1(norm(norm1, x, true, rt));
-    h = conv2(norm(norm2, h, true, rt));
-    return h + (conv_shortcut ? conv_shortcut(x) : x);
-  }
-  torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
-  CausalConv3d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
-};
-TORCH_MODULE(VaeResnet);
 
 // diffusers `downsamplers.0`: a strided causal conv kept under the name `conv`.
 class VaeDownsampleImpl : public torch::nn::Module {
@@ -131,68 +59,6 @@ class VaeDownBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VaeDownBlock);
 
-// diffusers' Attention as the mid block uses it: GroupNorm over channels, one head as wide as the
-// channels, a frame-causal mask (a token sees every token of its own and earlier frames), output
-// projection, residual. The mask is never built: the queries of frame f attend to the keys of frames
-// 0..f, one attention call per latent frame, which is the same softmax without the N x N mask
-// (diffusers materialises it: 56,160^2 entries for a 33x480x832 clip).
-class VaeAttentionImpl : public torch::nn::Module {
- public:
-  VaeAttentionImpl(int64_t channels, int64_t groups) {
-    group_norm = register_module("group_norm",
-                                 torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
-    to_q = register_module("to_q", torch::nn::Linear(channels, channels));
-    to_k = register_module("to_k", torch::nn::Linear(channels, channels));
-    to_v = register_module("to_v", torch::nn::Linear(channels, channels));
-    to_out = register_module("to_out", torch::nn::ModuleList());
-    to_out->push_back(torch::nn::Linear(channels, channels));
-  }
-  torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {  // (B, C, T, H, W)
-    const int64_t frames = x.size(2);
-    const int64_t per_frame = x.size(3) * x.size(4);
-    // Tokens (B, N, C): a view when x is channels-last, a copy otherwise.
-    torch::Tensor tokens = x.permute({0, 2, 3, 4, 1}).flatten(1, 3);
-    torch::Tensor h = norm(group_norm, x, false, rt).permute({0, 2, 3, 4, 1}).flatten(1, 3);
-    torch::Tensor q = to_q(h).unsqueeze(1);  // (B, 1, N, C): one head
-    torch::Tensor k = to_k(h).unsqueeze(1);
-    torch::Tensor v = to_v(h).unsqueeze(1);
-    std::vector<torch::Tensor> outputs;
-    outputs.reserve(static_cast<size_t>(frames));
-    for (int64_t f = 0; f < frames; ++f) {
-      const int64_t visible = (f + 1) * per_frame;
-      outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, f * per_frame, per_frame), k.narrow(2, 0, visible),
-                                                         v.narrow(2, 0, visible)));
-    }
-    torch::Tensor attended = torch::cat(outputs, 2).squeeze(1);  // (B, N, C)
-    torch::Tensor out = to_out[0]->as<torch::nn::LinearImpl>()->forward(attended) + tokens;
-    // Back to (B, C, T, H, W) in x's memory format (for channels-last input the permute is already it).
-    return out.unflatten(1, {frames, x.size(3), x.size(4)}).permute({0, 4, 1, 2, 3}).contiguous(x.suggest_memory_format());
-  }
-  torch::nn::GroupNorm group_norm{nullptr};
-  torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
-  torch::nn::ModuleList to_out{nullptr};
-};
-TORCH_MODULE(VaeAttention);
-
-class VaeMidBlockImpl : public torch::nn::Module {
- public:
-  VaeMidBlockImpl(int64_t channels, int64_t groups, bool attention) {
-    resnets = register_module("resnets", torch::nn::ModuleList());
-    resnets->push_back(VaeResnet(channels, channels, groups));
-    resnets->push_back(VaeResnet(channels, channels, groups));
-    if (attention) {
-      attentions = register_module("attentions", torch::nn::ModuleList());
-      attentions->push_back(VaeAttention(channels, groups));
-    }
-  }
-  torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
-    x = resnets[0]->as<VaeResnetImpl>()->forward(x, rt);
-    if (attentions) x = attentions[0]->as<VaeAttentionImpl>()->forward(x, rt);
-    return resnets[1]->as<VaeResnetImpl>()->forward(x, rt);
-  }
-  torch::nn::ModuleList resnets{nullptr}, attentions{nullptr};
-};
-TORCH_MODULE(VaeMidBlock);
 
 class HunyuanVaeEncoderImpl : public torch::nn::Module {
  public:
@@ -222,7 +88,7 @@ class HunyuanVaeEncoderImpl : public torch::nn::Module {
     x = conv_in(x);
     for (const auto& block : *down_blocks) x = block->as<VaeDownBlockImpl>()->forward(x, rt);
     x = mid_block->forward(x, rt);
-    return conv_out(norm(conv_norm_out, x, true, rt));
+    return conv_out(vae_norm(conv_norm_out, x, true, rt));
   }
   CausalConv3d conv_in{nullptr}, conv_out{nullptr};
   torch::nn::ModuleList down_blocks{nullptr};
@@ -252,8 +118,8 @@ void validate_hunyuan_vae_config(const HunyuanVaeConfig& c) {
   const int64_t blocks = static_cast<int64_t>(c.block_out_channels.size());
   TT_CHECK(log2_exact(c.spatial_compression_ratio, "spatial_compression_ratio") <= blocks, ErrorCode::kConfig,
            "vae spatial_compression_ratio ", c.spatial_compression_ratio, " needs more than ", blocks, " blocks");
-  TT_CHECK(c.layers_per_block >= 1 && c.latent_channels >= 1 && c.in_channels >= 1, ErrorCode::kConfig,
-           "vae layers_per_block, latent_channels and in_channels must be positive");
+  TT_CHECK(c.layers_per_block >= 1 && c.latent_channels >= 1 && c.in_channels >= 1 && c.out_channels >= 1,
+           ErrorCode::kConfig, "vae layers_per_block, latent_channels, in_channels and out_channels must be positive");
 }
 
 HunyuanVaeConfig hunyuan_vae_config_from_json(const std::string& text, const std::string& source) {
@@ -274,6 +140,7 @@ HunyuanVaeConfig hunyuan_vae_config_from_json(const std::string& text, const std
     }
   };
   read("in_channels", &c.in_channels);
+  read("out_channels", &c.out_channels);
   read("latent_channels", &c.latent_channels);
   read("block_out_channels", &c.block_out_channels);
   read("layers_per_block", &c.layers_per_block);
@@ -292,6 +159,14 @@ HunyuanVaeConfig hunyuan_vae_config_from_json(const std::string& text, const std
                " is not supported");
     TT_CHECK(blocks->size() == c.block_out_channels.size(), ErrorCode::kCheckpoint, source,
              ": down_block_types and block_out_channels differ in length");
+  }
+  auto up_blocks = json.find("up_block_types");
+  if (up_blocks != json.end() && up_blocks->is_array()) {
+    for (const auto& type : *up_blocks)
+      TT_CHECK(type == "HunyuanVideoUpBlock3D", ErrorCode::kCheckpoint, source, ": up block type ", type.dump(),
+               " is not supported");
+    TT_CHECK(up_blocks->size() == c.block_out_channels.size(), ErrorCode::kCheckpoint, source,
+             ": up_block_types and block_out_channels differ in length");
   }
   validate_hunyuan_vae_config(c);
   return c;
@@ -336,16 +211,6 @@ torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x) {
 
 namespace {
 
-// diffusers' blend_v / blend_h / blend_t: the first `extent` entries of b along `dim` fade from a's
-// last ones to b's own, in place on b (later tiles then blend against the already blended b).
-torch::Tensor blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {
-  extent = std::min({a.size(dim), b.size(dim), extent});
-  for (int64_t k = 0; k < extent; ++k) {
-    const double w = static_cast<double>(k) / static_cast<double>(extent);
-    b.select(dim, k).copy_(a.select(dim, a.size(dim) - extent + k) * (1.0 - w) + b.select(dim, k) * w);
-  }
-  return b;
-}
 
 // One window's tiles (moments, row-major grid) blended into the window's latent: diffusers'
 // tiled_encode after its tile loop.
@@ -358,8 +223,8 @@ torch::Tensor blend_tiles(std::vector<std::vector<torch::Tensor>> rows, const Va
     std::vector<torch::Tensor> result_row;
     for (size_t j = 0; j < rows[i].size(); ++j) {
       torch::Tensor tile = rows[i][j];
-      if (i > 0) tile = blend(rows[i - 1][j], tile, 3, blend_h);
-      if (j > 0) tile = blend(rows[i][j - 1], tile, 4, blend_w);
+      if (i > 0) tile = vae_blend(rows[i - 1][j], tile, 3, blend_h);
+      if (j > 0) tile = vae_blend(rows[i][j - 1], tile, 4, blend_w);
       result_row.push_back(tile.narrow(3, 0, std::min(stride_h, tile.size(3))).narrow(4, 0, std::min(stride_w, tile.size(4))));
     }
     result_rows.push_back(torch::cat(result_row, 4));
@@ -453,7 +318,7 @@ torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTil
   std::vector<torch::Tensor> result;
   for (size_t i = 0; i < row.size(); ++i) {
     if (i > 0) {
-      torch::Tensor tile = blend(row[i - 1], row[i], 2, blend_frames);
+      torch::Tensor tile = vae_blend(row[i - 1], row[i], 2, blend_frames);
       result.push_back(tile.narrow(2, 0, std::min(stride, tile.size(2))));
     } else {
       result.push_back(row[i].narrow(2, 0, std::min(stride + 1, row[i].size(2))));
@@ -475,19 +340,19 @@ bool is_decoder_key(const std::string& key) {
 
 }  // namespace
 
-HunyuanVae load_hunyuan_vae(const std::string& path, const HunyuanVaeConfig& config_if_no_json, torch::Device device,
-                            torch::Dtype dtype) {
+HunyuanVaeFiles find_hunyuan_vae_files(const std::string& path, const HunyuanVaeConfig& config_if_no_json) {
   namespace fs = std::filesystem;
   fs::path root(path);
   std::error_code ignored;
   TT_CHECK_HINT(fs::exists(root, ignored), ErrorCode::kCheckpoint, "check tele_tron.vae.weights", path,
                 ": no such file or folder");
   if (fs::is_directory(root) && !fs::exists(root / "config.json") && fs::is_directory(root / "vae")) root /= "vae";
-  HunyuanVaeConfig config = config_if_no_json;
-  std::vector<std::string> files;
+  HunyuanVaeFiles found{config_if_no_json, {}};
+  std::vector<std::string>& files = found.files;
   if (fs::is_directory(root)) {
     if (fs::exists(root / "config.json"))
-      config = hunyuan_vae_config_from_json(read_text_file((root / "config.json").string()), (root / "config.json").string());
+      found.config =
+          hunyuan_vae_config_from_json(read_text_file((root / "config.json").string()), (root / "config.json").string());
     const fs::path single = root / "diffusion_pytorch_model.safetensors";
     const fs::path index = root / "diffusion_pytorch_model.safetensors.index.json";
     if (fs::exists(single)) {
@@ -508,6 +373,14 @@ HunyuanVae load_hunyuan_vae(const std::string& path, const HunyuanVaeConfig& con
   } else {
     files.push_back(root.string());
   }
+  return found;
+}
+
+HunyuanVae load_hunyuan_vae(const std::string& path, const HunyuanVaeConfig& config_if_no_json, torch::Device device,
+                            torch::Dtype dtype) {
+  const HunyuanVaeFiles found = find_hunyuan_vae_files(path, config_if_no_json);
+  const HunyuanVaeConfig& config = found.config;
+  const std::vector<std::string>& files = found.files;
   HunyuanVae vae(config);
   const std::map<std::string, torch::Tensor> destinations = vae->diffusers_parameters();
   safetensors::TensorMap weights;

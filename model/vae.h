@@ -26,6 +26,7 @@ namespace tt {
 
 struct HunyuanVaeConfig {
   int64_t in_channels = 3;
+  int64_t out_channels = 3;  // the decoder's output channels (RGB)
   int64_t latent_channels = 16;
   std::vector<int64_t> block_out_channels = {128, 256, 512, 512};
   int64_t layers_per_block = 2;
@@ -114,6 +115,16 @@ class HunyuanVaeImpl : public torch::nn::Module {
   torch::nn::Conv3d quant_conv_{nullptr};
 };
 TORCH_MODULE(HunyuanVae);
+
+/// A diffusers VAE's architecture and weight files: `path` is a save_pretrained folder (config.json +
+/// diffusion_pytorch_model.safetensors, or shards + index json), a pipeline folder (its `vae/`), or
+/// a safetensors file, whose architecture then is `config_if_no_json`. Throws kCheckpoint when
+/// nothing is there. Shared by the encoder's and the decoder's loaders.
+struct HunyuanVaeFiles {
+  HunyuanVaeConfig config;
+  std::vector<std::string> files;  // safetensors files holding the weights
+};
+HunyuanVaeFiles find_hunyuan_vae_files(const std::string& path, const HunyuanVaeConfig& config_if_no_json);
 
 /// Builds the encoder from a diffusers VAE and loads its weights (encoder.*, quant_conv.*; the
 /// decoder's keys are skipped): `path` is a save_pretrained folder (config.json + safetensors, or

@@ -1,0 +1,48 @@
+// The shared VAE helpers (see vae_blocks.h): GroupNorm(+SiLU), layout-keeping causal padding, tile blend.
+#include "model/vae_blocks.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "cuda/ops.h"
+
+namespace tt {
+
+torch::Tensor vae_norm(torch::nn::GroupNorm& module, const torch::Tensor& x, bool silu, const VaeRuntime& rt) {
+  if (rt.fused_norm && x.is_cuda() && kernels_built())
+    return group_norm_silu(x, module->weight, module->bias, module->options.num_groups(), module->options.eps(), silu);
+  torch::Tensor h = module(x);
+  return silu ? torch::silu(h) : h;
+}
+
+// Replicate padding that keeps the input's memory format (F::pad's replicate mode returns NCDHW,
+// which would undo channels-last before every convolution): one copy of the interior, then the
+// borders copied from the edge rows, columns and the first frame.
+torch::Tensor vae_causal_pad(const torch::Tensor& x, int64_t time, int64_t space) {
+  const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
+  torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
+                                   x.options().memory_format(x.suggest_memory_format()));
+  torch::Tensor frames = out.narrow(2, time, t);
+  frames.narrow(3, space, h).narrow(4, space, w).copy_(x);
+  if (space > 0) {
+    torch::Tensor rows = frames.narrow(4, space, w);
+    rows.narrow(3, 0, space).copy_(rows.narrow(3, space, 1).expand_as(rows.narrow(3, 0, space)));
+    rows.narrow(3, space + h, space).copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
+    frames.narrow(4, 0, space).copy_(frames.narrow(4, space, 1).expand_as(frames.narrow(4, 0, space)));
+    frames.narrow(4, space + w, space).copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
+  }
+  if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
+  return out;
+}
+
+torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {
+  extent = std::min({a.size(dim), b.size(dim), extent});
+  for (int64_t k = 0; k < extent; ++k) {
+    const double w = static_cast<double>(k) / static_cast<double>(extent);
+    b.select(dim, k).copy_(a.select(dim, a.size(dim) - extent + k) * (1.0 - w) + b.select(dim, k) * w);
+  }
+  return b;
+}
+
+}  // namespace tt

@@ -1,0 +1,136 @@
+// Building blocks shared by the HunyuanVideo VAE's encoder (model/vae.cpp) and decoder
+// (model/vae_decoder.cpp), as diffusers' autoencoder_kl_hunyuan_video.py defines them and under its
+// parameter names: the causal 3D convolution, the resnet block, the mid block (resnet, frame-causal
+// single-head attention, resnet), GroupNorm(+SiLU) and the tile blend. Activations are (B, C, T, H, W)
+// in NCDHW or channels-last (NDHWC) memory; every block keeps its input's layout.
+#pragma once
+
+#include <torch/nn.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/vae.h"
+
+namespace tt {
+
+/// GroupNorm, then SiLU when `silu`: teletron's fused kernel on CUDA when the runtime asks for it
+/// (one read for the statistics, one read + write for the output, any memory format), else
+/// LibTorch's GroupNorm and silu. x (B, C, T, H, W) -> same shape, dtype and layout.
+torch::Tensor vae_norm(torch::nn::GroupNorm& module, const torch::Tensor& x, bool silu, const VaeRuntime& rt);
+
+/// Replicate padding that keeps the input's memory format: `time` copies of the first frame in
+/// front, `space` edge rows/columns on each side. (B, C, T, H, W) -> (B, C, T + time, H + 2 space,
+/// W + 2 space).
+torch::Tensor vae_causal_pad(const torch::Tensor& x, int64_t time, int64_t space);
+
+/// diffusers' blend_v / blend_h / blend_t: the first `extent` entries of b along `dim` fade from a's
+/// last ones to b's own, in place on b (later tiles then blend against the already blended b).
+/// extent is capped by both sizes along `dim`. Returns b.
+torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent);
+
+// Conv3d with causal replicate padding: time gets kernel - 1 copies of the first frame in front, space
+// kernel / 2 on each side. Holds the convolution as `conv` (diffusers: `<name>.conv.weight`).
+class CausalConv3dImpl : public torch::nn::Module {
+ public:
+  CausalConv3dImpl(int64_t in, int64_t out, int64_t kernel, std::vector<int64_t> stride = {1, 1, 1})
+      : pad_{kernel / 2, kernel / 2, kernel / 2, kernel / 2, kernel - 1, 0} {
+    conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).stride(stride)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (pad_[0] == 0 && pad_[4] == 0) return conv(x);
+    namespace F = torch::nn::functional;
+    if (x.is_contiguous()) return conv(F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate)));
+    return conv(vae_causal_pad(x, pad_[4], pad_[0]));
+  }
+  torch::nn::Conv3d conv{nullptr};
+
+ private:
+  std::vector<int64_t> pad_;
+};
+TORCH_MODULE(CausalConv3d);
+
+// GroupNorm -> SiLU -> conv, twice, plus a 1x1x1 shortcut when the channel count changes.
+class VaeResnetImpl : public torch::nn::Module {
+ public:
+  VaeResnetImpl(int64_t in, int64_t out, int64_t groups) {
+    norm1 = register_module("norm1", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, in).eps(1e-6)));
+    conv1 = register_module("conv1", CausalConv3d(in, out, 3));
+    norm2 = register_module("norm2", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, out).eps(1e-6)));
+    conv2 = register_module("conv2", CausalConv3d(out, out, 3));
+    if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {
+    torch::Tensor h = conv1(vae_norm(norm1, x, true, rt));
+    h = conv2(vae_norm(norm2, h, true, rt));
+    return h + (conv_shortcut ? conv_shortcut(x) : x);
+  }
+  torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
+  CausalConv3d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
+};
+TORCH_MODULE(VaeResnet);
+
+// diffusers' Attention as the mid block uses it: GroupNorm over channels, one head as wide as the
+// channels, a frame-causal mask (a token sees every token of its own and earlier frames), output
+// projection, residual. The mask is never built: the queries of frame f attend to the keys of frames
+// 0..f, one attention call per latent frame, which is the same softmax without the N x N mask
+// (diffusers materialises it: 56,160^2 entries for a 33x480x832 clip).
+class VaeAttentionImpl : public torch::nn::Module {
+ public:
+  VaeAttentionImpl(int64_t channels, int64_t groups) {
+    group_norm = register_module("group_norm",
+                                 torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
+    to_q = register_module("to_q", torch::nn::Linear(channels, channels));
+    to_k = register_module("to_k", torch::nn::Linear(channels, channels));
+    to_v = register_module("to_v", torch::nn::Linear(channels, channels));
+    to_out = register_module("to_out", torch::nn::ModuleList());
+    to_out->push_back(torch::nn::Linear(channels, channels));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {  // (B, C, T, H, W)
+    const int64_t frames = x.size(2);
+    const int64_t per_frame = x.size(3) * x.size(4);
+    // Tokens (B, N, C): a view when x is channels-last, a copy otherwise.
+    torch::Tensor tokens = x.permute({0, 2, 3, 4, 1}).flatten(1, 3);
+    torch::Tensor h = vae_norm(group_norm, x, false, rt).permute({0, 2, 3, 4, 1}).flatten(1, 3);
+    torch::Tensor q = to_q(h).unsqueeze(1);  // (B, 1, N, C): one head
+    torch::Tensor k = to_k(h).unsqueeze(1);
+    torch::Tensor v = to_v(h).unsqueeze(1);
+    std::vector<torch::Tensor> outputs;
+    outputs.reserve(static_cast<size_t>(frames));
+    for (int64_t f = 0; f < frames; ++f) {
+      const int64_t visible = (f + 1) * per_frame;
+      outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, f * per_frame, per_frame), k.narrow(2, 0, visible),
+                                                         v.narrow(2, 0, visible)));
+    }
+    torch::Tensor attended = torch::cat(outputs, 2).squeeze(1);  // (B, N, C)
+    torch::Tensor out = to_out[0]->as<torch::nn::LinearImpl>()->forward(attended) + tokens;
+    // Back to (B, C, T, H, W) in x's memory format (for channels-last input the permute is already it).
+    return out.unflatten(1, {frames, x.size(3), x.size(4)}).permute({0, 4, 1, 2, 3}).contiguous(x.suggest_memory_format());
+  }
+  torch::nn::GroupNorm group_norm{nullptr};
+  torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
+  torch::nn::ModuleList to_out{nullptr};
+};
+TORCH_MODULE(VaeAttention);
+
+class VaeMidBlockImpl : public torch::nn::Module {
+ public:
+  VaeMidBlockImpl(int64_t channels, int64_t groups, bool attention) {
+    resnets = register_module("resnets", torch::nn::ModuleList());
+    resnets->push_back(VaeResnet(channels, channels, groups));
+    resnets->push_back(VaeResnet(channels, channels, groups));
+    if (attention) {
+      attentions = register_module("attentions", torch::nn::ModuleList());
+      attentions->push_back(VaeAttention(channels, groups));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
+    x = resnets[0]->as<VaeResnetImpl>()->forward(x, rt);
+    if (attentions) x = attentions[0]->as<VaeAttentionImpl>()->forward(x, rt);
+    return resnets[1]->as<VaeResnetImpl>()->forward(x, rt);
+  }
+  torch::nn::ModuleList resnets{nullptr}, attentions{nullptr};
+};
+TORCH_MODULE(VaeMidBlock);
+
+}  // namespace tt
