@@ -7,10 +7,13 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <fstream>
 #include <iostream>
 
 #include "core/autocast.h"
+#include "app/memory_estimate.h"
 #include "app/options.h"
 #include "core/adamw.h"
 #include "core/device.h"
@@ -24,6 +27,7 @@ namespace tt {
 namespace {
 
 constexpr double kDatasheetBf16 = 989e12;  // H100/H200 SXM dense bf16
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
@@ -83,6 +87,28 @@ void run_bench(const BenchOptions& options) {
   const bool fp16 = o.config.mixed_precision.dtype == "fp16";
   const torch::Dtype half = fp16 ? torch::kHalf : torch::kBFloat16;
   HunyuanVideoConfig mc = model_config_from(o.config.model);
+  // The memory estimate (train.memory_check's), before anything of the model is on the device. The
+  // bench drops its gradients every step, as an eager training run without accumulation does.
+  std::optional<MemoryEstimate> estimate;
+  std::vector<std::pair<int64_t, double>> tried;
+  if ((o.estimate_memory || o.max_frames) && device.is_cuda()) {
+    Config probe_config = o.config;
+    probe_config.cuda_graph.enabled = "false";
+    probe_config.gradient_accumulation = 1;
+    const double capacity =
+        static_cast<double>(gpu_memory(device).total) * std::min(1.0, o.config.train.memory_cap);
+    if (o.max_frames) {
+      o.frames = longest_clip_frames(probe_config, mc, o.height, o.width, o.batch, o.text_tokens, device, capacity,
+                                     &tried);
+      spdlog::info("bench: the longest clip at {}x{} that fits by the estimate: {} frames; measuring one step at it",
+                   o.height, o.width, o.frames);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    estimate = estimate_step_memory(probe_config, mc,
+                                    step_shape_of_clip(o.frames, o.height, o.width, o.batch, o.text_tokens), device);
+    spdlog::info("bench: {} ({:.1f} s)", describe_estimate(*estimate, capacity),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
   TT_CHECK(o.frames >= 1 && (o.frames - 1) % 4 == 0 && o.height % 16 == 0 && o.width % 16 == 0,
            ErrorCode::kConfig, "bench: frames must be 4n+1 and height/width multiples of 16");
   TT_CHECK(o.text_valid >= 1 && o.text_valid <= o.text_tokens, ErrorCode::kConfig,
@@ -181,7 +207,8 @@ void run_bench(const BenchOptions& options) {
   const int64_t input_bytes = before.known ? before.allocated - param_bytes : 0;
   const int64_t other_bytes = after.known && before.known ? after.allocated - before.allocated - grad_bytes : 0;
   double step_s = 0.0;
-  if (o.optimizer) step_s = time_it(device, 1, o.steps, full_step);
+  // One untimed full step first (AdamW allocates its state), none with --warmup 0.
+  if (o.optimizer) step_s = time_it(device, std::min<int64_t>(1, o.warmup), o.steps, full_step);
   const double peak = peak_memory_gb(device);
 
   FlopBreakdown flops = transformer_flops(mc, o.batch, video_tokens, o.text_tokens);
@@ -202,7 +229,6 @@ void run_bench(const BenchOptions& options) {
     std::cout << "| MFU fwd+bwd vs 989 TFLOP/s | " << 100.0 * mfu(fwd_bwd_s, kDatasheetBf16) << " % |\n";
   }
   std::cout << "| peak memory fwd+bwd | " << fwd_bwd_peak << " GiB |\n";
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   if (after.known) {
     std::cout << "| of it: parameters | " << param_bytes / kGiB << " GiB |\n";
     std::cout << "| of it: gradients | " << grad_bytes / kGiB << " GiB |\n";
@@ -217,6 +243,14 @@ void run_bench(const BenchOptions& options) {
     std::cout << "| full step (fwd+bwd+clip+AdamW) | " << step_s * 1e3 << " ms |\n";
     if (!lora) std::cout << "| MFU full step vs measured matmul | " << 100.0 * mfu(step_s, matmul_rate) << " % |\n";
     std::cout << "| peak memory full step | " << peak << " GiB |\n";
+  }
+  if (estimate) {
+    const double estimated = estimate->peak_bytes / kGiB, measured = o.optimizer ? peak : fwd_bwd_peak;
+    std::cout << "| estimated peak (before the model was built) | " << estimated << " GiB, "
+              << 100.0 * (estimated - measured) / measured << " % off the measured " << measured << " GiB |\n";
+    for (const auto& [frames, bytes] : tried)
+      std::cout << "| estimate at " << frames << "x" << o.height << "x" << o.width << " | " << bytes / kGiB
+                << " GiB |\n";
   }
   if (!o.json_path.empty()) {
     nlohmann::json row = {{"device", describe_device(device)},
@@ -242,7 +276,15 @@ void run_bench(const BenchOptions& options) {
                           {"other_held_bytes", other_bytes},
                           {"activation_bytes", activation_bytes},
                           {"full_step_ms", step_s * 1e3},
-                          {"peak_gb", peak}};
+                          {"peak_gb", peak},
+                          {"frames", o.frames},
+                          {"estimated_peak_gb", estimate ? nlohmann::json(estimate->peak_bytes / kGiB) : nlohmann::json()},
+                          {"estimated_peak_gb_no_checkpointing",
+                           estimate && std::isfinite(estimate->peak_without_checkpointing)
+                               ? nlohmann::json(estimate->peak_without_checkpointing / kGiB) : nlohmann::json()},
+                          {"estimated_peak_gb_full_checkpointing",
+                           estimate && std::isfinite(estimate->peak_with_checkpointing)
+                               ? nlohmann::json(estimate->peak_with_checkpointing / kGiB) : nlohmann::json()}};
     std::ofstream out(o.json_path);
     out << row.dump(2) << "\n";
     TT_CHECK(out.good(), ErrorCode::kIo, "cannot write ", o.json_path);

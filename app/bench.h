@@ -25,6 +25,10 @@ struct BenchOptions {
   bool optimizer = true;
   /// Write the results as one JSON object here too.
   std::string json_path;
+  /// Estimate the full step's peak (app/memory_estimate.h) and compare it with the measured one.
+  bool estimate_memory = false;
+  /// Replace `frames` with the longest 4n+1 clip the estimate says fits, then measure at it.
+  bool max_frames = false;
 };
 
 void run_bench(const BenchOptions& options);

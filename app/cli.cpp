@@ -345,6 +345,12 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_option("--warmup", bench.options.warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--steps", bench.options.steps, "Timed steps")->check(CLI::PositiveNumber);
   bench_cmd->add_flag("--no-optimizer", bench.no_optimizer, "Skip timing the full step with AdamW");
+  bench_cmd->add_flag("--estimate-memory", bench.options.estimate_memory,
+                      "Also estimate the full step's peak memory before the model is built (train.memory_check's "
+                      "estimate) and report its error against the measured peak (CUDA)");
+  bench_cmd->add_flag("--max-frames", bench.options.max_frames,
+                      "Predict the longest clip (4n+1 frames) at --height x --width whose step fits the device by the "
+                      "estimate, then time one step at it (CUDA; implies --estimate-memory)");
   bench_cmd->add_option("--json", bench.options.json_path, "Also write the results as JSON here");
   bench_cmd->add_option("--suite", bench.suite,
                         "model: the Transformer step on synthetic tensors; train: the training loop on synthetic "

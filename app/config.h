@@ -169,8 +169,9 @@ struct TrainSection {
   int64_t keep_checkpoints = 3;
   bool expandable_segments = false;  // the CUDA caching allocator's expandable segments
   double memory_cap = 1.0;           // in (0, 1]: the share of the GPU the allocator may take; 1 = no cap
-
   bool tensorboard = true;           // metrics.jsonl's scalars also in a TensorBoard event file
+  bool memory_check = true;          // estimate the step's GPU memory before step 0 (app/memory_estimate.h)
+
   bool operator==(const TrainSection&) const = default;
 };
 

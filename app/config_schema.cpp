@@ -273,9 +273,11 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "On CUDA, the caching allocator grows its segments in place instead of making new ones (less fragmentation when shapes vary, e.g. buckets or a dynamic batch); a PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF that names expandable_segments wins. CUDA graphs' private pool keeps plain segments. The CPU ignores it."},
     {.path = "train.memory_cap", .kind = K::kFloat, .at = TT_AT(train.memory_cap), .range = kFraction,
      .read_by = kT, .doc = "On CUDA, the share of the GPU's memory the caching allocator may take (its per-process memory fraction); past it an allocation is out of memory (TT_ERR_MEMORY, or a smaller micro-batch with batch_size: dynamic, which budgets with min(dynamic_batch.memory_fraction, this)). 1.0 = no cap. The CPU ignores it."},
-
+    {.path = "train.memory_check", .kind = K::kBool, .at = TT_AT(train.memory_check),
+     .read_by = kT, .doc = "On CUDA, before step 0, estimate the step's peak GPU memory (parameters, gradients and AdamW state counted; the rest measured by two steps of one- and two-block copies of the model at the largest bucket and micro-batch, extrapolated to the full depth), log it, and stop with TT_ERR_MEMORY and the ways out when it exceeds the device (times train.memory_cap). Costs a few seconds at start-up; false skips it. `teletron memory CONFIG` prints the same estimate."},
     {.path = "train.tensorboard", .kind = K::kBool, .at = TT_AT(train.tensorboard),
      .read_by = kT, .doc = "Also write every metrics.jsonl scalar (and, later, validation videos as animated GIFs) into a TensorBoard event file in the run folder (events.out.tfevents.*; view with tensorboard --logdir RUN). A failing event file is logged and never stops training."},
+
     {.path = "distributed.backend", .kind = K::kString, .at = TT_AT(distributed.backend), .choices = "nccl|gloo", .not_yet = kDistributed,
      .doc = "Collective backend between processes."},
     {.path = "distributed.zero_stage", .kind = K::kInt, .at = TT_AT(distributed.zero_stage), .range = kZeroStage, .not_yet = kDistributed,

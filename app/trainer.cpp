@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "app/memory_estimate.h"
 #include "app/model_setup.h"
 #include "app/options.h"
 #include "app/trainer_impl.h"
@@ -90,6 +91,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   cursor_.row_bucket = dataset_->row_buckets();
   cursor_.step_samples = global_batch_of(config_).samples();
   dynamic_ = config_.batch_size_dynamic;
+  check_memory_estimate();
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
@@ -822,6 +824,19 @@ void Trainer::run() {
   }
   spdlog::info("done: {} steps in {}, run folder {}", step_ - start_step, format_duration(seconds_since(run_start)),
                run_dir_.string());
+}
+
+void Trainer::check_memory_estimate() {
+  // Before the model is on the device: a run that cannot fit stops here with the numbers, instead
+  // of with an allocation failure at step 0 (or before it, for the 13B's fp32 state).
+  if (!device_.is_cuda() || !config_.train.memory_check) return;
+  const StepShape shape = largest_step_shape(config_, dataset_->latent_shape(), dataset_->text_length());
+  const auto started = std::chrono::steady_clock::now();
+  const MemoryEstimate estimate = estimate_step_memory(config_, model_config_, shape, device_);
+  const double capacity = static_cast<double>(gpu_memory(device_).total) * std::min(1.0, config_.train.memory_cap);
+  spdlog::info("{} ({:.1f} s; train.memory_check: false skips it)", describe_estimate(estimate, capacity),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  check_estimate_fits(estimate, config_, capacity);
 }
 
 void run_training(const TrainRequest& request) {

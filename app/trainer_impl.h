@@ -53,6 +53,8 @@ class Trainer {
   void announce() const;
   /// What train.expandable_segments and train.memory_cap did (on the CPU: that they do nothing).
   void announce_allocator() const;
+  /// train.memory_check: the step's memory estimated before the model is built (app/memory_estimate.h).
+  void check_memory_estimate();
   /// Warns once for each set key `matches` picks that it does nothing without CUDA, and `why`.
   void warn_set_without_cuda(const std::function<bool(const std::string&)>& matches, const std::string& why) const;
   /// The share of GPU memory a dynamic batch may fill: dynamic_batch.memory_fraction, within

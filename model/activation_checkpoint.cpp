@@ -15,6 +15,8 @@ namespace {
 // forward did, or its activations differ from the ones the gradients assume.
 struct BlockHolder : torch::CustomClassHolder {
   BlockFunction fn;
+  size_t input_count = 0;  // the block's inputs; the tensors after them are its trainable parameters
+  size_t total_count = 0;
   bool autocast_cuda = false;
   at::ScalarType autocast_cuda_dtype = at::kBFloat16;
   bool autocast_cpu = false;
@@ -31,9 +33,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     holder->autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
     holder->autocast_cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
     ctx->saved_data["block"] = c10::IValue::make_capsule(holder);
-    ctx->save_for_backward(inputs.vec());
+    std::vector<torch::Tensor> block_inputs(inputs.begin(), inputs.begin() + static_cast<int64_t>(holder->input_count));
+    ctx->save_for_backward(block_inputs);
     // Autograd is off inside Function::forward: nothing of the block is recorded.
-    return holder->fn(inputs.vec());
+    return holder->fn(block_inputs);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -66,18 +69,29 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     torch::autograd::variable_list result;
     result.push_back(torch::Tensor());  // the holder is not a tensor
     for (const auto& leaf : inputs) result.push_back(leaf.requires_grad() ? leaf.grad() : torch::Tensor());
+    // The parameters' gradients were accumulated by the backward pass above, not returned.
+    for (size_t i = holder->input_count; i < holder->total_count; ++i) result.push_back(torch::Tensor());
     return result;
   }
 };
 
 }  // namespace
 
-std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs) {
+std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs,
+                                        const std::vector<torch::Tensor>& parameters) {
   if (!torch::GradMode::is_enabled()) return fn(inputs);
   auto holder = c10::make_intrusive<BlockHolder>();
   holder->fn = fn;
-  // A TensorList argument makes every input a differentiable input of the autograd node.
-  return CheckpointFunction::apply(holder, at::TensorList(inputs));
+  holder->input_count = inputs.size();
+  // A TensorList argument makes every input a differentiable input of the autograd node. The
+  // trainable parameters join them so that the outputs need gradients whenever one of them does:
+  // with a frozen base (LoRA) the first block's inputs need none, and without the adapters among
+  // the node's inputs the loss would have no gradient function at all.
+  std::vector<torch::Tensor> all = inputs;
+  for (const torch::Tensor& p : parameters)
+    if (p.requires_grad()) all.push_back(p);
+  holder->total_count = all.size();
+  return CheckpointFunction::apply(holder, at::TensorList(all));
 }
 
 }  // namespace tt

@@ -13,8 +13,12 @@ namespace tt {
 using BlockFunction = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
 /// Returns fn(inputs), recording only `inputs` for backward. `fn` must be deterministic and may
-/// capture modules and constants (not tensors that need gradients: pass those as inputs). The
-/// recomputation runs under the autocast state that was active here.
-std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs);
+/// capture modules and constants (not tensors that need gradients: pass those as inputs).
+/// `parameters`: the trainable tensors `fn` uses (a block's weights, its LoRA adapters); those that
+/// need gradients make the outputs need them even when no input does (a frozen base under LoRA),
+/// and get theirs accumulated when the block is recomputed. The recomputation runs under the
+/// autocast state that was active here.
+std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs,
+                                        const std::vector<torch::Tensor>& parameters = {});
 
 }  // namespace tt

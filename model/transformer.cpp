@@ -439,7 +439,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
         auto result = impl->forward(in_[0], in_[1], in_[2], keys_from(in_, 3), *rope_table);
         return std::vector<torch::Tensor>{result.first, result.second};
       };
-      auto outputs = recompute ? checkpointed(fn, with_keys({video, text, vec}))
+      auto outputs = recompute ? checkpointed(fn, with_keys({video, text, vec}), block->graph_tensors())
                                : block_graphs_->run(index, fn, with_keys({video, text, vec}), block->graph_tensors());
       video = outputs[0];
       text = outputs[1];
@@ -455,7 +455,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
       BlockFunction fn = [impl = block.ptr(), n, rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
         return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
       };
-      joint = recompute ? checkpointed(fn, with_keys({joint, vec}))[0]
+      joint = recompute ? checkpointed(fn, with_keys({joint, vec}), block->graph_tensors())[0]
                         : block_graphs_->run(index, fn, with_keys({joint, vec}), block->graph_tensors())[0];
     } else {
       joint = block(joint, n, vec, keys, rope);

@@ -1,0 +1,111 @@
+// How much GPU memory a training step needs, known before step 0 (issue 14): the parameters,
+// gradients and optimizer state counted from the architecture, and the whole step's peak measured
+// on shallow copies of the model. Every part of the peak (weights, gradients, optimizer state,
+// activations kept for backward, the autocast copies of the weights) grows by a fixed amount per
+// double-stream and per single-stream block, and the scratch of one block's backward is the same
+// whatever the depth, so three probes - depths (1, 1), (2, 1) and (1, 2), each running two real
+// steps (forward, backward, clipping, AdamW) at the run's shape and micro-batch - give the full
+// depth's peak by linear extrapolation:
+//   peak(D, S) = p11 + (D - 1) (p21 - p11) + (S - 1) (p12 - p11)
+// measured once with every block checkpointed and once with none, so that `every_n` in between
+// and the two extremes can be told. The probes run on the run's device with its precision, LoRA,
+// fused kernels and checkpointing; on the CPU (no allocator statistics) only the counted parts are
+// given.
+#pragma once
+
+#include <torch/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "app/config.h"
+#include "model/hunyuan_config.h"
+
+namespace tt {
+
+/// The step's shape: micro-batch and the latents' size (after the VAE, before patching) and text.
+struct StepShape {
+  int64_t batch = 1;
+  int64_t latent_frames = 9, latent_height = 60, latent_width = 104;  // 33 x 480 x 832
+  int64_t text_tokens = 256;
+  /// Video tokens the Transformer sees for `config` (latents / patch).
+  int64_t video_tokens(const HunyuanVideoConfig& config) const;
+  /// "33x480x832" (the pixel clip the latents come from).
+  std::string describe() const;
+};
+
+/// The latent shape of a clip of frames x height x width pixels (frames 4n+1, sizes multiples of 16).
+StepShape step_shape_of_clip(int64_t frames, int64_t height, int64_t width, int64_t batch, int64_t text_tokens);
+
+/// Measured peaks (bytes) of the three shallow probes in one checkpointing mode.
+struct ProbePeaks {
+  double p11 = 0, p21 = 0, p12 = 0;
+};
+
+/// The counted parts of a step's memory (bytes), from the architecture alone.
+struct CountedMemory {
+  int64_t parameters = 0;          // the whole model's
+  int64_t trainable = 0;           // what the optimizer updates (the adapters with LoRA)
+  double weight_bytes = 0;         // the model as it sits on the device (+ adapters)
+  double gradient_bytes = 0;       // one gradient per trainable parameter
+  double optimizer_bytes = 0;      // AdamW's two moments (fp32)
+};
+
+struct MemoryEstimate {
+  CountedMemory counted;
+  StepShape shape;
+  /// every_n of the run's model.activation_checkpointing (0 = none).
+  int64_t checkpoint_every_n = 0;
+  bool measured = false;            // false on the CPU: only `counted` is known
+  double peak_bytes = 0;            // the run's peak as configured
+  double peak_without_checkpointing = 0;
+  double peak_with_checkpointing = 0;  // every block
+  ProbePeaks probes_none, probes_all;
+  /// peak - weights - gradients - optimizer: the activations kept for backward, the autocast
+  /// copies of the weights, one block's backward scratch and the libraries' workspaces.
+  double activation_bytes() const;
+  double activation_bytes_per_sample() const { return activation_bytes() / static_cast<double>(shape.batch); }
+};
+
+/// Linear extrapolation of the three probes to `doubles` and `singles` blocks, `every_n`
+/// checkpointing (blocks i with i % every_n == 0 recomputed, doubles first, as the model does).
+double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles, int64_t singles,
+                        int64_t every_n);
+
+/// The counted parts for `config` (dtype policy as the trainer's: fp32 master weights, bf16 master
+/// weights, or a frozen base in the autocast dtype with fp32 adapters).
+CountedMemory count_memory(const Config& config, const HunyuanVideoConfig& model, bool cuda);
+
+/// Runs the probes on `device` (CUDA; on the CPU returns the counted parts only). Throws
+/// TT_ERR_MEMORY when a probe the configured checkpointing needs does not fit. `both_modes`: also
+/// probe the other mode, for the with / without checkpointing figures (NaN when it does not fit).
+MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
+                                    const torch::Device& device, bool both_modes = true);
+
+/// The peak (bytes) of the second of two training steps of the whole `model` at `shape` with
+/// `every_n` checkpointing, run as a probe runs them (CUDA; NaN when it runs out of memory).
+double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
+                         const torch::Device& device, int64_t every_n);
+
+/// The longest clip (4n+1 frames) at height x width whose estimated step fits `capacity_bytes`,
+/// with the config's checkpointing: the estimate at 33 and 65 frames, the linear crossing, then
+/// the neighbours probed until the boundary is found. `tried` gets every (frames, peak bytes).
+int64_t longest_clip_frames(const Config& config, const HunyuanVideoConfig& model, int64_t height, int64_t width,
+                            int64_t batch, int64_t text_tokens, const torch::Device& device, double capacity_bytes,
+                            std::vector<std::pair<int64_t, double>>* tried = nullptr);
+
+/// A table of the estimate for the log: counted parts, activations per sample, the peak as
+/// configured and with / without checkpointing.
+std::string describe_estimate(const MemoryEstimate& estimate, double capacity_bytes);
+
+/// Throws TT_ERR_MEMORY, with the numbers and the ways out (checkpointing, LoRA, a smaller bucket
+/// or micro-batch, more GPUs), when the estimated peak exceeds `capacity_bytes`.
+void check_estimate_fits(const MemoryEstimate& estimate, const Config& config, double capacity_bytes);
+
+/// The step shape `teletron train` will run at its largest: the largest bucket (video) or the
+/// cached latents' shape, at the micro-batch (dynamic: dynamic_batch.min).
+StepShape largest_step_shape(const Config& config, const std::vector<int64_t>& latent_shape, int64_t text_tokens);
+
+}  // namespace tt

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# GPU machine: issue 14's memory rows (carry .device, and .wheels/diffusers for the peer row).
+# Builds into build-device/ (kept by a warm machine between calls), then, each part a table row in
+# $OUT/summary.txt and its log in $OUT:
+#   scripts/gpu_memory.sh estimate   `teletron bench --estimate-memory` on configurations whose
+#                                    measured peak the estimate must meet within 10 %: 1b full
+#                                    training without and with checkpointing, the 13B with LoRA
+#                                    rank 32 and checkpointing at 33x480x832 (also issue 14's LoRA row:
+#                                    step time and peak beside diffusers + peft's)
+#   scripts/gpu_memory.sh peer       scripts/bench_lora_peer.py at the same 13B LoRA shape (eager)
+#   scripts/gpu_memory.sh longest    the longest 720p clip (4n+1 frames) the 13B LoRA step fits with
+#                                    full checkpointing, by the estimate, and one measured step at it
+# Env: TELETRON_BUILD_TARGETS (default teletron), STEPS (3), PARTS_TIMEOUT (s per bench, 240).
+set -uo pipefail
+part=${1:?usage: gpu_memory.sh estimate|peer|longest}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
+TELETRON_BUILD_TARGETS=${TELETRON_BUILD_TARGETS-teletron} source "$here/device_build.sh" || exit 1
+echo "build ${build_s}s" | tee -a "$out/summary.txt"
+steps=${STEPS:-3}
+limit=${PARTS_TIMEOUT:-240}
+
+# bench_row LABEL ARGS...: one bench with the estimate, its table's memory rows into the summary.
+bench_row() {
+  local label=$1; shift
+  local start; start=$(date +%s)
+  timeout "$limit" "$tt" bench --device cuda --warmup "${WARMUP:-1}" --steps "$steps" --estimate-memory \
+    --json "$out/$label.json" "$@" >"$out/$label.log" 2>&1
+  local rc=$?
+  echo "== $label (exit $rc, $(( $(date +%s) - start )) s): $*" | tee -a "$out/summary.txt"
+  grep -E "memory estimate|peak|full step \(|forward\+backward \||estimate at|longest clip|TT_ERR" "$out/$label.log" |
+    tee -a "$out/summary.txt"
+}
+
+case "$part" in
+  estimate)
+    bench_row 1b_full --preset 1b
+    bench_row 1b_full_ckpt --preset 1b --set model.activation_checkpointing=true
+    bench_row 13b_lora_ckpt --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
+      --set model.activation_checkpointing=true
+    ;;
+  peer)
+    python3 -m pip install -q --no-index --no-deps --find-links "$root/.wheels/diffusers" diffusers >"$out/pip.log" 2>&1 ||
+      echo "diffusers wheel not installed (see pip.log)" | tee -a "$out/summary.txt"
+    timeout "$limit" python3 "$here/bench_lora_peer.py" --preset 13b --rank 32 --alpha 32 --checkpointing \
+      --compile none --warmup 1 --steps "$steps" --json "$out/peer_lora.json" 2>&1 | tee "$out/peer_lora.log" |
+      grep -E "^\|" | tee -a "$out/summary.txt"
+    ;;
+  longest)
+    bench_row 13b_lora_720p_longest --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
+      --set model.activation_checkpointing=true --height 720 --width 1280 --max-frames
+    ;;
+  *) echo "unknown part $part"; exit 2 ;;
+esac

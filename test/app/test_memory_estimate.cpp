@@ -1,0 +1,158 @@
+// The step's memory estimate (app/memory_estimate.h): the counted parts equal what the trainer
+// allocates (LoRA's trainable count equals attach_lora's), the linear extrapolation places the
+// checkpointed blocks as the model does, a step that does not fit is TT_ERR_MEMORY with the ways
+// out; on the GPU the estimate from shallow probes meets the full model's measured peak.
+#include <torch/torch.h>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cmath>
+
+#include "app/config.h"
+#include "app/memory_estimate.h"
+#include "app/options.h"
+#include "core/errors.h"
+#include "model/flops.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "test/model/small_model.h"
+#include "test/test_util.h"
+
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+tt::Config config_of(const std::string& yaml) { return tt::load_config_text(yaml, "(test)", {}); }
+
+}  // namespace
+
+TEST_CASE("memory estimate: LoRA's trainable count equals what attach_lora makes", "[memory]") {
+  tt::HunyuanVideoConfig model = tt::test::small_model_config();
+  model.num_layers = 3;
+  model.num_single_layers = 4;
+  for (const std::string& targets :
+       {std::string("[]"), std::string("[to_q, proj_out, norm1.linear]"),
+        std::string("['single_transformer_blocks\\.[13]\\.proj_mlp', ff.net.2]")}) {
+    INFO("targets " << targets);
+    const tt::Config config = config_of("tele_tron:\n  model:\n    lora:\n      rank: 3\n      targets: " + targets + "\n");
+    tt::HunyuanVideoTransformer transformer(model);
+    const tt::LoraSet set = transformer->attach_lora(tt::lora_options_from(config.model));
+    const tt::CountedMemory counted = tt::count_memory(config, model, /*cuda=*/true);
+    CHECK(counted.trainable == set.parameter_count());
+    CHECK(counted.parameters == transformer->parameter_count());
+    // The frozen base in bf16 under autocast, the adapters, their gradients and two moments in fp32.
+    CHECK(counted.weight_bytes == 2.0 * counted.parameters + 4.0 * counted.trainable);
+    CHECK(counted.gradient_bytes == 4.0 * counted.trainable);
+    CHECK(counted.optimizer_bytes == 8.0 * counted.trainable);
+  }
+}
+
+TEST_CASE("memory estimate: full training counts fp32 or bf16 master weights, gradients and AdamW state",
+          "[memory]") {
+  const tt::HunyuanVideoConfig model = tt::hunyuan_preset("13b");
+  const double params = static_cast<double>(tt::transformer_parameter_count(model));
+  const tt::CountedMemory fp32 = tt::count_memory(config_of("tele_tron: {}\n"), model, true);
+  CHECK(fp32.trainable == fp32.parameters);
+  CHECK(fp32.weight_bytes == 4.0 * params);
+  CHECK(fp32.gradient_bytes == 4.0 * params);
+  CHECK(fp32.optimizer_bytes == 8.0 * params);
+  // The 13B's fp32 state alone is more than an H200 holds: 16 bytes per parameter, ~205 GB.
+  CHECK(fp32.weight_bytes + fp32.gradient_bytes + fp32.optimizer_bytes > 200e9);
+  const tt::CountedMemory bf16 =
+      tt::count_memory(config_of("tele_tron:\n  mixed_precision:\n    master_weights: bf16\n"), model, true);
+  CHECK(bf16.weight_bytes == 2.0 * params);
+  CHECK(bf16.gradient_bytes == 2.0 * params);
+  CHECK(bf16.optimizer_bytes == 8.0 * params);
+}
+
+TEST_CASE("memory estimate: the probes extrapolate linearly, checkpointed blocks placed as the model places them",
+          "[memory]") {
+  // A made-up device where the rest of the model costs 10, each double block 7 (checkpointed 2),
+  // each single 5 (checkpointed 1), the backward's scratch 3, and a recomputed block's activations 6.
+  auto truth = [](int64_t doubles, int64_t singles, int64_t every_n) {
+    double peak = 10.0 + 3.0;
+    bool any = false;
+    for (int64_t i = 0; i < doubles + singles; ++i) {
+      const bool ck = every_n > 0 && i % every_n == 0;
+      any = any || ck;
+      peak += i < doubles ? (ck ? 2.0 : 7.0) : (ck ? 1.0 : 5.0);
+    }
+    return peak + (any ? 6.0 : 0.0);
+  };
+  const tt::ProbePeaks none{truth(1, 1, 0), truth(2, 1, 0), truth(1, 2, 0)};
+  const tt::ProbePeaks all{truth(1, 1, 1), truth(2, 1, 1), truth(1, 2, 1)};
+  for (int64_t every_n : {0, 1, 2, 3, 7}) {
+    INFO("every_n " << every_n);
+    CHECK(tt::extrapolate_peak(none, all, 20, 40, every_n) == truth(20, 40, every_n));
+    CHECK(tt::extrapolate_peak(none, all, 3, 5, every_n) == truth(3, 5, every_n));
+  }
+}
+
+TEST_CASE("memory estimate: a step that does not fit is TT_ERR_MEMORY with the numbers and the ways out",
+          "[memory]") {
+  const tt::Config config = config_of("tele_tron: {}\n");
+  tt::MemoryEstimate e;
+  e.counted = tt::count_memory(config, tt::hunyuan_preset("13b"), true);
+  e.shape = tt::step_shape_of_clip(33, 480, 832, 1, 256);
+  e.measured = true;
+  e.peak_bytes = 300.0 * (1ull << 30);
+  e.peak_without_checkpointing = e.peak_bytes;
+  e.peak_with_checkpointing = 250.0 * (1ull << 30);
+  const double capacity = 139.8 * (1ull << 30);
+  try {
+    tt::check_estimate_fits(e, config, capacity);
+    FAIL("expected TT_ERR_MEMORY");
+  } catch (const tt::Error& error) {
+    CHECK(error.code() == tt::ErrorCode::kMemory);
+    const std::string text = std::string(error.what()) + " " + error.hint();
+    CHECK_THAT(text, ContainsSubstring("needs about 300 GiB"));
+    CHECK_THAT(text, ContainsSubstring("139.8 GiB"));
+    CHECK_THAT(text, ContainsSubstring("model.activation_checkpointing: true (250 GiB)"));
+    CHECK_THAT(text, ContainsSubstring("model.lora.rank"));
+    CHECK_THAT(text, ContainsSubstring("smaller bucket"));
+    CHECK_THAT(text, ContainsSubstring("more GPUs"));
+  }
+  e.peak_bytes = 100.0 * (1ull << 30);
+  CHECK_NOTHROW(tt::check_estimate_fits(e, config, capacity));
+}
+
+TEST_CASE("memory estimate: the step shape is the largest bucket at the micro-batch (dynamic: its minimum)",
+          "[memory]") {
+  const tt::Config config = config_of(
+      "tele_tron:\n  data:\n    source: video\n    buckets: [{frames: 33, height: 480, width: 832}, "
+      "{frames: 65, height: 320, width: 576}, {frames: 17, height: 720, width: 1280}]\n  batch_size: 2\n");
+  const tt::StepShape shape = tt::largest_step_shape(config, {16, 9, 60, 104}, 200);
+  CHECK(shape.describe() == "65x320x576");
+  CHECK(shape.batch == 2);
+  CHECK(shape.text_tokens == 200);
+  const tt::Config dynamic = config_of("tele_tron:\n  batch_size: dynamic\n  dynamic_batch:\n    min: 3\n");
+  const tt::StepShape cached = tt::largest_step_shape(dynamic, {16, 5, 30, 52}, 77);
+  CHECK(cached.batch == 3);
+  CHECK(cached.describe() == "17x240x416");
+}
+
+TEST_CASE("memory estimate on the GPU: shallow probes extrapolated meet the full model's measured peak within 10 %",
+          "[memory][gpu]") {
+  TT_REQUIRE_GPU();
+  const torch::Device cuda(torch::kCUDA, 0);
+  tt::HunyuanVideoConfig model = tt::hunyuan_preset("tiny");
+  model.num_attention_heads = 4;
+  model.attention_head_dim = 64;
+  model.rope_axes_dim = {16, 24, 24};
+  model.num_layers = 6;
+  model.num_single_layers = 10;
+  const tt::StepShape shape = tt::step_shape_of_clip(33, 256, 256, 2, 64);
+  for (const std::string& yaml :
+       {std::string("tele_tron:\n  cuda_graph:\n    enabled: false\n"),
+        std::string("tele_tron:\n  cuda_graph:\n    enabled: false\n  model:\n    activation_checkpointing: true\n"),
+        std::string("tele_tron:\n  model:\n    activation_checkpointing: {every_n: 3}\n    lora:\n      rank: 8\n")}) {
+    INFO(yaml);
+    const tt::Config config = config_of(yaml);
+    const tt::MemoryEstimate e = tt::estimate_step_memory(config, model, shape, cuda);
+    REQUIRE(e.measured);
+    const double measured =
+        tt::measure_step_peak(config, model, shape, cuda, config.model.activation_checkpointing_every_n);
+    INFO("estimated " << e.peak_bytes / 1e9 << " GB, measured " << measured / 1e9 << " GB");
+    CHECK(std::abs(e.peak_bytes - measured) <= 0.1 * measured);
+  }
+}
