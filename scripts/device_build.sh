@@ -9,8 +9,22 @@ out=${OUT:-/tmp/tt_out}
 mkdir -p "$out"
 build=${TELETRON_BUILD_DIR:-/tmp/build}
 [ -f .device/bootstrap.sh ] && source .device/bootstrap.sh
+# Protocol Buffers (TensorBoard's event files): the GPU machine's image has none, so Debian 12's
+# packages travel in .devdeps/ (`apt-get download protobuf-compiler libprotoc32 libprotobuf32
+# libprotobuf-lite32 libprotobuf-dev` there) and are unpacked into /tmp/pb.
+_tt_cmake_extra=()
+if ! command -v protoc >/dev/null && ls .devdeps/*.deb >/dev/null 2>&1; then
+  if [ ! -x /tmp/pb/usr/bin/protoc ]; then
+    mkdir -p /tmp/pb
+    for d in .devdeps/*.deb; do dpkg -x "$d" /tmp/pb; done
+  fi
+  export LD_LIBRARY_PATH=/tmp/pb/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  _tt_cmake_extra=(-DProtobuf_PROTOC_EXECUTABLE=/tmp/pb/usr/bin/protoc -DProtobuf_INCLUDE_DIR=/tmp/pb/usr/include
+                   -DProtobuf_LIBRARY=/tmp/pb/usr/lib/x86_64-linux-gnu/libprotobuf.so
+                   -DProtobuf_LITE_LIBRARY=/tmp/pb/usr/lib/x86_64-linux-gnu/libprotobuf-lite.so)
+fi
 _tt_start=$(date +%s)
-cmake -S . -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 ||
+cmake -S . -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release "${_tt_cmake_extra[@]}" >"$out/configure.log" 2>&1 ||
   { tail -40 "$out/configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" ${TELETRON_BUILD_TARGETS:+--target $TELETRON_BUILD_TARGETS} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
 build_s=$(( $(date +%s) - _tt_start ))

@@ -64,6 +64,19 @@ if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith
   fi
 fi
 
+# The Python packages the parity and reader tests use (test/python, scripts/check_*.py): the text
+# encoders against diffusers' encode_prompt, exports loaded by diffusers + peft, TensorBoard's own
+# event reader. One at a time (pip's resolver has tripped over a combined install here); a missing
+# one makes its tests skip, so a failed install fails the setup instead.
+for pkg in tokenizers==0.23.3 transformers==5.25.0 diffusers==0.42.1 peft==0.21.2 tensorboard==2.21.0; do
+  name=${pkg%%==*}
+  version=${pkg#*==}
+  if ! "$python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$name') == '$version' else 1)" >/dev/null 2>&1; then
+    say "installing $pkg (tests)"
+    "$python" -m pip install -q "$pkg" || { say "pip could not install $pkg"; exit 1; }
+  fi
+done
+
 # TELETRON_SETUP_NO_BUILD=1 stops here (scripts/ci.sh times installing and building apart).
 if [ "${TELETRON_SETUP_NO_BUILD:-0}" = 1 ]; then
   say "installed; not building (TELETRON_SETUP_NO_BUILD=1)"
