@@ -389,6 +389,7 @@ HunyuanVae load_hunyuan_vae(const std::string& path, const HunyuanVaeConfig& con
     std::vector<std::string> names;
     for (const auto& [name, info] : header.tensors)
       if (!is_decoder_key(name)) names.push_back(name);  // the decoder is not built: skip, not unexpected
+    if (names.empty()) continue;  // a decoder-only shard (an empty list would load every tensor)
     for (auto& [name, tensor] : safetensors::load(file, names)) weights[name] = std::move(tensor);
   }
   load_weights_into(destinations, weights, path);

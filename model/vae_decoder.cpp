@@ -262,6 +262,7 @@ HunyuanVaeDecoder load_hunyuan_vae_decoder(const std::string& path, const Hunyua
     std::vector<std::string> names;
     for (const auto& [name, info] : header.tensors)  // the encoder is not built: its keys are skipped
       if (name.rfind("decoder.", 0) == 0 || name.rfind("post_quant_conv.", 0) == 0) names.push_back(name);
+    if (names.empty()) continue;  // (an empty list would load every tensor)
     for (auto& [name, tensor] : safetensors::load(file, names)) weights[name] = std::move(tensor);
   }
   TT_CHECK_HINT(!weights.empty(), ErrorCode::kCheckpoint,
