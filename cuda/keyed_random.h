@@ -17,7 +17,8 @@
 namespace tt::keyed {
 
 /// Independent sequences for one (seed, key): what a draw is for.
-enum Draw : uint32_t { kNoise = 0, kSigmaNormal = 1, kSigmaUniform = 2, kStochasticRounding = 3 };
+/// kSampleNoise: the sampler's initial latents (model/flow_sampler.h), keyed by (seed, sample).
+enum Draw : uint32_t { kNoise = 0, kSigmaNormal = 1, kSigmaUniform = 2, kStochasticRounding = 3, kSampleNoise = 4 };
 
 struct Block {
   uint32_t v[4];
