@@ -9,9 +9,11 @@
 
 namespace tt {
 
-torch::Tensor vae_norm(torch::nn::GroupNorm& module, const torch::Tensor& x, bool silu, const VaeRuntime& rt) {
+torch::Tensor vae_norm(torch::nn::GroupNorm& module, const torch::Tensor& x, bool silu,
+                       const VaeRuntime& rt) {
   if (rt.fused_norm && x.is_cuda() && kernels_built())
-    return group_norm_silu(x, module->weight, module->bias, module->options.num_groups(), module->options.eps(), silu);
+    return group_norm_silu(x, module->weight, module->bias, module->options.num_groups(),
+                           module->options.eps(), silu);
   torch::Tensor h = module(x);
   return silu ? torch::silu(h) : h;
 }
@@ -28,9 +30,11 @@ torch::Tensor vae_causal_pad(const torch::Tensor& x, int64_t time, int64_t space
   if (space > 0) {
     torch::Tensor rows = frames.narrow(4, space, w);
     rows.narrow(3, 0, space).copy_(rows.narrow(3, space, 1).expand_as(rows.narrow(3, 0, space)));
-    rows.narrow(3, space + h, space).copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
+    rows.narrow(3, space + h, space)
+        .copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
     frames.narrow(4, 0, space).copy_(frames.narrow(4, space, 1).expand_as(frames.narrow(4, 0, space)));
-    frames.narrow(4, space + w, space).copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
+    frames.narrow(4, space + w, space)
+        .copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
   }
   if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
   return out;

@@ -35,7 +35,8 @@ class CausalConv3dImpl : public torch::nn::Module {
  public:
   CausalConv3dImpl(int64_t in, int64_t out, int64_t kernel, std::vector<int64_t> stride = {1, 1, 1})
       : pad_{kernel / 2, kernel / 2, kernel / 2, kernel / 2, kernel - 1, 0} {
-    conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).stride(stride)));
+    conv =
+        register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).stride(stride)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     if (pad_[0] == 0 && pad_[4] == 0) return conv(x);
@@ -56,7 +57,8 @@ class VaeResnetImpl : public torch::nn::Module {
   VaeResnetImpl(int64_t in, int64_t out, int64_t groups) {
     norm1 = register_module("norm1", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, in).eps(1e-6)));
     conv1 = register_module("conv1", CausalConv3d(in, out, 3));
-    norm2 = register_module("norm2", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, out).eps(1e-6)));
+    norm2 =
+        register_module("norm2", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, out).eps(1e-6)));
     conv2 = register_module("conv2", CausalConv3d(out, out, 3));
     if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
   }
@@ -78,8 +80,8 @@ TORCH_MODULE(VaeResnet);
 class VaeAttentionImpl : public torch::nn::Module {
  public:
   VaeAttentionImpl(int64_t channels, int64_t groups) {
-    group_norm = register_module("group_norm",
-                                 torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
+    group_norm = register_module(
+        "group_norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
     to_q = register_module("to_q", torch::nn::Linear(channels, channels));
     to_k = register_module("to_k", torch::nn::Linear(channels, channels));
     to_v = register_module("to_v", torch::nn::Linear(channels, channels));
@@ -99,13 +101,15 @@ class VaeAttentionImpl : public torch::nn::Module {
     outputs.reserve(static_cast<size_t>(frames));
     for (int64_t f = 0; f < frames; ++f) {
       const int64_t visible = (f + 1) * per_frame;
-      outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, f * per_frame, per_frame), k.narrow(2, 0, visible),
-                                                         v.narrow(2, 0, visible)));
+      outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, f * per_frame, per_frame),
+                                                         k.narrow(2, 0, visible), v.narrow(2, 0, visible)));
     }
     torch::Tensor attended = torch::cat(outputs, 2).squeeze(1);  // (B, N, C)
     torch::Tensor out = to_out[0]->as<torch::nn::LinearImpl>()->forward(attended) + tokens;
     // Back to (B, C, T, H, W) in x's memory format (for channels-last input the permute is already it).
-    return out.unflatten(1, {frames, x.size(3), x.size(4)}).permute({0, 4, 1, 2, 3}).contiguous(x.suggest_memory_format());
+    return out.unflatten(1, {frames, x.size(3), x.size(4)})
+        .permute({0, 4, 1, 2, 3})
+        .contiguous(x.suggest_memory_format());
   }
   torch::nn::GroupNorm group_norm{nullptr};
   torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};

@@ -36,10 +36,11 @@ class VaeUpsampleImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     const auto format = x.suggest_memory_format();
     const auto s = static_cast<double>(space_), t = static_cast<double>(time_);
-    torch::Tensor up = F::interpolate(x.select(2, 0), F::InterpolateFuncOptions()
-                                                          .scale_factor(std::vector<double>{s, s})
-                                                          .mode(torch::kNearest))
-                           .unsqueeze(2);  // (B, C, 1, sH, sW)
+    torch::Tensor up =
+        F::interpolate(
+            x.select(2, 0),
+            F::InterpolateFuncOptions().scale_factor(std::vector<double>{s, s}).mode(torch::kNearest))
+            .unsqueeze(2);  // (B, C, 1, sH, sW)
     if (x.size(2) > 1) {
       torch::Tensor rest = F::interpolate(x.narrow(2, 1, x.size(2) - 1).contiguous(format),
                                           F::InterpolateFuncOptions()
@@ -86,7 +87,8 @@ class VaeDecoder3DImpl : public torch::nn::Module {
     const int64_t spatial_layers = log2_floor(c.spatial_compression_ratio);
     const int64_t time_layers = log2_floor(c.temporal_compression_ratio);
     conv_in = register_module("conv_in", CausalConv3d(c.latent_channels, channels.back(), 3));
-    mid_block = register_module("mid_block", VaeMidBlock(channels.back(), c.norm_num_groups, c.mid_block_add_attention));
+    mid_block = register_module("mid_block",
+                                VaeMidBlock(channels.back(), c.norm_num_groups, c.mid_block_add_attention));
     up_blocks = register_module("up_blocks", torch::nn::ModuleList());
     int64_t previous = channels.back();
     for (int64_t i = 0; i < blocks; ++i) {
@@ -100,7 +102,8 @@ class VaeDecoder3DImpl : public torch::nn::Module {
       previous = out;
     }
     conv_norm_out = register_module(
-        "conv_norm_out", torch::nn::GroupNorm(torch::nn::GroupNormOptions(c.norm_num_groups, channels[0]).eps(1e-6)));
+        "conv_norm_out",
+        torch::nn::GroupNorm(torch::nn::GroupNormOptions(c.norm_num_groups, channels[0]).eps(1e-6)));
     conv_out = register_module("conv_out", CausalConv3d(channels[0], c.out_channels, 3));
   }
   torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
@@ -121,13 +124,15 @@ HunyuanVaeDecoderImpl::HunyuanVaeDecoderImpl(const HunyuanVaeConfig& config) : c
            config.temporal_compression_ratio);
   decoder_ = register_module("decoder", std::make_shared<VaeDecoder3DImpl>(config));
   post_quant_conv_ = register_module(
-      "post_quant_conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(config.latent_channels, config.latent_channels, 1)));
+      "post_quant_conv",
+      torch::nn::Conv3d(torch::nn::Conv3dOptions(config.latent_channels, config.latent_channels, 1)));
 }
 
 namespace {
 
 void check_latents(const torch::Tensor& z, const HunyuanVaeConfig& config) {
-  TT_CHECK(z.dim() == 5 && z.size(1) == config.latent_channels && z.size(2) >= 1 && z.size(3) >= 1 && z.size(4) >= 1,
+  TT_CHECK(z.dim() == 5 && z.size(1) == config.latent_channels && z.size(2) >= 1 && z.size(3) >= 1 &&
+               z.size(4) >= 1,
            ErrorCode::kData, "VAE decoder input must be latents (B, ", config.latent_channels,
            ", T', H', W') with T', H', W' >= 1, got ", z.sizes());
 }
@@ -140,7 +145,7 @@ torch::Tensor HunyuanVaeDecoderImpl::decode(const torch::Tensor& z) {
   // Weights follow the activations' layout (NDHWC on CUDA when the runtime asks: cuDNN's fast 3D
   // kernels), converted when the runtime or the device changes which one that is.
   const auto layout = z.is_cuda() && runtime_.channels_last ? torch::MemoryFormat::ChannelsLast3d
-                                                             : torch::MemoryFormat::Contiguous;
+                                                            : torch::MemoryFormat::Contiguous;
   if (!decoder_->conv_in->conv->weight.is_contiguous(layout)) {
     for (auto& p : parameters())
       if (p.dim() == 5) p.set_data(p.contiguous(layout));
@@ -160,21 +165,23 @@ torch::Tensor HunyuanVaeDecoderImpl::decode_spatial_tiles(const torch::Tensor& z
   const int64_t step_h = t.stride_height / s, step_w = t.stride_width / s;
   const int64_t blend_h = t.min_height - t.stride_height, blend_w = t.min_width - t.stride_width;  // pixels
   const int64_t out_h = height * s, out_w = width * s;
-  torch::Tensor video;                // (B, C, T, out_h, out_w)
-  std::vector<torch::Tensor> above;   // the previous row's blended tiles (B, C, T, h, w)
+  torch::Tensor video;               // (B, C, T, out_h, out_w)
+  std::vector<torch::Tensor> above;  // the previous row's blended tiles (B, C, T, h, w)
   int64_t top = 0;
   for (int64_t i = 0; i < height; i += step_h) {
     std::vector<torch::Tensor> row;
     int64_t left = 0, row_height = 0;
     for (int64_t j = 0; j < width; j += step_w) {
-      torch::Tensor tile = decode(z.narrow(3, i, std::min(tile_h, height - i)).narrow(4, j, std::min(tile_w, width - j)));
+      torch::Tensor tile =
+          decode(z.narrow(3, i, std::min(tile_h, height - i)).narrow(4, j, std::min(tile_w, width - j)));
       if (!above.empty()) tile = vae_blend(above[row.size()], tile, 3, blend_h);
       if (!row.empty()) tile = vae_blend(row.back(), tile, 4, blend_w);
       if (!video.defined())
         video = torch::empty({tile.size(0), tile.size(1), tile.size(2), out_h, out_w}, tile.options());
       const int64_t h = std::min({t.stride_height, tile.size(3), out_h - top});
       const int64_t w = std::min({t.stride_width, tile.size(4), out_w - left});
-      if (h > 0 && w > 0) video.narrow(3, top, h).narrow(4, left, w).copy_(tile.narrow(3, 0, h).narrow(4, 0, w));
+      if (h > 0 && w > 0)
+        video.narrow(3, top, h).narrow(4, left, w).copy_(tile.narrow(3, 0, h).narrow(4, 0, w));
       left += std::max<int64_t>(w, 0);
       row_height = std::max<int64_t>(h, 0);
       row.push_back(std::move(tile));
@@ -189,15 +196,16 @@ torch::Tensor HunyuanVaeDecoderImpl::decode_spatial_tiles(const torch::Tensor& z
 torch::Tensor HunyuanVaeDecoderImpl::decode(const torch::Tensor& z, const VaeDecodeTiling& t) {
   check_latents(z, config_);
   const int64_t r = config_.temporal_compression_ratio, s = config_.spatial_compression_ratio;
-  TT_CHECK(t.stride_frames % r == 0 && t.min_frames % r == 0 && t.stride_frames > 0 && t.stride_frames <= t.min_frames,
-           ErrorCode::kConfig, "VAE decode tiling: frame tile ", t.min_frames, " and stride ", t.stride_frames,
-           " must be multiples of ", r, " with 0 < stride <= tile");
-  TT_CHECK(t.stride_height % s == 0 && t.stride_width % s == 0 && t.min_height % s == 0 && t.min_width % s == 0 &&
-               t.stride_height > 0 && t.stride_width > 0 && t.stride_height <= t.min_height &&
-               t.stride_width <= t.min_width,
+  TT_CHECK(t.stride_frames % r == 0 && t.min_frames % r == 0 && t.stride_frames > 0 &&
+               t.stride_frames <= t.min_frames,
+           ErrorCode::kConfig, "VAE decode tiling: frame tile ", t.min_frames, " and stride ",
+           t.stride_frames, " must be multiples of ", r, " with 0 < stride <= tile");
+  TT_CHECK(t.stride_height % s == 0 && t.stride_width % s == 0 && t.min_height % s == 0 &&
+               t.min_width % s == 0 && t.stride_height > 0 && t.stride_width > 0 &&
+               t.stride_height <= t.min_height && t.stride_width <= t.min_width,
            ErrorCode::kConfig, "VAE decode tiling: tile sizes and strides must be multiples of ", s,
-           " with 0 < stride <= tile, got tiles ", t.min_height, "x", t.min_width, " every ", t.stride_height, "x",
-           t.stride_width);
+           " with 0 < stride <= tile, got tiles ", t.min_height, "x", t.min_width, " every ", t.stride_height,
+           "x", t.stride_width);
   const int64_t frames = z.size(2);
   const int64_t window = t.min_frames / r;  // latent frames after a window's first
   if (!t.temporal || frames <= window) return decode_spatial_tiles(z, t);
@@ -215,8 +223,10 @@ torch::Tensor HunyuanVaeDecoderImpl::decode(const torch::Tensor& z, const VaeDec
     torch::Tensor tile = decode_spatial_tiles(z.narrow(2, i, std::min(window + 1, frames - i)), t);
     if (i > 0) tile = vae_blend(previous, tile.narrow(2, 1, tile.size(2) - 1), 2, blend_frames);
     if (!video.defined())
-      video = torch::empty({tile.size(0), tile.size(1), out_frames, tile.size(3), tile.size(4)}, tile.options());
-    const int64_t keep = std::min({i > 0 ? t.stride_frames : t.stride_frames + 1, tile.size(2), out_frames - written});
+      video =
+          torch::empty({tile.size(0), tile.size(1), out_frames, tile.size(3), tile.size(4)}, tile.options());
+    const int64_t keep =
+        std::min({i > 0 ? t.stride_frames : t.stride_frames + 1, tile.size(2), out_frames - written});
     if (keep > 0) video.narrow(2, written, keep).copy_(tile.narrow(2, 0, keep));
     written += std::max<int64_t>(keep, 0);
     previous = std::move(tile);
@@ -225,7 +235,8 @@ torch::Tensor HunyuanVaeDecoderImpl::decode(const torch::Tensor& z, const VaeDec
   return video;
 }
 
-torch::Tensor HunyuanVaeDecoderImpl::decode_latents(const torch::Tensor& latents, const VaeDecodeTiling& tiling) {
+torch::Tensor HunyuanVaeDecoderImpl::decode_latents(const torch::Tensor& latents,
+                                                    const VaeDecodeTiling& tiling) {
   return decode(latents / config_.scaling_factor, tiling);
 }
 
@@ -265,9 +276,10 @@ HunyuanVaeDecoder load_hunyuan_vae_decoder(const std::string& path, const Hunyua
     if (names.empty()) continue;  // (an empty list would load every tensor)
     for (auto& [name, tensor] : safetensors::load(file, names)) weights[name] = std::move(tensor);
   }
-  TT_CHECK_HINT(!weights.empty(), ErrorCode::kCheckpoint,
-                "give the whole diffusers VAE (AutoencoderKLHunyuanVideo.save_pretrained), not an encoder-only file",
-                path, ": no decoder weights (decoder.*, post_quant_conv.*) in it");
+  TT_CHECK_HINT(
+      !weights.empty(), ErrorCode::kCheckpoint,
+      "give the whole diffusers VAE (AutoencoderKLHunyuanVideo.save_pretrained), not an encoder-only file",
+      path, ": no decoder weights (decoder.*, post_quant_conv.*) in it");
   load_weights_into(vae->diffusers_parameters(), weights, path);
   vae->to(device, dtype);
   vae->eval();

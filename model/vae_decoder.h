@@ -89,6 +89,7 @@ TORCH_MODULE(HunyuanVaeDecoder);
 /// Strict on the decoder's keys: missing, unexpected and mis-shaped ones are one kCheckpoint error
 /// naming each key. Returns the module in eval mode on `device` in `dtype`, frozen.
 HunyuanVaeDecoder load_hunyuan_vae_decoder(const std::string& path, const HunyuanVaeConfig& config_if_no_json,
-                                           torch::Device device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
+                                           torch::Device device = torch::kCPU,
+                                           torch::Dtype dtype = torch::kFloat32);
 
 }  // namespace tt

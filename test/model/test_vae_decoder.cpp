@@ -132,29 +132,36 @@ TEST_CASE("VAE decoder: shapes and argument errors", "[vae][vae_decoder]") {
   CHECK(torch::isfinite(video).all().item<bool>());
   // One latent frame decodes to one frame.
   CHECK(decoder->decode(torch::randn({1, 16, 1, 1, 1})).sizes() == torch::IntArrayRef({1, 3, 1, 8, 8}));
-  CHECK(tt::test::expect_error([&] { decoder->decode(torch::randn({1, 8, 2, 2, 3})); }).code() ==
-        tt::ErrorCode::kData);
-  CHECK(tt::test::expect_error([&] { decoder->decode(torch::randn({16, 2, 2, 3})); }).code() == tt::ErrorCode::kData);
+  CHECK(tt::test::expect_error([&] {
+          decoder->decode(torch::randn({1, 8, 2, 2, 3}));
+        }).code() == tt::ErrorCode::kData);
+  CHECK(tt::test::expect_error([&] {
+          decoder->decode(torch::randn({16, 2, 2, 3}));
+        }).code() == tt::ErrorCode::kData);
   tt::VaeDecodeTiling bad;
   bad.stride_frames = 20;  // larger than the tile
-  CHECK(tt::test::expect_error([&] { decoder->decode(torch::randn({1, 16, 2, 2, 3}), bad); }).code() ==
-        tt::ErrorCode::kConfig);
+  CHECK(tt::test::expect_error([&] {
+          decoder->decode(torch::randn({1, 16, 2, 2, 3}), bad);
+        }).code() == tt::ErrorCode::kConfig);
   bad = tt::VaeDecodeTiling{};
   bad.min_height = 100;  // not a multiple of 8
-  CHECK(tt::test::expect_error([&] { decoder->decode(torch::randn({1, 16, 2, 2, 3}), bad); }).code() ==
-        tt::ErrorCode::kConfig);
+  CHECK(tt::test::expect_error([&] {
+          decoder->decode(torch::randn({1, 16, 2, 2, 3}), bad);
+        }).code() == tt::ErrorCode::kConfig);
   config.temporal_compression_ratio = 8;  // diffusers' decoder refuses it too
   CHECK(tt::test::expect_error([&] { tt::HunyuanVaeDecoder{config}; }).code() == tt::ErrorCode::kConfig);
   // Keys as diffusers names them.
   const auto keys = decoder->diffusers_parameters();
   CHECK(keys.count("post_quant_conv.weight") == 1);
   CHECK(keys.count("decoder.up_blocks.0.upsamplers.0.conv.conv.weight") == 1);
-  CHECK(keys.count("decoder.up_blocks.3.upsamplers.0.conv.conv.weight") == 0);  // the last block keeps its size
-  CHECK(keys.count("decoder.up_blocks.3.resnets.1.conv2.conv.weight") == 1);    // layers_per_block + 1 resnets
+  CHECK(keys.count("decoder.up_blocks.3.upsamplers.0.conv.conv.weight") ==
+        0);                                                                   // the last block keeps its size
+  CHECK(keys.count("decoder.up_blocks.3.resnets.1.conv2.conv.weight") == 1);  // layers_per_block + 1 resnets
   CHECK(keys.count("decoder.mid_block.attentions.0.to_out.0.weight") == 1);
 }
 
-TEST_CASE("VAE decoder weights load from a diffusers folder and a file; strictly", "[vae][vae_decoder][weights]") {
+TEST_CASE("VAE decoder weights load from a diffusers folder and a file; strictly",
+          "[vae][vae_decoder][weights]") {
   const Fixture f = load_fixture();
   tt::safetensors::TensorMap weights = f.weights;
   weights["encoder.conv_in.conv.weight"] = torch::ones({2, 2, 1, 1, 1});  // an encoder key: skipped
@@ -167,7 +174,8 @@ TEST_CASE("VAE decoder weights load from a diffusers folder and a file; strictly
 
   const torch::Tensor& latents = f.tensors.at("whole.latents");
   const torch::Tensor& expected = f.tensors.at("whole.video");
-  tt::HunyuanVaeDecoder from_pipeline = tt::load_hunyuan_vae_decoder(dir / "pipe", tt::hunyuan_vae_preset("tiny"));
+  tt::HunyuanVaeDecoder from_pipeline =
+      tt::load_hunyuan_vae_decoder(dir / "pipe", tt::hunyuan_vae_preset("tiny"));
   CHECK(from_pipeline->config().block_out_channels == f.config.block_out_channels);
   CHECK(relative_error(from_pipeline->decode(latents), expected) <= 1e-4);
   CHECK_FALSE(from_pipeline->parameters()[0].requires_grad());  // frozen
@@ -185,10 +193,11 @@ TEST_CASE("VAE decoder weights load from a diffusers folder and a file; strictly
   CHECK(std::string(error.what()).find("decoder.conv_out.conv.bias") != std::string::npos);
   CHECK(std::string(error.what()).find("post_quant_conv.weight") != std::string::npos);
   // An encoder-only file (teletron's own bench-vae dump, say) has no decoder to load.
-  tt::safetensors::save(dir / "encoder_only.safetensors",
-                        tt::safetensors::TensorMap{{"encoder.conv_in.conv.weight", torch::ones({2, 2, 1, 1, 1})}});
-  const tt::Error empty =
-      tt::test::expect_error([&] { tt::load_hunyuan_vae_decoder(dir / "encoder_only.safetensors", f.config); });
+  tt::safetensors::save(
+      dir / "encoder_only.safetensors",
+      tt::safetensors::TensorMap{{"encoder.conv_in.conv.weight", torch::ones({2, 2, 1, 1, 1})}});
+  const tt::Error empty = tt::test::expect_error(
+      [&] { tt::load_hunyuan_vae_decoder(dir / "encoder_only.safetensors", f.config); });
   CHECK(empty.code() == tt::ErrorCode::kCheckpoint);
   CHECK(std::string(empty.what()).find("no decoder weights") != std::string::npos);
 }
@@ -203,16 +212,18 @@ TEST_CASE("VAE decoder: bf16 on the GPU matches diffusers' fp32 video", "[gpu][v
     decoder->set_runtime(tt::VaeRuntime{fast, fast, 1});
     for (const char* mode : {"whole", "both"}) {
       const bool tiled = std::string(mode) == "both";
-      const torch::Tensor latents = f.tensors.at(std::string(mode) + ".latents").to(torch::kCUDA, torch::kBFloat16);
+      const torch::Tensor latents =
+          f.tensors.at(std::string(mode) + ".latents").to(torch::kCUDA, torch::kBFloat16);
       const torch::Tensor& expected = f.tensors.at(std::string(mode) + ".video");
       const torch::Tensor video = decoder->decode(latents, fixture_tiling(f, tiled, tiled, tiled)).cpu();
       REQUIRE(video.sizes() == expected.sizes());
       CHECK(video.scalar_type() == torch::kBFloat16);
       // diffusers' own bf16 CPU decode of these latents is 3.0e-2 (max) and 2.7e-3 (mean) off its fp32.
       const double max_error = relative_error(video, expected);
-      const double mean_error =
-          (video.to(torch::kFloat32) - expected).abs().mean().item<double>() / expected.abs().max().item<double>();
-      INFO(mode << (fast ? " channels-last, fused norm" : " NCDHW") << ": max " << max_error << ", mean " << mean_error);
+      const double mean_error = (video.to(torch::kFloat32) - expected).abs().mean().item<double>() /
+                                expected.abs().max().item<double>();
+      INFO(mode << (fast ? " channels-last, fused norm" : " NCDHW") << ": max " << max_error << ", mean "
+                << mean_error);
       CHECK(max_error <= 6e-2);
       CHECK(mean_error <= 1e-2);
     }
