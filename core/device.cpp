@@ -73,9 +73,24 @@ double peak_memory_gb(const torch::Device& device) {
   return static_cast<double>(usage.ru_maxrss) * 1024.0 / kGiB;  // ru_maxrss is in KiB on Linux
 }
 
+#ifdef TELETRON_WITH_CUDA
+// The caching allocator knows a device only after its first allocation there: before that its
+// statistics calls refuse it ("Invalid device argument"), so the first call allocates once.
+static c10::CachingDeviceAllocator::DeviceStats allocator_stats(const torch::Device& device) {
+  try {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  } catch (const c10::Error&) {
+    (void)torch::empty({1}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  }
+}
+#endif
+
 void reset_peak_memory(const torch::Device& device) {
 #ifdef TELETRON_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (!device.is_cuda()) return;
+  (void)allocator_stats(device);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 #endif
 }
 
@@ -83,7 +98,7 @@ GpuMemory gpu_memory(const torch::Device& device) {
   GpuMemory memory;
 #ifdef TELETRON_WITH_CUDA
   if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto stats = allocator_stats(device);
     memory.allocated = stats.allocated_bytes[0].current;
     memory.peak = stats.allocated_bytes[0].peak;
     memory.total = static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);

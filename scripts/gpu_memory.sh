@@ -2,7 +2,8 @@
 # GPU machine: issue 14's memory rows (carry .device, and .wheels/diffusers for the peer row).
 # Builds into build-device/ (kept by a warm machine between calls), then, each part a table row in
 # $OUT/summary.txt and its log in $OUT:
-#   scripts/gpu_memory.sh estimate   `teletron bench --estimate-memory` on configurations whose
+#   scripts/gpu_memory.sh PART...   the parts in order, one build:
+#   estimate (= lora13b full1b)      `teletron bench --estimate-memory` on configurations whose
 #                                    measured peak the estimate must meet within 10 %: 1b full
 #                                    training without and with checkpointing, the 13B with LoRA
 #                                    rank 32 and checkpointing at 33x480x832 (also issue 14's LoRA row:
@@ -12,7 +13,7 @@
 #                                    full checkpointing, by the estimate, and one measured step at it
 # Env: TELETRON_BUILD_TARGETS (default teletron), STEPS (3), PARTS_TIMEOUT (s per bench, 240).
 set -uo pipefail
-part=${1:?usage: gpu_memory.sh estimate|peer|longest}
+[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b full1b estimate peer longest)"; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
@@ -33,12 +34,18 @@ bench_row() {
     tee -a "$out/summary.txt"
 }
 
+for part in "$@"; do
 case "$part" in
   estimate)
-    bench_row 1b_full --preset 1b
-    bench_row 1b_full_ckpt --preset 1b --set model.activation_checkpointing=true
+    "$0" lora13b full1b
+    ;;
+  lora13b)
     bench_row 13b_lora_ckpt --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
       --set model.activation_checkpointing=true
+    ;;
+  full1b)
+    bench_row 1b_full --preset 1b
+    bench_row 1b_full_ckpt --preset 1b --set model.activation_checkpointing=true
     ;;
   peer)
     python3 -m pip install -q --no-index --no-deps --find-links "$root/.wheels/diffusers" diffusers >"$out/pip.log" 2>&1 ||
@@ -53,3 +60,4 @@ case "$part" in
     ;;
   *) echo "unknown part $part"; exit 2 ;;
 esac
+done
