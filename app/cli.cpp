@@ -23,6 +23,7 @@
 #include "app/options.h"
 #include "app/preprocess.h"
 #include "app/probe.h"
+#include "app/sample.h"
 #include "app/synth_data.h"
 #include "app/trainer.h"
 #include "app/validate_data.h"
@@ -428,6 +429,37 @@ int run_cli(int argc, char** argv) {
   check_cmd->add_option("--dtype", check.options.dtype, "fp32, or bf16 autocast (CUDA)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
 
+  std::string sample_config;
+  std::vector<std::string> sample_sets;
+  SampleOptions sample;
+  auto* sample_cmd = app.add_subcommand(
+      "sample", "A video from the Transformer: HunyuanVideoPipeline's flow-matching Euler sampler, the VAE of "
+                "vae.weights, MP4; prints the time per step and per video");
+  sample_cmd->add_option("config", sample_config, "YAML config (architecture when the weights have no "
+                         "config.json; vae.*; train.device)");
+  add_set_option(sample_cmd, &sample_sets);
+  sample_cmd->add_option("--weights", sample.weights, "diffusers folder, safetensors file/index, or official file")
+      ->required();
+  sample_cmd->add_option("--lora", sample.lora, "LoRA file merged into the weights (diffusers, ComfyUI or musubi)");
+  sample_cmd->add_option("--text-embeddings", sample.text_embeddings,
+                         "The prompt: safetensors with text_states (L, D), text_mask (L), pooled (P)")
+      ->required();
+  sample_cmd->add_option("--frames", sample.frames, "Frames (4n+1)")->check(CLI::PositiveNumber);
+  sample_cmd->add_option("--height", sample.height, "Height (multiple of 16)")->check(CLI::PositiveNumber);
+  sample_cmd->add_option("--width", sample.width, "Width (multiple of 16)")->check(CLI::PositiveNumber);
+  sample_cmd->add_option("--steps", sample.steps, "Sampler steps")->check(CLI::PositiveNumber);
+  sample_cmd->add_option("--guidance", sample.guidance, "Embedded guidance scale (x1000 into the model)")
+      ->check(CLI::NonNegativeNumber);
+  sample_cmd->add_option("--flow-shift", sample.flow_shift, "Sigma shift k")->check(CLI::PositiveNumber);
+  sample_cmd->add_option("--seed", sample.seed, "Seed of the initial noise (teletron's keyed generator, not "
+                         "torch.randn's)")->check(CLI::NonNegativeNumber);
+  sample_cmd->add_option("--fps", sample.fps, "Frame rate of the MP4")->check(CLI::PositiveNumber);
+  sample_cmd->add_option("--output", sample.output, "The MP4 to write")->required();
+  sample_cmd->add_option("--latents-out", sample.latents_out, "Also write the final latents (safetensors `latents`)");
+  add_device_option(sample_cmd, &sample.device, "Device");
+  sample_cmd->add_option("--dtype", sample.dtype, "auto (bf16 on CUDA, fp32 on the CPU), bf16 or fp32")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
+
   ExportOptions export_options;
   auto* export_cmd = app.add_subcommand(
       "export", "A checkpoint as a diffusers model folder, or a LoRA checkpoint as pytorch_lora_weights.safetensors");
@@ -573,6 +605,13 @@ int run_cli(int argc, char** argv) {
   if (synth_cmd->parsed()) return run_synth(synth);
   if (bench_cmd->parsed()) return run_bench_command(bench);
   if (check_cmd->parsed()) return run_model_check_command(check);
+  if (sample_cmd->parsed()) {
+    sample.config = sample_config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", sample_sets)
+                                          : load_config(sample_config, sample_sets);
+    warn_unused_keys(sample.config, Command::kSample);
+    run_sample(sample);
+    return 0;
+  }
   if (export_cmd->parsed()) {
     run_export(export_options);
     return 0;

@@ -175,6 +175,19 @@ struct TrainSection {
   bool operator==(const TrainSection&) const = default;
 };
 
+// validation: a video sampled from the current weights every `every` optimizer steps (app/validation.h).
+struct ValidationSection {
+  int64_t every = 0;  // 0 = off
+  std::optional<std::string> text_embeddings;  // a text-embeddings file (text_states, text_mask, pooled)
+  int64_t steps = 30;
+  int64_t frames = 33, height = 480, width = 832;
+  double guidance = 6.0;  // embedded guidance scale (HunyuanVideoPipeline's default), x1000 into the model
+  double flow_shift = 7.0;
+  int64_t seed = 0;
+
+  bool operator==(const ValidationSection&) const = default;
+};
+
 struct TextEncoderSection {
   std::optional<std::string> pipeline;  // a diffusers HunyuanVideo pipeline folder (text_encoder*, tokenizer*)
   int64_t batch_size = 8;               // captions encoded at once
@@ -213,6 +226,7 @@ struct Config {
   TrainSection train;
   DistributedSection distributed;
   TextEncoderSection text_encoder;
+  ValidationSection validation;
 
   /// Folder of the config file (for reference; relative paths resolve against the cwd).
   std::string source_path;
@@ -256,6 +270,7 @@ enum class Command {
   kPreprocess,
   kBenchVae,
   kEncodeText,
+  kSample,
 };
 
 /// The subcommand's name on the command line ("validate-data").

@@ -38,7 +38,8 @@ constexpr unsigned kP = kReadPreprocess;
 constexpr unsigned kV = kReadValidateData;
 constexpr unsigned kS = kReadSynthData;
 constexpr unsigned kM = kReadModelCheck;
-constexpr unsigned kArchitecture = kT | kB | kM;  // a Transformer is built
+constexpr unsigned kSm = kReadSample;
+constexpr unsigned kArchitecture = kT | kB | kM | kSm;  // a Transformer is built
 constexpr unsigned kTextSizes = kArchitecture | kP | kV | kS;  // text embeddings are checked or made
 constexpr unsigned kVideoSide = kTV | kP;  // clips are sampled, decoded, augmented and encoded
 constexpr unsigned kSampling = kVideoSide | kV;  // clips are opened and sampled
@@ -111,11 +112,11 @@ const ConfigField kFields[] = {
      .read_by = kT | kB, .doc = "Recompute blocks in the backward pass to save memory: true = every block, {every_n: k} = every k-th."},
 
     {.path = "vae.preset", .kind = K::kString, .at = TT_AT(vae.preset), .choices = "hunyuan|tiny",
-     .read_by = kVideoSide, .doc = "VAE architecture that encodes clips to latents: hunyuan (needs vae.weights) or tiny (fixed random weights, tests)."},
+     .read_by = kT | kP | kSm, .doc = "VAE architecture that encodes clips to latents (data.source: video, preprocess) and decodes sampled latents (`teletron sample`, validation videos): hunyuan (needs vae.weights) or tiny (fixed random weights, tests)."},
     {.path = "vae.weights", .kind = K::kOptString, .at = TT_AT(vae.weights),
-     .read_by = kVideoSide, .doc = "The HunyuanVideo VAE: a diffusers VAE folder or a pipeline folder with vae/; random = fixed random weights (benchmarks only)."},
+     .read_by = kT | kP | kSm, .doc = "The HunyuanVideo VAE: a diffusers VAE folder or a pipeline folder with vae/ (the encoder for video training and preprocess, the decoder for sample and validation videos); random = fixed random weights (benchmarks only)."},
     {.path = "vae.tiling", .kind = K::kString, .at = TT_AT(vae.tiling), .choices = "auto|on|off", .aliases = "true=on,false=off",
-     .read_by = kVideoSide, .doc = "auto encodes in windows of 16 + 1 frames as diffusers does; on adds 256-px spatial tiles; off encodes the clip whole."},
+     .read_by = kT | kP | kSm, .doc = "auto encodes in windows of 16 + 1 frames and decodes in windows of 4 + 1 latent frames (blended over 4 frames), as diffusers does; on adds 256-px spatial tiles (diffusers' enable_tiling); off encodes and decodes the clip whole."},
     {.path = "vae.tile_batch", .kind = K::kInt, .at = TT_AT(vae.tile_batch), .range = kAtLeastOne,
      .read_by = kVideoSide, .doc = "Windows or tiles of one shape encoded in one batch: more is faster, 1 needs the least memory."},
 
@@ -256,7 +257,7 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "Value fed to the guidance embedder, times 1000 (only models with guidance_embeds); match the recipe you compare with."},
 
     {.path = "train.device", .kind = K::kString, .at = TT_AT(train.device), .choices = "auto|cpu|cuda",
-     .read_by = kT | kB | kP | kV | kReadEncodeText, .doc = "Where the work runs: auto = cuda when a GPU is visible, else cpu; the commands' --device overrides it."},
+     .read_by = kT | kB | kP | kV | kReadEncodeText | kSm, .doc = "Where the work runs: auto = cuda when a GPU is visible, else cpu; the commands' --device overrides it."},
     {.path = "train.max_steps", .kind = K::kInt, .at = TT_AT(train.max_steps), .range = kAtLeastOne,
      .read_by = kT, .doc = "Total optimizer steps, counted across resumes; --max-steps overrides it."},
     {.path = "train.seed", .kind = K::kInt, .at = TT_AT(train.seed), .range = kNonNegative,
@@ -289,6 +290,25 @@ const ConfigField kFields[] = {
      .read_by = kReadEncodeText, .doc = "`teletron encode-text`: captions encoded at once; --batch-size overrides it."},
     {.path = "text_encoder.dtype", .kind = K::kString, .at = TT_AT(text_encoder.dtype), .choices = "auto|bf16|fp32",
      .read_by = kReadEncodeText, .doc = "`teletron encode-text`: the encoders' precision and the files' dtype: auto = bf16 on CUDA (as the released pipeline runs), fp32 on the CPU. Another dtype is another cache identity (other files)."},
+
+    {.path = "validation.every", .kind = K::kInt, .at = TT_AT(validation.every), .range = kNonNegative,
+     .read_by = kT, .doc = "Every this many optimizer steps (after the step, never inside a CUDA graph capture), sample a video from the current weights (the model in eval mode, LoRA included) with the flow-matching sampler of `teletron sample`, decode it with the VAE of vae.*, write <run>/samples/step_<step>.mp4 and, with train.tensorboard, an animated GIF image summary `validation/video`; 0 = off. Draws no random numbers from the training streams: a resume trains the same."},
+    {.path = "validation.text_embeddings", .kind = K::kOptString, .at = TT_AT(validation.text_embeddings),
+     .read_by = kT, .doc = "The prompt: a text-embeddings file (text_states (L, text_embed_dim), text_mask (L), pooled (pooled_projection_dim)), e.g. one that `teletron encode-text` wrote; required when validation.every > 0."},
+    {.path = "validation.steps", .kind = K::kInt, .at = TT_AT(validation.steps), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Sampler steps (each one forward pass)."},
+    {.path = "validation.frames", .kind = K::kInt, .at = TT_AT(validation.frames), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Frames of the video (4n + 1)."},
+    {.path = "validation.height", .kind = K::kInt, .at = TT_AT(validation.height), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Height of the video in pixels (a multiple of 16)."},
+    {.path = "validation.width", .kind = K::kInt, .at = TT_AT(validation.width), .range = kAtLeastOne,
+     .read_by = kT, .doc = "Width of the video in pixels (a multiple of 16)."},
+    {.path = "validation.guidance", .kind = K::kFloat, .at = TT_AT(validation.guidance), .range = kNonNegative,
+     .read_by = kT, .doc = "Embedded guidance scale fed to guidance-distilled models (times 1000), HunyuanVideoPipeline's default 6.0; training feeds flow_matching.guidance instead."},
+    {.path = "validation.flow_shift", .kind = K::kFloat, .at = TT_AT(validation.flow_shift), .range = kPositive,
+     .read_by = kT, .doc = "The sampler's sigma shift k: sigma becomes k sigma / (1 + (k - 1) sigma), HunyuanVideoPipeline's flow_shift."},
+    {.path = "validation.seed", .kind = K::kInt, .at = TT_AT(validation.seed), .range = kNonNegative,
+     .read_by = kT, .doc = "Seed of the initial noise (teletron's keyed generator, not torch.randn's stream): the same video noise at every validation, so the videos show what training changed."},
 };
 // clang-format on
 

@@ -53,8 +53,9 @@ inline constexpr unsigned kReadValidateData = 1u << 4;
 inline constexpr unsigned kReadSynthData = 1u << 5;
 inline constexpr unsigned kReadModelCheck = 1u << 6;
 inline constexpr unsigned kReadEncodeText = 1u << 7;
+inline constexpr unsigned kReadSample = 1u << 8;
 inline constexpr unsigned kReadTrain = kReadTrainLatents | kReadTrainVideo;
-inline constexpr int kReadBitCount = 8;
+inline constexpr int kReadBitCount = 9;
 
 struct ConfigField {
   const char* path;  // below the root, e.g. "optimizer.lr"

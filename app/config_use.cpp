@@ -41,6 +41,8 @@ unsigned command_reads(Command command, const Config& config) {
       return kReadModelCheck;
     case Command::kEncodeText:
       return kReadEncodeText;
+    case Command::kSample:
+      return kReadSample;
     case Command::kProbe:
     case Command::kBenchVideo:
     case Command::kBenchVae:
@@ -85,6 +87,12 @@ const IdleReason kIdleReasons[] = {
     {kReadPreprocess, "data_pipeline.prefetch", "preprocess has no training step to feed"},
     {kReadValidateData, "vae.", "validate-data does not encode"},
     {kReadValidateData, "data_pipeline.augment.", "validate-data checks the clips, not their augmentation"},
+    {kReadSample, "model.weights", "sample loads the weights --weights names"},
+    {kReadSample, "model.lora.", "sample applies the LoRA file --lora names"},
+    {kReadSample, "mixed_precision.", "sample's precision is --dtype"},
+    {kReadSample, "model.activation_checkpointing", "sample runs no backward pass"},
+    {kReadSample, "vae.tile_batch", "the decoder decodes one tile at a time"},
+    {kReadSample, "validation.", "sample's settings are its flags (--steps, --frames, --guidance, ...)"},
 };
 
 // Keys a command reads that this config's own values leave idle (checked after the rows above).
@@ -92,6 +100,7 @@ struct IdleByValue {
   const char* prefix;
   bool (*idle)(const Config&);
   const char* why;
+  unsigned reads = ~0u;  // the commands (kRead* bits) the row speaks for
 };
 
 bool scales_loss(const Config& c) { return c.mixed_precision.enabled && c.mixed_precision.dtype == "fp16"; }
@@ -111,11 +120,16 @@ const IdleByValue kIdleByValue[] = {
     {"cuda_graph.retry", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
     {"cuda_graph.threshold", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
     {"cuda_graph.scope", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
+    {"validation.", [](const Config& c) { return c.validation.every == 0; },
+     "validation.every is 0: no validation videos are made"},
+    {"vae.", [](const Config& c) { return c.data.source == "latents" && c.validation.every == 0; },
+     "data.source is latents: the VAE is not used (it decodes validation videos only with validation.every > 0)",
+     kReadTrainLatents},
 };
 
-const char* idle_by_value(const Config& config, const std::string& path) {
+const char* idle_by_value(const Config& config, unsigned reads, const std::string& path) {
   for (const IdleByValue& reason : kIdleByValue) {
-    if (path.rfind(reason.prefix, 0) == 0 && reason.idle(config)) return reason.why;
+    if ((reason.reads & reads) && path.rfind(reason.prefix, 0) == 0 && reason.idle(config)) return reason.why;
   }
   return nullptr;
 }
@@ -139,7 +153,9 @@ std::string readers_text(const ConfigField& field) {
                                                      {kReadPreprocess, "preprocess"},
                                                      {kReadValidateData, "validate-data"},
                                                      {kReadSynthData, "synth-data"},
-                                                     {kReadModelCheck, "model-check"}};
+                                                     {kReadModelCheck, "model-check"},
+                                                     {kReadEncodeText, "encode-text"},
+                                                     {kReadSample, "sample"}};
   for (const auto& [bit, name] : others) {
     if (field.read_by & bit) names.push_back(name);
   }
@@ -277,6 +293,8 @@ const CommandRow kCommandRows[] = {
     {"validate-data", kReadValidateData, " (data.manifest only when given a config file)"},
     {"synth-data", kReadSynthData, " (the first bucket gives the shape)"},
     {"model-check", kReadModelCheck, " (weights, device and dtype come from its flags)"},
+    {"encode-text", kReadEncodeText, " (the captions come from data.manifest)"},
+    {"sample", kReadSample, " (weights, LoRA, prompt, shape, steps and dtype come from its flags)"},
 };
 
 std::string not_yet_keys_text() {
@@ -351,6 +369,8 @@ const char* command_name(Command command) {
       return "bench-vae";
     case Command::kEncodeText:
       return "encode-text";
+    case Command::kSample:
+      return "sample";
   }
   return "?";
 }
@@ -374,7 +394,7 @@ std::vector<std::string> unused_key_warnings(const Config& config, Command comma
       } else {
         not_read.push_back(key_name);
       }
-    } else if (const char* why = idle_by_value(config, key.path)) {
+    } else if (const char* why = idle_by_value(config, reads, key.path)) {
       lines.push_back(str_cat(key_name, ": set", at, ", but ", why));
     } else if (field->not_yet_value && config_value_text(*field, config) == field->not_yet_value) {
       lines.push_back(str_cat(key_name, ": set to ", field->not_yet_value, at, ", but ", field->not_yet_value,

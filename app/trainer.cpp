@@ -717,6 +717,7 @@ void Trainer::run() {
   metrics_ = std::make_unique<MetricsLog>((run_dir_ / "metrics.jsonl").string(), step_,
                                           config_.train.tensorboard ? run_dir_.string() : std::string());
   writer_ = std::make_unique<CheckpointWriter>(checkpoints.string(), config_.train.keep_checkpoints);
+  if (config_.validation.every > 0) validation_ = std::make_unique<Validation>(config_, model_config_, device_, run_dir_);
 
   const int64_t max_steps = config_.train.max_steps;
   if (step_ >= max_steps) {
@@ -743,6 +744,12 @@ void Trainer::run() {
     train_step();
     step_ += 1;
     if (profiler_) profiler_->after_step(step_, step_ == max_steps);
+    if (validation_ && validation_->due(step_)) {
+      // Between steps, outside any capture; its time is left out of the window's samples/s.
+      const auto validation_start = Clock::now();
+      validation_->run(*model_, step_, autocast_, autocast_dtype_, metrics_->tensorboard());
+      window_start += Clock::now() - validation_start;
+    }
     const bool last = step_ == max_steps;
     const bool log_now = step_ % config_.train.log_every == 0 || last;
     const bool checkpoint_now = checkpoints_ && (step_ % config_.train.checkpoint_every == 0 || last);

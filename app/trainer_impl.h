@@ -21,6 +21,7 @@
 #include "app/resume_check.h"
 #include "app/trainer.h"
 #include "app/training_data.h"
+#include "app/validation.h"
 #include "core/adamw.h"
 #include "core/checkpoint_writer.h"
 #include "core/device.h"
@@ -183,6 +184,7 @@ class Trainer {
   DataCursor producer_cursor_;          // the prefetch producer's, ahead of cursor_
   std::unique_ptr<BatchPrefetcher> prefetcher_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<Validation> validation_;  // validation.every > 0: videos from the current weights
   std::unique_ptr<CheckpointWriter> writer_;  // checkpoints written on a thread of their own
   ProfileWindow profile_window_;           // --profile
   std::unique_ptr<StepProfiler> profiler_;

@@ -113,6 +113,10 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
            dir / "out.safetensors" + " --set model.weights=w.safetensors",
        "tele_tron.model.weights: set (--set model.weights=w.safetensors), but model-check loads the weights",
        "tele_tron.model.weights"},
+      {"sample --weights " + dir / "none.safetensors" + " --text-embeddings " + dir / "e.safetensors" + " --output " +
+           dir / "out.mp4" + " --set model.weights=w.safetensors",
+       "tele_tron.model.weights: set (--set model.weights=w.safetensors), but sample loads the weights",
+       "tele_tron.model.weights"},
   };
   for (const Case& c : cases) {
     auto result = run_teletron(c.args);

@@ -740,6 +740,10 @@ TEST_CASE("every command warns once about a set key it does not use, never about
        "synth-data's seed is --seed", "data.buckets"},
       {tt::Command::kModelCheck, {"model.weights=w.safetensors", "model.num_layers=2"}, "model.weights",
        "model-check loads the weights --weights names", "model.num_layers"},
+      {tt::Command::kSample, {"model.weights=w.safetensors", "vae.tiling=on"}, "model.weights",
+       "sample loads the weights --weights names", "vae.tiling"},
+      {tt::Command::kTrain, {"validation.steps=4", "optimizer.lr=2e-5"}, "validation.steps",
+       "validation.every is 0: no validation videos are made", "optimizer.lr"},
       // bench-vae, bench-video and probe take no config: were they given one, nothing is read.
       {tt::Command::kBenchVae, {"vae.tiling=on"}, "vae.tiling", "`teletron bench-vae` does not read it", ""},
       {tt::Command::kBenchVideo, {"data_pipeline.workers=3"}, "data_pipeline.workers",
@@ -806,8 +810,7 @@ TEST_CASE("the reference lists every key with type, default, allowed values and 
   CHECK_THAT(text, ContainsSubstring("tele_tron.optimizer.lr\n    number, default 1.0e-05, allowed > 0\n"
                                      "    read by: train, bench\n"));
   CHECK_THAT(text, ContainsSubstring("tele_tron.vae.tiling\n    choice, default auto, allowed auto | on | off "
-                                     "(also true = on, false = off)\n    read by: train (data.source: video), "
-                                     "preprocess\n"));
+                                     "(also true = on, false = off)\n    read by: train, preprocess, sample\n"));
   CHECK_THAT(text, ContainsSubstring("tele_tron.cuda_graph.enabled\n    choice, default auto, allowed auto | true | "
                                      "false\n    read by: train\n"));
   CHECK_THAT(markdown, ContainsSubstring("| `data.buckets` | list of {frames, height, width} | `[{frames: 33, "
