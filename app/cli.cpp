@@ -470,6 +470,8 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"bf16", "fp32"}));
   export_cmd->add_flag("--merge-lora", export_options.merge_lora,
                        "LoRA checkpoints: merge W + (alpha/r) B A into the run's model.weights and write a model folder");
+  export_cmd->add_flag("--ema", export_options.ema,
+                       "Write the EMA of the trained tensors the checkpoint holds (train.ema_decay) instead of them");
   export_cmd->add_option("--max-shard-size", export_options.max_shard_bytes, "Model folders: bytes per shard")
       ->check(CLI::PositiveNumber);
 
@@ -535,6 +537,9 @@ int run_cli(int argc, char** argv) {
   encode_text_cmd->add_option("--batch-size", encode_text.batch_size, "Captions encoded at once")
       ->default_str("text_encoder.batch_size (8)")
       ->check(CLI::PositiveNumber);
+  encode_text_cmd->add_option("--prompt", encode_text.prompts,
+                              "Also encode this text (repeatable) and print its file (for sample --text-embeddings)")
+      ->allow_extra_args(false);
   encode_text_cmd->add_option("--python", encode_text.python, "Python interpreter with torch and transformers")
       ->default_str("TELETRON_PYTHON, else the build's Python, else python3");
 

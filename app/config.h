@@ -171,6 +171,7 @@ struct TrainSection {
   double memory_cap = 1.0;           // in (0, 1]: the share of the GPU the allocator may take; 1 = no cap
   bool tensorboard = true;           // metrics.jsonl's scalars also in a TensorBoard event file
   bool memory_check = true;          // estimate the step's GPU memory before step 0 (app/memory_estimate.h)
+  double ema_decay = 0.0;            // [0, 1): an EMA of the trained tensors in checkpoints; 0 = off
 
   bool operator==(const TrainSection&) const = default;
 };
@@ -179,6 +180,7 @@ struct TrainSection {
 struct ValidationSection {
   int64_t every = 0;  // 0 = off
   std::optional<std::string> text_embeddings;  // a text-embeddings file (text_states, text_mask, pooled)
+  std::optional<std::string> prompt;           // or a prompt, encoded into data.text_cache by encode-text
   int64_t steps = 30;
   int64_t frames = 33, height = 480, width = 832;
   double guidance = 6.0;  // embedded guidance scale (HunyuanVideoPipeline's default), x1000 into the model

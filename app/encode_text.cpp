@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -118,6 +119,12 @@ int run_encode_text(const EncodeTextOptions& options) {
                  "caption, for data.caption_dropout\n";
   }
 
+  // Prompts besides the captions (validation.prompt, --prompt): encoded alike, their files printed.
+  std::vector<std::string> prompts = options.prompts;
+  if (config.validation.prompt && std::find(prompts.begin(), prompts.end(), *config.validation.prompt) == prompts.end())
+    prompts.push_back(*config.validation.prompt);
+  for (const std::string& prompt : prompts)
+    if (std::find(captions.begin(), captions.end(), prompt) == captions.end()) captions.push_back(prompt);
   const std::string python = find_python(options.python);
   TT_CHECK_HINT(run_shell(shell_quote(python) + " -c 'import torch, transformers, safetensors' >/dev/null 2>&1") == 0,
                 ErrorCode::kConfig,
@@ -154,6 +161,11 @@ int run_encode_text(const EncodeTextOptions& options) {
     TT_CHECK(row.text_error.empty(), ErrorCode::kInternal, manifest, ":", row.line, ": ", row.text_error);
   std::cout << "encode-text: " << captions.size() << " captions and the empty one in " << cache << " (encoder "
             << opened.identity << ")\n";
+  for (const std::string& prompt : prompts) {
+    const std::string file = opened.file_of(prompt);
+    TT_CHECK(fs::is_regular_file(file), ErrorCode::kInternal, "encode-text: no file for the prompt \"", prompt, "\"");
+    std::cout << "encode-text: prompt \"" << prompt << "\" -> " << file << "\n";
+  }
   return 0;
 }
 

@@ -22,6 +22,7 @@ struct EncodeTextOptions {
   std::string device;      // overrides train.device when set
   int64_t batch_size = 0;  // overrides text_encoder.batch_size when > 0
   std::string python;      // the interpreter; "" = TELETRON_PYTHON, the build's, python3
+  std::vector<std::string> prompts;  // --prompt: more texts to encode (their files are printed)
 };
 
 int run_encode_text(const EncodeTextOptions& options);

@@ -59,6 +59,21 @@ void write_model_folder(const ExportOptions& options, const HunyuanVideoConfig& 
             << "\")\n";
 }
 
+/// --ema: the averages of a checkpoint's state ("ema.<key>", train.ema_decay) under their weights' keys.
+safetensors::TensorMap load_ema(const std::string& folder) {
+  const std::string state = folder + "/state.safetensors";
+  std::vector<std::string> names;
+  for (const auto& [key, entry] : safetensors::read_header(state).tensors)
+    if (key.rfind("ema.", 0) == 0) names.push_back(key);
+  TT_CHECK_HINT(!names.empty(), ErrorCode::kCheckpoint,
+                "drop --ema, or train with train.ema_decay > 0 (e.g. 0.999) to keep an average",
+                "export --ema: ", folder, " holds no EMA (the run's train.ema_decay was 0)");
+  safetensors::TensorMap out;
+  for (auto& [key, tensor] : safetensors::load(state, names)) out[key.substr(4)] = std::move(tensor);
+  std::cout << "export: the EMA of " << out.size() << " tensors (not the trained weights themselves)\n";
+  return out;
+}
+
 }  // namespace
 
 void run_export(const ExportOptions& options) {
@@ -77,12 +92,16 @@ void run_export(const ExportOptions& options) {
                   "export --merge-lora: ", folder, " holds a full model, no LoRA adapters to merge");
     const ModelChoice choice = choose_model(config.model, config.model.weights);
     write_model_folder(options, choice.config,
-                       safetensors::load(folder + "/" + checkpoint::kModelWeightsFile));
+                       options.ema ? load_ema(folder) : safetensors::load(folder + "/" + checkpoint::kModelWeightsFile));
     return;
   }
 
-  // The adapters as every LoRA reader sees them (model/lora_io.h), their scale from the metadata.
-  const LoraFile file = read_lora_file(folder + "/" + checkpoint::kLoraWeightsFile);
+  // The adapters as every LoRA reader sees them (model/lora_io.h), their scale from the metadata
+  // (the trained file's, which the averages share).
+  const std::string lora_path = folder + "/" + checkpoint::kLoraWeightsFile;
+  const LoraFile file = options.ema ? read_lora_tensors(load_ema(folder), safetensors::read_header(lora_path).metadata,
+                                                        folder + "/state.safetensors (EMA)")
+                                    : read_lora_file(lora_path);
   if (!options.merge_lora) {
     // B times alpha / r, and lora_alpha = r in the metadata: every diffusers version applies scale 1.
     const torch::ScalarType dtype = export_dtype(options.dtype);

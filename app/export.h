@@ -23,6 +23,8 @@ struct ExportOptions {
   std::string dtype = "bf16";
   /// LoRA checkpoints: merge the adapters into the base (model.weights of the run's config).
   bool merge_lora = false;
+  /// Export the checkpoint's EMA (train.ema_decay) instead of the trained weights.
+  bool ema = false;
   /// Shard size of model folders, in bytes (diffusers' default 10 GB).
   int64_t max_shard_bytes = kDefaultMaxShardBytes;
 };

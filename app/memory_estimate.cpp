@@ -207,7 +207,8 @@ StepShape step_shape_of_clip(int64_t frames, int64_t height, int64_t width, int6
 }
 
 double MemoryEstimate::activation_bytes() const {
-  return std::max(0.0, peak_bytes - counted.weight_bytes - counted.gradient_bytes - counted.optimizer_bytes);
+  return std::max(0.0, peak_bytes - counted.weight_bytes - counted.gradient_bytes - counted.optimizer_bytes -
+                           counted.ema_bytes);
 }
 
 double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles, int64_t singles,
@@ -240,6 +241,7 @@ CountedMemory count_memory(const Config& config, const HunyuanVideoConfig& model
     c.gradient_bytes = params * bytes;
   }
   c.optimizer_bytes = static_cast<double>(c.trainable) * 8.0;  // exp_avg + exp_avg_sq in fp32
+  if (config.train.ema_decay > 0) c.ema_bytes = static_cast<double>(c.trainable) * 4.0;
   return c;
 }
 
@@ -275,6 +277,10 @@ MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConf
   e.peak_without_checkpointing = extrapolate_peak(e.probes_none, e.probes_all, doubles, singles, 0);
   e.peak_with_checkpointing = extrapolate_peak(e.probes_none, e.probes_all, doubles, singles, 1);
   e.peak_bytes = extrapolate_peak(e.probes_none, e.probes_all, doubles, singles, k);
+  // The probes keep no EMA: the run's averages sit on the device for the whole step.
+  e.peak_without_checkpointing += e.counted.ema_bytes;
+  e.peak_with_checkpointing += e.counted.ema_bytes;
+  e.peak_bytes += e.counted.ema_bytes;
   e.measured = true;
   return e;
 }
@@ -330,7 +336,8 @@ std::string describe_estimate(const MemoryEstimate& e, double capacity_bytes) {
   s << "memory estimate for a step at " << e.shape.describe() << ", micro-batch " << e.shape.batch << ", "
     << e.shape.text_tokens << " text tokens:\n";
   s << "  parameters " << c.parameters << " (" << gib(c.weight_bytes) << " on the device), trainable " << c.trainable
-    << ": gradients " << gib(c.gradient_bytes) << ", AdamW state " << gib(c.optimizer_bytes) << "\n";
+    << ": gradients " << gib(c.gradient_bytes) << ", AdamW state " << gib(c.optimizer_bytes)
+    << (c.ema_bytes > 0 ? str_cat(", EMA ", gib(c.ema_bytes)) : std::string()) << "\n";
   if (!e.measured) {
     s << "  activations: not estimated on the CPU (the probes need the CUDA allocator)";
     return s.str();
@@ -353,7 +360,8 @@ void check_estimate_fits(const MemoryEstimate& e, const Config& config, double c
     ways.push_back(str_cat("model.activation_checkpointing: true (", gib(e.peak_with_checkpointing), ")"));
   if (config.model.lora_rank == 0) {
     // The frozen base in the autocast dtype, no gradients or optimizer state for it.
-    const double full_static = e.counted.weight_bytes + e.counted.gradient_bytes + e.counted.optimizer_bytes;
+    const double full_static =
+        e.counted.weight_bytes + e.counted.gradient_bytes + e.counted.optimizer_bytes + e.counted.ema_bytes;
     const double lora_static = static_cast<double>(e.counted.parameters) * 2.0;
     const double best = std::min(e.peak_bytes, e.peak_with_checkpointing) - full_static + lora_static;
     ways.push_back(str_cat("LoRA, model.lora.rank: 32 (about ", gib(best), " with checkpointing)"));
@@ -373,13 +381,16 @@ void check_estimate_fits(const MemoryEstimate& e, const Config& config, double c
 StepShape largest_step_shape(const Config& config, const std::vector<int64_t>& latent_shape, int64_t text_tokens) {
   const int64_t batch = config.batch_size_dynamic ? config.dynamic_batch.min : config.batch_size;
   if (config.data.source == "video") {
+    // The most latent tokens (what the step's memory follows), not the most pixels: 4n+1 frames
+    // become n+1 latent frames, so a short clip at a large size can outweigh a longer smaller one.
     StepShape best;
-    int64_t best_pixels = -1;
+    int64_t best_tokens = -1;
     for (const Bucket& b : config.data.buckets) {
-      const int64_t pixels = b.frames * b.height * b.width;
-      if (pixels > best_pixels) {
-        best_pixels = pixels;
-        best = step_shape_of_clip(b.frames, b.height, b.width, batch, text_tokens);
+      const StepShape shape = step_shape_of_clip(b.frames, b.height, b.width, batch, text_tokens);
+      const int64_t tokens = shape.latent_frames * shape.latent_height * shape.latent_width;
+      if (tokens > best_tokens) {
+        best_tokens = tokens;
+        best = shape;
       }
     }
     return best;

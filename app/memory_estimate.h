@@ -51,6 +51,7 @@ struct CountedMemory {
   double weight_bytes = 0;         // the model as it sits on the device (+ adapters)
   double gradient_bytes = 0;       // one gradient per trainable parameter
   double optimizer_bytes = 0;      // AdamW's two moments (fp32)
+  double ema_bytes = 0;            // train.ema_decay: an fp32 average per trainable parameter
 };
 
 struct MemoryEstimate {

@@ -58,8 +58,11 @@ const SafeKey kSafeKeys[] = {
     {"text_encoder.dtype", "read by encode-text only; training reads the embeddings files"},
     {"train.memory_check", "whether the memory estimate runs before the first step; the same run"},
     {"train.tensorboard", "whether the run folder gets TensorBoard event files; the same run"},
+    {"train.ema_decay", "the average kept beside the weights (started from them when the checkpoint has none); "
+                        "the same training"},
     {"validation.every", "what the validation videos show; training draws nothing from them"},
     {"validation.text_embeddings", "what the validation videos show; training draws nothing from them"},
+    {"validation.prompt", "what the validation videos show; training draws nothing from them"},
     {"validation.steps", "what the validation videos show; training draws nothing from them"},
     {"validation.frames", "what the validation videos show; training draws nothing from them"},
     {"validation.height", "what the validation videos show; training draws nothing from them"},

@@ -128,6 +128,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   optimizer_ = std::make_unique<AdamW>(params_, names, adamw_options_from(config_.optimizer),
                                        bf16_master_ ? keyed_bf16_rounding(static_cast<uint64_t>(config_.train.seed))
                                                     : Bf16Rounding());
+  setup_ema();
   LossScalerOptions scaling;
   // fp16 scales the loss also where the CPU runs the step in fp32 (the tests run it there).
   scaling.enabled = config_.mixed_precision.enabled && config_.mixed_precision.dtype == "fp16";
@@ -607,6 +608,7 @@ void Trainer::finish_step() {
   auto grad_norm = clip_grad_norm(params_, config_.optimizer.max_grad_norm);
   found_inf = torch::maximum(found_inf, torch::logical_not(torch::isfinite(grad_norm + step_loss_)).to(torch::kFloat32));
   optimizer_->step(found_inf);
+  if (!ema_.empty()) update_ema(found_inf);
   scaler_->update(found_inf);
   nonfinite_.add_(found_inf);
   skipped_run_.add_(1.0).mul_(found_inf);
@@ -614,6 +616,43 @@ void Trainer::finish_step() {
   step_counter_.add_(1);  // now the 1-based number of this step
   limit_step_.copy_(torch::where(limit_step_.lt(0).logical_and(skipped_run_.ge(limit)), step_counter_, limit_step_));
   last_grad_norm_.copy_(grad_norm);
+}
+
+void Trainer::setup_ema() {
+  if (config_.train.ema_decay <= 0) return;
+  torch::NoGradGuard no_grad;
+  // The checkpoint's keys (a LoRA file's, or diffusers' for the whole model): views of the trained
+  // tensors, so the export writes the averages exactly as it writes the weights.
+  for (const auto& [key, tensor] : lora_ ? lora_file_tensors(*lora_) : model_->diffusers_parameters())
+    ema_.push_back({key, tensor, tensor.detach().to(torch::kFloat32).clone()});
+  int64_t count = 0;
+  for (const EmaEntry& entry : ema_) count += entry.average.numel();
+  spdlog::info("EMA: decay {:g} over {} tensors ({} parameters, {:.2f} GB fp32 on {})", config_.train.ema_decay,
+               ema_.size(), count, 4.0 * static_cast<double>(count) / 1e9, device_.str());
+}
+
+void Trainer::update_ema(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  // diffusers' EMAModel without warm-up: at the t-th step (0-based) decay_t = min(decay, (1+t)/(10+t)),
+  // and 0 at t = 0 (the first step copies the weights). A skipped step leaves the averages as they
+  // are. All on the device: step_counter_ still holds t here.
+  const torch::Tensor t = step_counter_.to(torch::kFloat32);
+  const torch::Tensor decay =
+      torch::where(t.le(0), torch::zeros_like(t), torch::clamp_max((t + 1) / (t + 10), config_.train.ema_decay));
+  const torch::Tensor weight = (1 - decay) * (1 - found_inf);
+  for (EmaEntry& entry : ema_) {
+    if (entry.source.scalar_type() == torch::kFloat32) {
+      entry.average.lerp_(entry.source, weight);
+    } else {
+      entry.average.lerp_(entry.source.to(torch::kFloat32), weight);
+    }
+  }
+}
+
+std::map<std::string, torch::Tensor> Trainer::ema_state() const {
+  std::map<std::string, torch::Tensor> out;
+  for (const EmaEntry& entry : ema_) out["ema." + entry.key] = entry.average;
+  return out;
 }
 
 void Trainer::check_finite(int64_t first_step, int64_t last_step) {
@@ -682,6 +721,10 @@ void Trainer::run() {
                  missing.empty() ? std::string()
                                  : str_cat("; ", missing.size(), " adapted module(s) it lacks start from B = 0, the "
                                            "first ", missing.front()));
+  }
+  if (!ema_.empty() && !ema_from_checkpoint_) {
+    torch::NoGradGuard no_grad;
+    for (EmaEntry& entry : ema_) entry.average.copy_(entry.source);
   }
   const bool video = config_.data.source == "video";
   const int64_t ahead = video ? config_.data_pipeline.prefetch : config_.data.prefetch;

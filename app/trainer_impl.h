@@ -146,6 +146,12 @@ class Trainer {
   /// Clip, the (skipped when non-finite) update and the loss scale's update, all in place.
   void finish_step();
   void save_checkpoint();
+  /// train.ema_decay: the averages' tensors (fp32 copies of the trained tensors under their
+  /// checkpoint keys), and their update after the optimizer step (in place, graph-safe).
+  void setup_ema();
+  void update_ema(const torch::Tensor& found_inf);
+  /// The averages as the checkpoint's state holds them ("ema.<key>").
+  std::map<std::string, torch::Tensor> ema_state() const;
   void check_finite(int64_t first_step, int64_t last_step);
 
   Config config_;
@@ -168,6 +174,14 @@ class Trainer {
   HunyuanVideoTransformer model_{nullptr};
   std::optional<LoraSet> lora_;  // model.lora.rank > 0: the adapters, the only trained tensors
   std::vector<torch::Tensor> params_;
+  // train.ema_decay > 0: per trained tensor (its checkpoint key, the tensor, its fp32 average).
+  struct EmaEntry {
+    std::string key;
+    torch::Tensor source;
+    torch::Tensor average;
+  };
+  std::vector<EmaEntry> ema_;
+  bool ema_from_checkpoint_ = false;  // the resume restored the averages (else they start from the weights)
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LossScaler> scaler_;  // fp16: dynamic loss scaling; otherwise non-finite detection only
   FaultPlan faults_;                    // TELETRON_FAULTS (tests)

@@ -38,6 +38,9 @@ void Trainer::save_checkpoint() {
                   "weight ", name, " is not finite after step ", step_, " (the update overflowed); checkpoint not written");
   for (auto& [key, value] : optimizer_->state_dict()) ckpt.state[key] = value;
   for (auto& [key, value] : scaler_->state_dict()) ckpt.state[key] = value;
+  // train.ema_decay: the averages under "ema." + their weights' keys (host copies, as the weights).
+  if (!ema_.empty())
+    for (auto& [key, value] : snapshot_weights(ema_state())) ckpt.state[key] = std::move(value);
   // batch_size: dynamic: each bucket's micro-batch (int64 (buckets, 2): bucket, micro-batch).
   if (!micro_batch_.empty()) {
     std::vector<int64_t> pairs;
@@ -148,6 +151,19 @@ void Trainer::resume_from(const std::string& folder) {
       measured_.insert(bucket);
     }
     spdlog::info("resume: the micro-batches of {} bucket(s) come from the checkpoint", pairs.size(0));
+  }
+  if (!ema_.empty()) {
+    safetensors::TensorMap stored;
+    for (const auto& [key, value] : ckpt.state)
+      if (key.rfind("ema.", 0) == 0) stored[key] = value;
+    if (stored.empty()) {
+      spdlog::warn("resume: {} holds no EMA (train.ema_decay was 0 when it was written): the average starts from "
+                   "the resumed weights", folder);
+    } else {
+      // Every average must be there with its shape (another model.lora.targets: kCheckpoint naming them).
+      load_weights_into(ema_state(), stored, folder + "/state.safetensors (EMA)");
+      ema_from_checkpoint_ = true;
+    }
   }
   if (!scaler_->load_state_dict(ckpt.state))
     spdlog::info("resume: {} holds no loss scale (a bf16 or fp32 run): fp16 scaling starts from {:g}", folder,

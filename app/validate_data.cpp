@@ -42,6 +42,7 @@ struct SampleResult {
   std::vector<std::string> messages;
   std::vector<std::string> message_reasons;  // the reason of each message
   std::vector<std::string> notes;  // not problems: e.g. decoded on the CPU instead of NVDEC
+  bool caption_to_encode = false;   // a caption whose embedding encode-text has not written yet (not an error)
   // What the file is (filled as far as it could be read).
   std::string container, codec, pixel_format, decode_path, decode_reason;
   int width = 0, height = 0, rotation = 0;  // displayed size (after rotation)
@@ -160,7 +161,11 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
   } catch (const std::exception& error) {  // c10::Error, bad_alloc, ...: reported, never fatal
     result.fail("failed", str_cat(row.video, ": ", error.what()));
   }
-  if (!row.text_error.empty()) {
+  if (!row.text_error.empty() && row.has_caption) {
+    // The caption is there, its embedding is made by the next step of the workflow (encode-text):
+    // listed, not an error, so that validate-data can run first.
+    result.caption_to_encode = true;
+  } else if (!row.text_error.empty()) {
     result.fail("text_embeddings", str_cat("line ", row.line, ": ", row.text_error));
   } else if (!row.text_embeddings.empty()) {
     const std::string problem = check_text_embeddings(row.text_embeddings, plan.text_dim, plan.pooled_dim);
@@ -212,6 +217,7 @@ nlohmann::json to_json(const SampleResult& r) {
   j["reasons"] = r.reasons;
   j["messages"] = r.messages;
   j["notes"] = r.notes;
+  j["caption_to_encode"] = r.caption_to_encode;
   j["container"] = r.container;
   j["codec"] = r.codec;
   j["pixel_format"] = r.pixel_format;
@@ -361,9 +367,10 @@ int run_validate_data(const ValidateDataOptions& options) {
 
   // Summary by reason, with the first example of each.
   std::map<std::string, std::pair<int64_t, std::string>> by_reason;
-  int64_t errors = 0, fallbacks = 0;
+  int64_t errors = 0, fallbacks = 0, to_encode = 0;
   for (const SampleResult& r : results) {
     errors += r.error ? 1 : 0;
+    to_encode += r.caption_to_encode ? 1 : 0;
     fallbacks += r.notes.empty() ? 0 : 1;
     for (const std::string& reason : r.reasons) {
       auto& entry = by_reason[reason];
@@ -392,6 +399,10 @@ int run_validate_data(const ValidateDataOptions& options) {
     for (const SampleResult& r : results)
       if (!r.notes.empty()) std::cout << "  line " << r.line << " " << r.video << ": " << r.decode_reason << "\n";
   }
+  if (to_encode > 0)
+    std::cout << "\n" << to_encode << " sample(s) have a caption whose embedding is not in the text cache "
+              << text_cache_folder(plan.config.data.text_cache.value_or(""), plan.manifest)
+              << " yet: run `teletron encode-text CONFIG` before training\n";
   std::cout << "\nchecked " << results.size() << ": " << results.size() - errors << " ok, " << errors
             << " with errors" << std::endl;
   if (plan.motion) report_motion(plan, results);
@@ -411,7 +422,7 @@ int run_validate_data(const ValidateDataOptions& options) {
                           {"unit", "mean optical-flow magnitude, pixels per frame at the working resolution"},
                           {"cache", MotionCache::path_for(plan.manifest)}};
     nlohmann::json summary = {{"samples", results.size()}, {"ok", results.size() - errors}, {"errors", errors},
-                              {"cpu_fallback", fallbacks}};
+                              {"cpu_fallback", fallbacks}, {"captions_to_encode", to_encode}};
     for (const auto& [reason, entry] : by_reason) summary["by_reason"][reason] = entry.first;
     report["summary"] = summary;
     report["samples"] = nlohmann::json::array();

@@ -12,6 +12,7 @@
 #include "core/errors.h"
 #include "core/tensorboard.h"
 #include "model/transformer.h"
+#include "pipeline/text_cache.h"
 #include "pipeline/video_writer.h"
 
 namespace tt {
@@ -34,21 +35,40 @@ class EvalModeScope {
 
 }  // namespace
 
+std::string validation_prompt_file(const Config& config) {
+  TT_ASSERT(config.validation.prompt.has_value(), "validation_prompt_file without validation.prompt");
+  const std::string folder = text_cache_folder(config.data.text_cache.value_or(""), config.data.manifest);
+  const TextCache cache = open_text_cache(folder);
+  const std::string hint = "run `teletron encode-text CONFIG` (it encodes validation.prompt with the captions)";
+  TT_CHECK_HINT(!cache.identity.empty(), ErrorCode::kData, hint, "tele_tron.validation.prompt: the text cache ",
+                folder, " holds no encoder.json (teletron encode-text writes it)");
+  const std::string file = cache.file_of(*config.validation.prompt);
+  std::error_code ignored;
+  TT_CHECK_HINT(std::filesystem::is_regular_file(file, ignored), ErrorCode::kData, hint,
+                "tele_tron.validation.prompt is not in the text cache ", folder, " (looked for ", file, ")");
+  return file;
+}
+
 Validation::Validation(const Config& config, const HunyuanVideoConfig& model, torch::Device device,
                        const std::filesystem::path& run_dir)
     : device_(device) {
   const ValidationSection& v = config.validation;
   every_ = v.every;
-  TT_CHECK_HINT(v.text_embeddings.has_value(), ErrorCode::kConfig,
-                "set tele_tron.validation.text_embeddings to a prompt's embeddings file (e.g. one `teletron "
-                "encode-text` wrote), or validation.every: 0",
-                "tele_tron.validation.every is ", v.every, " but validation.text_embeddings is not set");
+  TT_CHECK_HINT(v.text_embeddings.has_value() || v.prompt.has_value(), ErrorCode::kConfig,
+                "set tele_tron.validation.prompt (encoded by `teletron encode-text CONFIG`), or "
+                "validation.text_embeddings to a prompt's embeddings file, or validation.every: 0",
+                "tele_tron.validation.every is ", v.every, " but neither validation.prompt nor "
+                "validation.text_embeddings is set");
+  TT_CHECK_HINT(!(v.text_embeddings.has_value() && v.prompt.has_value()), ErrorCode::kConfig,
+                "keep one of the two", "tele_tron.validation: both prompt and text_embeddings are set");
+  const std::string embeddings = v.text_embeddings ? *v.text_embeddings : validation_prompt_file(config);
   TT_CHECK_HINT(model.in_channels == model.out_channels, ErrorCode::kConfig, "set validation.every: 0",
                 "tele_tron.validation: the sampler makes text-to-video only; this model takes ", model.in_channels,
                 " input channels for ", model.out_channels, " latent channels (image conditioning)");
   shape_ = flow_latent_shape(1, model.out_channels, v.frames, v.height, v.width,
                              "tele_tron.validation.frames/height/width");
-  text_ = load_sampler_text(*v.text_embeddings, model, device, "tele_tron.validation.text_embeddings");
+  text_ = load_sampler_text(embeddings, model, device,
+                            v.prompt ? "tele_tron.validation.prompt's embedding" : "tele_tron.validation.text_embeddings");
   vae_ = load_config_vae_decoder(config.vae, model.out_channels, device);
   tiling_ = vae_decode_tiling(config.vae);
   seed_ = static_cast<uint64_t>(v.seed);

@@ -25,6 +25,10 @@ namespace tt {
 class HunyuanVideoTransformerImpl;
 class TensorBoardWriter;
 
+/// validation.prompt's embeddings file in data.text_cache (as encode-text named it); TT_ERR_DATA
+/// saying to run encode-text when the cache or the file is missing.
+std::string validation_prompt_file(const Config& config);
+
 class Validation {
  public:
   /// Checks the validation section against the model (kConfig naming the key) and loads the prompt

@@ -102,6 +102,11 @@ std::map<std::string, std::string> lora_metadata(const LoraSet& set) {
 LoraFile read_lora_file(const std::string& path, int64_t hidden_size) {
   std::map<std::string, std::string> metadata;
   const safetensors::TensorMap tensors = safetensors::load(path, {}, &metadata);
+  return read_lora_tensors(tensors, metadata, path, hidden_size);
+}
+
+LoraFile read_lora_tensors(const safetensors::TensorMap& tensors, const std::map<std::string, std::string>& metadata,
+                           const std::string& path, int64_t hidden_size) {
   LoraFile file;
   // diffusers' own files carry their scale in the metadata; without it, alpha = r (scale 1).
   double diffusers_scale = 1.0;

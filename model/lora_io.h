@@ -43,6 +43,10 @@ struct LoraFile {
   std::map<std::string, LoraFilePair> modules;
 };
 LoraFile read_lora_file(const std::string& path, int64_t hidden_size = 0);
+/// The same from tensors and metadata already read (`path` names their source in errors): an EMA
+/// copy of the adapters in a checkpoint's state, say.
+LoraFile read_lora_tensors(const safetensors::TensorMap& tensors, const std::map<std::string, std::string>& metadata,
+                           const std::string& path, int64_t hidden_size = 0);
 
 /// Copies `file` into `set` (each B times file scale / the set's scale, untouched when they are
 /// equal): every module of the file must

@@ -96,7 +96,7 @@ LatentSample load_empty_caption(const std::string& folder, int64_t text_dim, int
   TT_CHECK_HINT(!cache.identity.empty(), ErrorCode::kData,
                 str_cat(kEncodeHint, "; with data.source: latents set data.text_cache to the folder it wrote"),
                 "data.caption_dropout needs the empty caption's embedding, but ", folder,
-                " holds no encoder.json");
+                " holds no encoder.json (teletron encode-text writes it)");
   const std::string file = cache.file_of("");
   std::error_code ignored;
   TT_CHECK_HINT(fs::is_regular_file(file, ignored), ErrorCode::kData, kEncodeHint,

@@ -3,9 +3,10 @@
 #   install       scripts/setup.sh's packages + torch, and clang-14 with its sanitizer/fuzzer runtimes
 #   build         the normal build (scripts/setup.sh: gcc, build/)
 #   tests         the README's test command (scripts/test.sh: every ctest test, fuzz replays included)
-#   asan-build    teletron's code under ASan + UBSan with clang (LibTorch as shipped, CUDA off) plus
-#                 the libFuzzer targets, into build-asan/
-#   asan-tests    the whole ctest suite of that build (runtime options: test/sanitizers/env.sh)
+#   asan-build    teletron's libraries under ASan + UBSan with clang (LibTorch as shipped, CUDA off),
+#                 the core and pipeline test executables and the libFuzzer targets, into build-asan/
+#   asan-tests    that build's core, pipeline and fuzz-replay tests (ctest -L; runtime options:
+#                 test/sanitizers/env.sh); the app and model tiers run in the normal tests leg only
 #   fuzz          each libFuzzer target for TELETRON_FUZZ_SECONDS (60) from its seed corpus
 # and ends with a table of leg times and, per fuzz target, executions and crashes. Fails when any
 # leg fails: a test, a sanitizer report, or a fuzzer crash, leak, out-of-memory or timeout. Crashes
@@ -106,7 +107,11 @@ build_asan() {
       >"$ci/asan-configure.log" 2>&1 || { tail -40 "$ci/asan-configure.log"; return 1; }
   fi
   local rc=0
-  cmake --build "$asan_build" -j "$jobs" >"$ci/asan-build.log" 2>&1 || rc=$?
+  # The libraries, the core and pipeline test executables (file formats, video, data: the code that
+  # reads what users hand in) and the fuzz targets; not the app's and model's tests, which are
+  # end-to-end training runs and numerics (the normal tests leg runs them).
+  cmake --build "$asan_build" -j "$jobs" --target teletron_tests_core teletron_tests_pipeline teletron_fuzz_targets \
+    >"$ci/asan-build.log" 2>&1 || rc=$?
   grep -E '^(FAILED|.*error:|CMake Error)' "$ci/asan-build.log" | head -40
   [ $rc -eq 0 ] || tail -20 "$ci/asan-build.log"
   return $rc
@@ -119,6 +124,7 @@ tests_asan() {
   local left=$((budget_s + 600 - (SECONDS - total_start)))
   [ "$left" -gt 60 ] || left=60
   timeout "$left" ctest --test-dir "$asan_build" --output-on-failure -j "${TELETRON_TEST_JOBS:-2}" \
+    -L '^(core|pipeline|fuzz)$' \
     >"$ci/asan-tests.log" 2>&1
   local rc=$?
   [ $rc -eq 124 ] && say "asan-tests: stopped after $left s (time budget)"

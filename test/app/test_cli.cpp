@@ -34,10 +34,10 @@ int count(const std::string& text, const std::string& fragment) {
 }  // namespace
 
 TEST_CASE("an unknown command is a usage error, also with --help", "[cli]") {
-  auto result = run_teletron("sample --help");
+  auto result = run_teletron("infer --help");
   INFO(result.output);
   CHECK(result.exit_code == 2);
-  CHECK_THAT(result.output, ContainsSubstring("TT_ERR_CONFIG: unknown command `sample` (commands: train, config,"));
+  CHECK_THAT(result.output, ContainsSubstring("TT_ERR_CONFIG: unknown command `infer` (commands: train, config,"));
   CHECK_THAT(result.output, ContainsSubstring("bench-vae, bench-video)"));
 
   result = run_teletron("trian configs/quickstart.yaml");

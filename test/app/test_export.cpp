@@ -80,7 +80,8 @@ TEST_CASE(
   ws.train("base", "--max-steps 20");
   const std::string base = ws.dir / "base/checkpoints/step_0000020/model.safetensors";
   ws.train("lora", "--max-steps 3 --set model.weights=" + base +
-                       " --set model.lora.rank=2 --set model.lora.alpha=6 --set optimizer.lr=1.0e-2");
+                       " --set model.lora.rank=2 --set model.lora.alpha=6 --set optimizer.lr=1.0e-2 "
+                       "--set train.ema_decay=0.5");
   const std::string run = ws.dir / "lora";
   const auto ckpt = tt::checkpoint::load(run + "/checkpoints/step_0000003");
 
@@ -97,6 +98,16 @@ TEST_CASE(
   const tt::LoraFile read = tt::read_lora_file(file);
   CHECK(read.format == "diffusers");
   CHECK(read.modules.at("transformer_blocks.0.attn.to_q").scale == 1.0);
+
+  // --ema: the adapters' averages (train.ema_decay), B folded the same way.
+  auto averaged = run_teletron("export " + run + " --output " + (ws.dir / "ema_out") + " --dtype fp32 --ema");
+  INFO(averaged.output);
+  REQUIRE(averaged.exit_code == 0);
+  const auto written_ema = tt::safetensors::load(ws.dir / "ema_out/pytorch_lora_weights.safetensors");
+  REQUIRE(written_ema.size() == ckpt.model.size());
+  CHECK(torch::allclose(written_ema.at(b_key), ckpt.state.at("ema." + b_key) * 3.0));
+  CHECK(torch::equal(written_ema.at(a_key), ckpt.state.at("ema." + a_key)));
+  CHECK_FALSE(torch::equal(written_ema.at(b_key), written.at(b_key)));  // the average lags the weights
 
   auto merged =
       run_teletron("export " + run + " --output " + (ws.dir / "merged") + " --dtype fp32 --merge-lora");

@@ -119,10 +119,11 @@ TEST_CASE("memory estimate: a step that does not fit is TT_ERR_MEMORY with the n
 TEST_CASE("memory estimate: the step shape is the largest bucket at the micro-batch (dynamic: its minimum)",
           "[memory]") {
   const tt::Config config = config_of(
-      "tele_tron:\n  data:\n    source: video\n    buckets: [{frames: 33, height: 480, width: 832}, "
-      "{frames: 65, height: 320, width: 576}, {frames: 17, height: 720, width: 1280}]\n  batch_size: 2\n");
+      "tele_tron:\n  data:\n    source: video\n    buckets: [{frames: 9, height: 320, width: 576}, "
+      "{frames: 13, height: 480, width: 832}, {frames: 5, height: 720, width: 1280}]\n  batch_size: 2\n");
   const tt::StepShape shape = tt::largest_step_shape(config, {16, 9, 60, 104}, 200);
-  CHECK(shape.describe() == "65x320x576");
+  // 13x480x832 has the most pixels (5.2 M), 5x720x1280 the most latent tokens (2x90x160 against 4x60x104).
+  CHECK(shape.describe() == "5x720x1280");
   CHECK(shape.batch == 2);
   CHECK(shape.text_tokens == 200);
   const tt::Config dynamic = config_of("tele_tron:\n  batch_size: dynamic\n  dynamic_batch:\n    min: 3\n");

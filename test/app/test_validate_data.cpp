@@ -140,9 +140,27 @@ TEST_CASE("validate-data: with data.source video every row needs its text embedd
   const auto result = run_teletron("validate-data '" + (dir / "c.yaml") + "' --device cpu 2>&1");
   INFO(result.output);
   CHECK(result.exit_code == 3);
-  CHECK_THAT(result.output, ContainsSubstring("line 1: no \"text_embeddings\""));
+  CHECK_THAT(result.output, ContainsSubstring("line 1: no caption and no \"text_embeddings\""));
   CHECK_THAT(result.output, ContainsSubstring("missing.safetensors"));
   CHECK_THAT(result.output, ContainsSubstring("TT_ERR_DATA: 2 of 2 samples have errors"));
+}
+
+TEST_CASE("validate-data before encode-text: captions without embeddings are listed, not errors", "[validate]") {
+  TempDir dir("tt_validate_caption");
+  const std::string video = h264_clip();
+  tt::test::write_file(dir / "manifest.jsonl", "{\"video\": \"" + video + "\", \"caption\": \"A clip.\"}\n");
+  tt::test::write_file(dir / "c.yaml", "tele_tron:\n  model: {preset: tiny}\n  data:\n    source: video\n    manifest: " +
+                                           (dir / "manifest.jsonl") +
+                                           "\n    buckets: [{frames: 9, height: 64, width: 64}]\n");
+  const auto result = run_teletron("validate-data '" + (dir / "c.yaml") + "' --device cpu --report '" +
+                                   (dir / "r.json") + "' 2>&1");
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("1 sample(s) have a caption whose embedding is not in the text cache"));
+  CHECK_THAT(result.output, ContainsSubstring("run `teletron encode-text CONFIG` before training"));
+  const nlohmann::json report = nlohmann::json::parse(tt::test::read_file(dir / "r.json"));
+  CHECK(report["summary"]["captions_to_encode"] == 1);
+  CHECK(report["summary"]["errors"] == 0);
 }
 
 TEST_CASE("validate-data on CUDA flags the same rows", "[gpu][validate]") {
