@@ -44,7 +44,8 @@ double time_it(const torch::Device& device, int64_t warmup, int64_t iterations, 
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
 }
 
-// Dense matmul rate on this device in `half` (CUDA: bf16 or fp16) or fp32 (CPU), measured now.
+}  // namespace
+
 double measure_matmul_rate(const torch::Device& device, torch::Dtype half) {
   const int64_t n = device.is_cuda() ? 8192 : 1024;
   auto dtype = device.is_cuda() ? half : torch::kFloat32;
@@ -54,6 +55,8 @@ double measure_matmul_rate(const torch::Device& device, torch::Dtype half) {
   double seconds = time_it(device, 3, device.is_cuda() ? 50 : 5, [&] { torch::mm_out(c, a, b); });
   return 2.0 * n * n * n / seconds;
 }
+
+namespace {
 
 // Bytes of the weights autocast casts to `half` in a forward (those of Linear and Conv3d modules:
 // the model's GEMM and convolution weights and biases); the casts live until backward has used them.

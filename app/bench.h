@@ -3,6 +3,8 @@
 // the same run and against the 989 TFLOP/s H100/H200 datasheet figure, and peak memory.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -32,5 +34,9 @@ struct BenchOptions {
 };
 
 void run_bench(const BenchOptions& options);
+
+/// Dense matmul rate (FLOP/s) on `device` in `half` (CUDA: bf16 or fp16) or fp32 (CPU), measured now
+/// (an 8192^3 GEMM on CUDA): what the benches' MFU divides by.
+double measure_matmul_rate(const torch::Device& device, torch::Dtype half);
 
 }  // namespace tt

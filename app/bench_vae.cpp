@@ -17,7 +17,9 @@
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
+#include "app/bench.h"
 #include "model/vae.h"
+#include "model/vae_flops.h"
 
 namespace tt {
 namespace {
@@ -59,6 +61,35 @@ VaeRuntime named_runtime(const std::string& name) {
 }  // namespace
 
 void run_bench_vae(const BenchVaeOptions& o) {
+  if (o.count_only) {
+    const HunyuanVaeConfig config = hunyuan_vae_preset(o.preset, "--preset");
+    (void)vae_latent_shape(config, o.frames, o.height, o.width);
+    for (const std::string& tiling : config_text::split(
+             o.tiling == "both" ? "whole,tiled" : o.tiling == "off" ? "whole" : o.tiling == "on" ? "tiled" : o.tiling, ',')) {
+      TT_CHECK_HINT(tiling == "whole" || tiling == "frames" || tiling == "tiled", ErrorCode::kConfig,
+                    "use whole, frames, tiled (comma-separated)", "--tiling: unknown ", tiling);
+      VaeTiling tiles;
+      tiles.temporal = tiling != "whole";
+      tiles.spatial = tiling == "tiled";
+      const VaeFlops f = vae_encoder_flops(config, 1, o.frames, o.height, o.width, tiles);
+      std::printf("bench-vae flops %s %dx%dx%d (%s): %d pass(es); matmul %.6e (conv %.6e, attention projections %.6e, "
+                  "attention %.6e); GroupNorm %.6e, SiLU and adds %.6e\n",
+                  tiling.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height), static_cast<int>(o.width),
+                  o.preset.c_str(), static_cast<int>(f.passes), f.matmul(), f.conv, f.attention_linear,
+                  f.attention_scores, f.norm, f.elementwise);
+      if (!o.json.empty()) {
+        std::ofstream out(o.json, std::ios::app);
+        out << nlohmann::json({{"variant", tiling}, {"preset", o.preset}, {"frames", o.frames}, {"height", o.height},
+                               {"width", o.width}, {"passes", f.passes}, {"matmul_flops", f.matmul()},
+                               {"conv_flops", f.conv}, {"attention_linear_flops", f.attention_linear},
+                               {"attention_score_flops", f.attention_scores}, {"norm_ops", f.norm},
+                               {"elementwise_ops", f.elementwise}})
+                   .dump()
+            << "\n";
+      }
+    }
+    return;
+  }
   const torch::Device device = resolve_device(o.device, "--device");
   const torch::Dtype dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
   const HunyuanVaeConfig preset = hunyuan_vae_preset(o.preset, "--preset");
@@ -106,6 +137,8 @@ void run_bench_vae(const BenchVaeOptions& o) {
     return t;
   };
   torch::NoGradGuard no_grad;
+  // The rate an MFU divides by, measured now on this device (bf16 on CUDA, fp32 on the CPU).
+  const double matmul_rate = measure_matmul_rate(device, torch::kBFloat16);
   nlohmann::json results = nlohmann::json::array();
   std::map<std::string, torch::Tensor> last_moments;   // per tiling: the last runtime's output (dumped)
   std::map<std::string, torch::Tensor> first_moments;  // per tiling: the first runtime's, to compare the others with
@@ -128,15 +161,23 @@ void run_bench_vae(const BenchVaeOptions& o) {
     if (!first_moments.count(variant.tiling)) first_moments[variant.tiling] = output;
     const torch::Tensor& first = first_moments[variant.tiling];
     const double vs_first = ((output - first).abs().max() / first.abs().max()).item<double>();
+    const VaeFlops flops = variant.tiling == "whole"
+                               ? vae_encoder_flops(vae->config(), 1, o.frames, o.height, o.width)
+                               : vae_encoder_flops(vae->config(), 1, o.frames, o.height, o.width, tiles);
+    const double achieved = flops.matmul() / (ms / 1000.0);
     std::printf("bench-vae %s, runtime %s, %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB, max|diff|/max vs "
-                "runtime %s %.2e\n",
+                "runtime %s %.2e; %.3f TFLOP of convolutions and attention in %d pass(es): %.1f TFLOP/s, MFU %.1f %% of "
+                "the measured %.1f TFLOP/s matmul rate\n",
                 variant.name.c_str(), variant.runtime.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height),
                 static_cast<int>(o.width), device.str().c_str(), dtype == torch::kBFloat16 ? "bf16" : "fp32", ms, peak,
-                runtimes.front().c_str(), vs_first);
+                runtimes.front().c_str(), vs_first, flops.matmul() / 1e12, static_cast<int>(flops.passes),
+                achieved / 1e12, 100.0 * achieved / matmul_rate, matmul_rate / 1e12);
     results.push_back({{"variant", variant.tiling}, {"runtime", variant.runtime}, {"ms", ms},
                        {"peak_gb", peak}, {"frames", o.frames}, {"height", o.height}, {"width", o.width},
                        {"preset", o.preset}, {"cudnn_benchmark", o.cudnn_benchmark},
-                       {"relative_diff_vs_first_runtime", vs_first}});
+                       {"relative_diff_vs_first_runtime", vs_first}, {"matmul_flops", flops.matmul()},
+                       {"passes", flops.passes}, {"tflops_per_s", achieved / 1e12},
+                       {"matmul_tflops_measured", matmul_rate / 1e12}, {"mfu", achieved / matmul_rate}});
   }
   if (!o.json.empty()) {
     std::ofstream out(o.json, std::ios::app);

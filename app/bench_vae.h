@@ -26,6 +26,7 @@ struct BenchVaeOptions {
   int64_t warmup = 2, steps = 5;
   std::string dump;  // folder for the diffusers comparison ("" = none)
   std::string json;  // append results here
+  bool count_only = false;  // print each mode's FLOP count (model/vae_flops.h) and time nothing
 };
 
 void run_bench_vae(const BenchVaeOptions& options);

@@ -557,6 +557,9 @@ int run_cli(int argc, char** argv) {
   bench_vae_cmd->add_option("--runtimes", bench_vae.runtimes,
                             "How the encoder runs, comma-separated: plain, channels-last, fused, fast, fast-batched");
   bench_vae_cmd->add_option("--cudnn-benchmark", bench_vae.cudnn_benchmark, "cuDNN picks convolution algorithms by timing");
+  bench_vae_cmd->add_flag("--count-only", bench_vae.count_only,
+                          "Print each --tiling mode's exact FLOP count (convolutions, attention, norms) and time "
+                          "nothing (any machine)");
   bench_vae_cmd->add_option("--warmup", bench_vae.warmup, "Untimed encodes first")->check(CLI::NonNegativeNumber);
   bench_vae_cmd->add_option("--steps", bench_vae.steps, "Timed encodes")->check(CLI::PositiveNumber);
   bench_vae_cmd->add_option("--dump", bench_vae.dump, "Write weights, config.json and input/outputs here");

@@ -258,9 +258,9 @@ std::vector<torch::Tensor> HunyuanVaeImpl::moments_batched(const std::vector<tor
   return out;
 }
 
-torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTiling& t) {
-  TT_CHECK(x.dim() == 5, ErrorCode::kData, "VAE input must be (B, C, T, H, W), got ", x.sizes());
-  const int64_t r = config_.temporal_compression_ratio, s = config_.spatial_compression_ratio;
+VaeTilePlan vae_tile_plan(const HunyuanVaeConfig& config, int64_t frames, int64_t height, int64_t width,
+                          const VaeTiling& t) {
+  const int64_t r = config.temporal_compression_ratio, s = config.spatial_compression_ratio;
   TT_CHECK(t.stride_frames % r == 0 && t.min_frames % r == 0 && t.stride_frames > 0 && t.stride_frames <= t.min_frames,
            ErrorCode::kConfig, "VAE tiling: frame tile ", t.min_frames, " and stride ", t.stride_frames,
            " must be multiples of ", r, " with stride <= tile");
@@ -268,24 +268,35 @@ torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTil
                t.stride_height > 0 && t.stride_width > 0 && t.stride_height <= t.min_height &&
                t.stride_width <= t.min_width,
            ErrorCode::kConfig, "VAE tiling: tile sizes and strides must be multiples of ", s, " with stride <= tile");
-  const int64_t frames = x.size(2), height = x.size(3), width = x.size(4);
-  const bool split_space = t.spatial && (height > t.min_height || width > t.min_width);
-  const bool split_time = t.temporal && frames > t.min_frames;
+  VaeTilePlan plan;
+  plan.split_space = t.spatial && (height > t.min_height || width > t.min_width);
+  plan.split_time = t.temporal && frames > t.min_frames;
   // Windows of min_frames + 1 frames every stride_frames; tiles every stride pixels.
-  std::vector<std::pair<int64_t, int64_t>> windows;  // (first frame, frame count)
-  if (!split_time) {
-    windows.emplace_back(0, frames);
+  if (!plan.split_time) {
+    plan.windows.emplace_back(0, frames);
   } else {
-    (void)vae_latent_shape(config_, frames, height, width);
-    for (int64_t i = 0; i < frames; i += t.stride_frames) windows.emplace_back(i, std::min(t.min_frames + 1, frames - i));
+    (void)vae_latent_shape(config, frames, height, width);
+    for (int64_t i = 0; i < frames; i += t.stride_frames)
+      plan.windows.emplace_back(i, std::min(t.min_frames + 1, frames - i));
   }
-  std::vector<int64_t> tile_rows{0}, tile_cols{0};
-  if (split_space) {
-    tile_rows.clear();
-    tile_cols.clear();
-    for (int64_t i = 0; i < height; i += t.stride_height) tile_rows.push_back(i);
-    for (int64_t j = 0; j < width; j += t.stride_width) tile_cols.push_back(j);
+  if (plan.split_space) {
+    plan.tile_rows.clear();
+    plan.tile_cols.clear();
+    for (int64_t i = 0; i < height; i += t.stride_height) plan.tile_rows.push_back(i);
+    for (int64_t j = 0; j < width; j += t.stride_width) plan.tile_cols.push_back(j);
   }
+  return plan;
+}
+
+torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTiling& t) {
+  TT_CHECK(x.dim() == 5, ErrorCode::kData, "VAE input must be (B, C, T, H, W), got ", x.sizes());
+  const int64_t r = config_.temporal_compression_ratio, s = config_.spatial_compression_ratio;
+  const int64_t frames = x.size(2), height = x.size(3), width = x.size(4);
+  const VaeTilePlan plan = vae_tile_plan(config_, frames, height, width, t);
+  const bool split_space = plan.split_space, split_time = plan.split_time;
+  const auto& windows = plan.windows;
+  const auto& tile_rows = plan.tile_rows;
+  const auto& tile_cols = plan.tile_cols;
   // Every crop first, so that crops of one shape can be encoded as one batch.
   std::vector<torch::Tensor> crops;
   for (const auto& [first, count] : windows) {

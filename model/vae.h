@@ -66,6 +66,18 @@ struct VaeTiling {
   int64_t min_height = 256, min_width = 256, stride_height = 192, stride_width = 192;
 };
 
+/// The encoder passes diffusers' tiling makes of a (frames, height, width) clip: temporal windows
+/// (first frame, frame count) and, in each, tiles starting at tile_rows x tile_cols (each at most
+/// min_height x min_width, cut at the border). Checks the tiling (kConfig). moments_tiled encodes
+/// exactly these crops; vae_encoder_flops counts them.
+struct VaeTilePlan {
+  bool split_time = false, split_space = false;
+  std::vector<std::pair<int64_t, int64_t>> windows;
+  std::vector<int64_t> tile_rows{0}, tile_cols{0};
+};
+VaeTilePlan vae_tile_plan(const HunyuanVaeConfig& config, int64_t frames, int64_t height, int64_t width,
+                          const VaeTiling& tiling);
+
 /// How the encoder runs on CUDA, not what it computes (outputs equal within bf16 rounding):
 /// channels-last (NDHWC) activations and weights, the layout cuDNN's fast 3D convolution kernels
 /// take; teletron's fused GroupNorm+SiLU kernel instead of LibTorch's GroupNorm then silu; tiles of

@@ -37,7 +37,8 @@ TEST_CASE(
     "exactly and is what export --ema writes",
     "[train][ema]") {
   Workspace ws(6);
-  const std::string ema = " --set train.ema_decay=0.9 --set train.checkpoint_every=1 --set train.keep_checkpoints=0";
+  const std::string ema =
+      " --set train.ema_decay=0.9 --set train.checkpoint_every=1 --set train.keep_checkpoints=0";
   ws.train("straight", "--max-steps 3" + ema + " --set optimizer.lr=1.0e-2");
   const std::string straight = ws.dir / "straight";
 
@@ -62,13 +63,14 @@ TEST_CASE(
     CHECK(relative_difference(ckpts[2].state.at("ema." + key), expected) < 1e-5);
   }
   // The average lags the weights once they move (the check above cannot pass with a copy of them).
-  CHECK(relative_difference(ckpts[2].state.at("ema.proj_out.weight"), ckpts[2].model.at("proj_out.weight")) > 1e-4);
+  CHECK(relative_difference(ckpts[2].state.at("ema.proj_out.weight"), ckpts[2].model.at("proj_out.weight")) >
+        1e-4);
 
   // Resume: 2 steps, then on to 3, gives the straight run's average bit for bit.
   ws.train("split", "--max-steps 2" + ema + " --set optimizer.lr=1.0e-2");
   const std::string split = ws.dir / "split";
-  auto resumed = run_teletron("train " + ws.config + " --output " + split + " --max-steps 3 --resume auto" + ema +
-                              " --set optimizer.lr=1.0e-2");
+  auto resumed = run_teletron("train " + ws.config + " --output " + split + " --max-steps 3 --resume auto" +
+                              ema + " --set optimizer.lr=1.0e-2");
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
   const auto resumed_ckpt = tt::checkpoint::load(step_folder(split, 3));
@@ -79,7 +81,8 @@ TEST_CASE(
   }
 
   // export --ema writes the averages; a run without them says so.
-  auto exported = run_teletron("export " + straight + " --output " + (ws.dir / "ema_out") + " --dtype fp32 --ema");
+  auto exported =
+      run_teletron("export " + straight + " --output " + (ws.dir / "ema_out") + " --dtype fp32 --ema");
   INFO(exported.output);
   REQUIRE(exported.exit_code == 0);
   CHECK_THAT(exported.output, ContainsSubstring("EMA"));
