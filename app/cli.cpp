@@ -520,7 +520,9 @@ int run_cli(int argc, char** argv) {
   preprocess_cmd->add_option("config", preprocess.config, "YAML config with data.source: video")->required();
   add_set_option(preprocess_cmd, &preprocess.sets);
   preprocess_cmd->add_option("--output", preprocess.output, "Output folder (manifest.jsonl + latents/)")->required();
-  preprocess_cmd->add_option("--jobs", preprocess.jobs, "Rows encoded at once")->check(CLI::PositiveNumber);
+  preprocess_cmd->add_option("--jobs", preprocess.jobs,
+                             "Rows taken through the VAE at once (threads; data_pipeline.workers decode ahead of them)")
+      ->check(CLI::PositiveNumber);
   add_device_option(preprocess_cmd, &preprocess.device, "Device");
 
   EncodeTextOptions encode_text;

@@ -182,7 +182,7 @@ const ConfigField kFields[] = {
     {.path = "data_pipeline.prefetch", .kind = K::kInt, .at = TT_AT(data_pipeline.prefetch), .range = kNonNegative,
      .read_by = kTV, .doc = "Batches the video pipeline prepares ahead on its own thread and CUDA stream; 0 = inside the step."},
     {.path = "data_pipeline.workers", .kind = K::kInt, .at = TT_AT(data_pipeline.workers), .range = kNonNegative,
-     .read_by = kTV, .doc = "Threads that decode and augment the clips of the next batches while the VAE encodes; 0 = the producer does it."},
+     .read_by = kVideoSide, .doc = "Threads that decode and augment the clips of the next batches (preprocess: of the next rows) while the VAE encodes; 0 = the producer (preprocess: each job) does it."},
 
     // batch_size fills Config::batch_size and Config::batch_size_dynamic.
     {.path = "batch_size", .kind = K::kBatchSize, .at = [](Config& c) -> void* { return &c; },

@@ -106,15 +106,33 @@ int run_preprocess(const PreprocessOptions& options) {
     spdlog::info("preprocess: {} file(s) in {} belong to no current row (an earlier manifest or settings): not "
                  "listed, not reused", other_files, (out / "latents").string());
   const int64_t to_encode = rows - already - unnamed;
-  spdlog::info("preprocess: {} rows of {} -> {} ({} already done, {} to encode) on {}, {} job(s)", rows,
-               config.data.manifest, options.output, already, to_encode, device.str(), options.jobs);
+  spdlog::info("preprocess: {} rows of {} -> {} ({} already done, {} to encode) on {}, {} job(s) encoding, {} "
+               "decode worker(s) ahead of them", rows, config.data.manifest, options.output, already, to_encode,
+               device.str(), options.jobs, config.data_pipeline.workers);
+
+  // The rows to encode, in order. data_pipeline.workers threads decode (NVDEC on a GPU), sample
+  // and augment the clips `ahead` rows in front of the encoders: claiming row k hands row
+  // k + ahead to them, so the VAE finds its next clips decoded.
+  std::vector<int64_t> todo;
+  for (int64_t i = 0; i < rows; ++i)
+    if (!done[static_cast<size_t>(i)]) todo.push_back(i);
+  const int64_t ahead =
+      config.data_pipeline.workers > 0 ? 2 * config.data_pipeline.workers + std::max(1, options.jobs) : 0;
+  std::mutex prepare_mutex;
+  auto prepare = [&](size_t k) {
+    if (ahead == 0 || k >= todo.size()) return;
+    std::lock_guard<std::mutex> lock(prepare_mutex);
+    data->prepare({todo[k]}, {0});
+  };
+  for (size_t k = 0; k < std::min(todo.size(), static_cast<size_t>(ahead)); ++k) prepare(k);
 
   std::atomic<int64_t> next{0}, encoded{0}, failed{unnamed};
   std::mutex log_mutex;
   const auto start = std::chrono::steady_clock::now();
   auto worker = [&] {
-    for (int64_t i = next++; i < rows; i = next++) {
-      if (done[static_cast<size_t>(i)]) continue;
+    for (size_t k = static_cast<size_t>(next++); k < todo.size(); k = static_cast<size_t>(next++)) {
+      prepare(k + static_cast<size_t>(ahead));
+      const int64_t i = todo[k];
       const auto [line, source] = data->row_origin(i);
       try {
         LatentSample sample = data->load_one(i, 0);
@@ -135,8 +153,10 @@ int run_preprocess(const PreprocessOptions& options) {
         const int64_t count = ++encoded;
         if (count % 10 == 0 || count == to_encode) {
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          const double rate = static_cast<double>(count) / seconds;
           std::lock_guard<std::mutex> lock(log_mutex);
-          spdlog::info("preprocess: {}/{} encoded ({:.2f} clips/s)", count, to_encode, count / seconds);
+          spdlog::info("preprocess: {}/{} encoded ({:.2f} clips/s, ETA {:.0f} s)", count, to_encode, rate,
+                       static_cast<double>(to_encode - count) / rate);
         }
       } catch (const Error& error) {
         if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData && error.code() != ErrorCode::kIo)
@@ -157,7 +177,7 @@ int run_preprocess(const PreprocessOptions& options) {
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!first_error) first_error = std::current_exception();
-        next = rows;  // the other workers stop after their current row
+        next = static_cast<int64_t>(todo.size());  // the other workers stop after their current row
       }
     });
   }

@@ -12,6 +12,11 @@
 // nothing missing). The manifest is rewritten at the end of every run from the files present for
 // the current rows; files of earlier keys stay on disk, unlisted. Rows that fail are logged and left
 // out; more than data.max_failed_share of them is TT_ERR_DATA.
+//
+// Concurrency: `--jobs` threads each take the next row through the VAE (on a GPU they share it, one
+// encode after another on its stream); data_pipeline.workers threads decode, sample and augment the
+// clips of the rows ahead of them (NVDEC where the GPU takes the stream), 2 x workers + jobs rows in
+// front, so the encoder finds its clips ready. Progress every 10 rows with clips/s and the ETA.
 #pragma once
 
 #include <string>

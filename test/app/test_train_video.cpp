@@ -258,6 +258,17 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   auto sample = tt::safetensors::load(out + "/" + files[2]);
   CHECK(sample.at("latents").sizes() == torch::IntArrayRef({16, 3, 8, 8}));  // 9x64x64 through 4x/8x
   const std::string third = tt::test::read_file(out + "/" + files[2]);
+  // Decoded ahead by data_pipeline.workers (2 here) or by each job itself: the same bytes.
+  const std::string inline_out = dir / "cache_inline";
+  const auto inline_run = tt::test::run_teletron("preprocess '" + config + "' --output '" + inline_out +
+                                                 "' --set data_pipeline.workers=0 2>&1");
+  INFO(inline_run.output);
+  REQUIRE(inline_run.exit_code == 0);
+  CHECK_THAT(first.output, ContainsSubstring("2 job(s) encoding, 2 decode worker(s) ahead of them"));
+  for (const std::string& file : files) {
+    INFO(file);
+    CHECK(tt::test::read_file(inline_out + "/" + file) == tt::test::read_file(out + "/" + file));
+  }
 
   // An interrupted run: one file missing, the manifest gone, a stale temporary left behind.
   std::filesystem::remove(out + "/" + files[2]);
