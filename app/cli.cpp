@@ -438,7 +438,9 @@ int run_cli(int argc, char** argv) {
   sample_cmd->add_option("config", sample_config, "YAML config (architecture when the weights have no "
                          "config.json; vae.*; train.device)");
   add_set_option(sample_cmd, &sample_sets);
-  sample_cmd->add_option("--weights", sample.weights, "diffusers folder, safetensors file/index, or official file")
+  sample_cmd->add_option("--weights", sample.weights,
+                         "diffusers folder, safetensors file/index, or official file; `random`: the config's "
+                         "architecture freshly initialised (timing only)")
       ->required();
   sample_cmd->add_option("--lora", sample.lora, "LoRA file merged into the weights (diffusers, ComfyUI or musubi)");
   sample_cmd->add_option("--text-embeddings", sample.text_embeddings,

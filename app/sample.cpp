@@ -124,7 +124,14 @@ void run_sample(const SampleOptions& o) {
   TT_CHECK_HINT(o.fps > 0, ErrorCode::kConfig, "e.g. --fps 24", "--fps must be > 0, got ", o.fps);
 
   // Everything a typo could break is checked before the model is built.
-  ModelChoice choice = choose_model(o.config.model, o.weights);
+  // --weights random: the config's architecture with the model's own initialisation, for timing the
+  // sampler at real shapes without weights (the video means nothing).
+  const bool random_weights = o.weights == "random";
+  ModelChoice choice =
+      choose_model(o.config.model, random_weights ? std::optional<std::string>() : std::optional<std::string>(o.weights));
+  if (random_weights)
+    spdlog::warn("sample --weights random: {} with freshly initialised weights; the video means nothing (timing only)",
+                 choice.origin);
   const std::vector<int64_t> shape =
       flow_latent_shape(1, choice.config.out_channels, o.frames, o.height, o.width, "sample --frames/--height/--width");
   FlowSamplerText text = load_sampler_text(o.text_embeddings, choice.config, device, "--text-embeddings");
@@ -138,13 +145,13 @@ void run_sample(const SampleOptions& o) {
   // once, the forward under bf16 autocast, latents rounded to bf16 after each step.
   model->to(device, bf16 ? torch::kBFloat16 : torch::kFloat32);
   std::map<std::string, torch::Tensor> views = model->diffusers_parameters();
-  load_weights(*choice.weights, views);
+  if (choice.weights) load_weights(*choice.weights, views);
   if (!o.lora.empty()) merge_lora_file(o.lora, choice.config.hidden_size(), views);
   for (auto& p : model->parameters()) p.set_requires_grad(false);
   spdlog::info("sample: {} ({}), {:.1f} M parameters, weights {}, {} on {}; {} steps, flow_shift {}, guidance {}, "
                "seed {}, {}x{}x{} (latents {})",
                describe_hunyuan_config(choice.config), choice.origin, model->parameter_count() / 1e6,
-               choice.weights->description, bf16 ? "bf16" : "fp32", describe_device(device), o.steps, o.flow_shift,
+               choice.weights ? choice.weights->description : std::string("random (timing only)"), bf16 ? "bf16" : "fp32", describe_device(device), o.steps, o.flow_shift,
                o.guidance, o.seed, o.frames, o.height, o.width, str_cat(at::IntArrayRef(shape)));
 
   FlowSamplerOptions sampler;

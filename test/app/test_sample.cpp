@@ -64,6 +64,15 @@ TEST_CASE("teletron sample writes an MP4 of the asked frames and size, reproduci
   CHECK(a.sizes() == torch::IntArrayRef({1, 16, 2, 4, 6}));
   CHECK(torch::equal(a, b));
 
+  // --weights random: the config's architecture freshly initialised (timing at real shapes).
+  const auto random = tt::test::run_teletron("sample " + ws.config + " --weights random --text-embeddings " + prompt +
+                                             " --height 32 --width 48 --steps 2 --frames 5 --device cpu --output " +
+                                             (ws.dir / "r.mp4"));
+  INFO(random.output);
+  CHECK(random.exit_code == 0);
+  CHECK_THAT(random.output, ContainsSubstring("timing only"));
+  CHECK(std::filesystem::exists(ws.dir / "r.mp4"));
+
   // A shape the VAE cannot make is TT_ERR_CONFIG before anything is built.
   const auto bad = tt::test::run_teletron(base + " --frames 6 --output " + (ws.dir / "c.mp4"));
   CHECK(bad.exit_code != 0);
