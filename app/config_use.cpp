@@ -83,7 +83,6 @@ const IdleReason kIdleReasons[] = {
     {kReadSynthData, "train.seed", "synth-data's seed is --seed"},
     {kReadSynthData | kReadPreprocess | kReadValidateData, "model.weights",
      "the model's sizes come from model.preset and the model.* overrides, not from the weights"},
-    {kReadPreprocess, "data_pipeline.workers", "preprocess encodes --jobs rows at once"},
     {kReadPreprocess, "data_pipeline.prefetch", "preprocess has no training step to feed"},
     {kReadValidateData, "vae.", "validate-data does not encode"},
     {kReadValidateData, "data_pipeline.augment.", "validate-data checks the clips, not their augmentation"},

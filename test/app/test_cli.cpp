@@ -102,9 +102,10 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
        "tele_tron.batch_size: set (--set batch_size=dynamic), but bench takes the batch size from --batch",
        "tele_tron.batch_size"},
       {"preprocess " + kQuickstart + " --output " + dir / "pre" +
-           " --set data.source=video --set data_pipeline.workers=3 --set data.manifest=" + dir / "none.jsonl",
-       "tele_tron.data_pipeline.workers: set (--set data_pipeline.workers=3), but preprocess encodes --jobs rows",
-       "tele_tron.data_pipeline.workers"},
+           " --set data.source=video --set data_pipeline.prefetch=3 --set data.manifest=" + dir / "none.jsonl",
+       "tele_tron.data_pipeline.prefetch: set (--set data_pipeline.prefetch=3), but preprocess has no training step "
+       "to feed",
+       "tele_tron.data_pipeline.prefetch"},
       {"validate-data " + dir / "none.jsonl" + " --set vae.tiling=on",
        "tele_tron.vae.tiling: set (--set vae.tiling=on), but validate-data does not encode", "tele_tron.vae.tiling"},
       {"synth-data " + kQuickstart + " --output " + dir / "synth" + " --samples 1 --set train.seed=3",
