@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Makes, on the development machine, every ignored folder the GPU-machine scripts carry (a fresh
+# checkout has none of them); each is made only when missing:
+#   .device      FFmpeg 5.1 source, NVDEC headers, nasm (../shared/device/prepare.sh; bootstrap.sh
+#                builds FFmpeg there in ~40 s)
+#   .devdeps     Debian 12's protobuf packages (TensorBoard's event files; the image has no protobuf)
+#   .wheels      diffusers 0.42.1 + importlib_metadata + zipp (the image lacks them; peft, transformers,
+#                opencv are there), flat and again in .wheels/diffusers/ (both layouts the scripts use)
+#   .testmedia   the clips and probe answers the tests make with the ffmpeg CLI (scripts/make_test_media.sh;
+#                needs build/), for `ctest` there with TELETRON_TEST_MEDIA
+#   .benchclips  two 10-s 720p H.264 clips (scripts/make_bench_clips.sh .benchclips 2)
+# and prints each folder's size (the device tool carries 64 MiB in all).
+# Usage: scripts/prepare_device.sh [FOLDER...]   (default: all of them)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=(.device .devdeps .wheels .testmedia .benchclips)
+for folder in "${wanted[@]}"; do
+  if [ -e "$folder" ]; then echo "$folder: there already"; continue; fi
+  case $folder in
+    .device) ../shared/device/prepare.sh ;;
+    .devdeps)
+      mkdir -p .devdeps
+      (cd .devdeps && apt-get download protobuf-compiler libprotoc32 libprotobuf32 libprotobuf-lite32 libprotobuf-dev)
+      ;;
+    .wheels)
+      mkdir -p .wheels/diffusers
+      python3 -m pip download -q --no-deps -d .wheels diffusers==0.42.1 importlib_metadata zipp
+      cp .wheels/*.whl .wheels/diffusers/
+      ;;
+    .testmedia) scripts/make_test_media.sh .testmedia build ;;
+    .benchclips) scripts/make_bench_clips.sh .benchclips 2 ;;
+    *) echo "unknown folder $folder"; exit 2 ;;
+  esac
+done
+du -sh "${wanted[@]}" 2>/dev/null
