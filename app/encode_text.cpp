@@ -123,6 +123,7 @@ int run_encode_text(const EncodeTextOptions& options) {
   std::vector<std::string> prompts = options.prompts;
   if (config.validation.prompt && std::find(prompts.begin(), prompts.end(), *config.validation.prompt) == prompts.end())
     prompts.push_back(*config.validation.prompt);
+  const size_t manifest_captions_count = captions.size();
   for (const std::string& prompt : prompts)
     if (std::find(captions.begin(), captions.end(), prompt) == captions.end()) captions.push_back(prompt);
   const std::string python = find_python(options.python);
@@ -159,8 +160,11 @@ int run_encode_text(const EncodeTextOptions& options) {
   resolve_captions(rows, opened);
   for (const VideoManifestRow& row : rows)
     TT_CHECK(row.text_error.empty(), ErrorCode::kInternal, manifest, ":", row.line, ": ", row.text_error);
-  std::cout << "encode-text: " << captions.size() << " captions and the empty one in " << cache << " (encoder "
-            << opened.identity << ")\n";
+  std::cout << "encode-text: " << manifest_captions_count << " captions"
+            << (captions.size() > manifest_captions_count
+                    ? str_cat(", ", captions.size() - manifest_captions_count, " prompt(s)")
+                    : std::string())
+            << " and the empty one in " << cache << " (encoder " << opened.identity << ")\n";
   for (const std::string& prompt : prompts) {
     const std::string file = opened.file_of(prompt);
     TT_CHECK(fs::is_regular_file(file), ErrorCode::kInternal, "encode-text: no file for the prompt \"", prompt, "\"");
