@@ -89,6 +89,17 @@ if(TELETRON_PCH)
     "$<$<COMPILE_LANGUAGE:CXX>:${PROJECT_SOURCE_DIR}/cmake/pch.h>")
 endif()
 
+# TELETRON_UNITY: the target's C++ sources compiled in batches of 8 (their headers and templates
+# once per batch). A source that cannot share a batch (a name in an anonymous namespace that another
+# file of the library also defines, or headers included under different macros) is listed with
+# SKIP_UNITY_BUILD_INCLUSION beside the library; sources with their own compile definitions are
+# left out by CMake itself.
+function(teletron_unity target)
+  if(TELETRON_UNITY)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
+endfunction()
+
 function(teletron_use_pch target)
   if(TELETRON_PCH)
     target_precompile_headers(${target} REUSE_FROM teletron_pch)
