@@ -24,7 +24,10 @@ if ! command -v protoc >/dev/null && ls .devdeps/*.deb >/dev/null 2>&1; then
                    -DProtobuf_LITE_LIBRARY=/tmp/pb/usr/lib/x86_64-linux-gnu/libprotobuf-lite.so)
 fi
 _tt_start=$(date +%s)
-cmake -S . -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release "${_tt_cmake_extra[@]}" >"$out/configure.log" 2>&1 ||
+# TELETRON_CMAKE_ARGS: more configure options (e.g. -DTELETRON_UNITY=OFF).
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release "${_tt_cmake_extra[@]}" \
+  ${TELETRON_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 ||
   { tail -40 "$out/configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" ${TELETRON_BUILD_TARGETS:+--target $TELETRON_BUILD_TARGETS} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
 build_s=$(( $(date +%s) - _tt_start ))
