@@ -58,20 +58,33 @@ VaeRuntime named_runtime(const std::string& name) {
   return rt;
 }
 
+// --tiling as a list of modes, each checked: whole (no windows, no tiles), frames (diffusers'
+// default framewise encoding: windows of 16 + 1 frames; training's vae.tiling auto), tiled (windows
+// and 256-px tiles; vae.tiling on); off = whole, on = tiled, both = whole,tiled.
+std::vector<std::string> tiling_modes(const std::string& option) {
+  const std::vector<std::string> modes = config_text::split(
+      option == "both" ? "whole,tiled" : option == "off" ? "whole" : option == "on" ? "tiled" : option, ',');
+  for (const std::string& mode : modes)
+    TT_CHECK_HINT(mode == "whole" || mode == "frames" || mode == "tiled", ErrorCode::kConfig,
+                  "use whole, frames, tiled (comma-separated), or off/on/both", "--tiling: unknown ", mode);
+  return modes;
+}
+
+VaeTiling tiling_of(const std::string& mode) {
+  VaeTiling t;
+  t.temporal = mode != "whole";
+  t.spatial = mode == "tiled";
+  return t;
+}
+
 }  // namespace
 
 void run_bench_vae(const BenchVaeOptions& o) {
   if (o.count_only) {
     const HunyuanVaeConfig config = hunyuan_vae_preset(o.preset, "--preset");
     (void)vae_latent_shape(config, o.frames, o.height, o.width);
-    for (const std::string& tiling : config_text::split(
-             o.tiling == "both" ? "whole,tiled" : o.tiling == "off" ? "whole" : o.tiling == "on" ? "tiled" : o.tiling, ',')) {
-      TT_CHECK_HINT(tiling == "whole" || tiling == "frames" || tiling == "tiled", ErrorCode::kConfig,
-                    "use whole, frames, tiled (comma-separated)", "--tiling: unknown ", tiling);
-      VaeTiling tiles;
-      tiles.temporal = tiling != "whole";
-      tiles.spatial = tiling == "tiled";
-      const VaeFlops f = vae_encoder_flops(config, 1, o.frames, o.height, o.width, tiles);
+    for (const std::string& tiling : tiling_modes(o.tiling)) {
+      const VaeFlops f = vae_encoder_flops(config, 1, o.frames, o.height, o.width, tiling_of(tiling));
       std::printf("bench-vae flops %s %dx%dx%d (%s): %d pass(es); matmul %.6e (conv %.6e, attention projections %.6e, "
                   "attention %.6e); GroupNorm %.6e, SiLU and adds %.6e\n",
                   tiling.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height), static_cast<int>(o.width),
@@ -114,28 +127,17 @@ void run_bench_vae(const BenchVaeOptions& o) {
     std::string runtime;
   };
   const std::vector<std::string> runtimes = config_text::split(o.runtimes, ',');
-  // --tiling: whole (no windows, no tiles), frames (diffusers' default framewise encoding: windows
-  // of 16 + 1 frames; training's vae.tiling auto), tiled (windows and 256-px tiles; vae.tiling on).
-  const std::vector<std::string> tilings = config_text::split(
-      o.tiling == "both" ? "whole,tiled" : o.tiling == "off" ? "whole" : o.tiling == "on" ? "tiled" : o.tiling, ',');
+  const std::vector<std::string> tilings = tiling_modes(o.tiling);
   std::vector<Variant> variants;
   for (const std::string& runtime : runtimes) {
     (void)named_runtime(runtime);
     for (const std::string& tiling : tilings) {
-      TT_CHECK_HINT(tiling == "whole" || tiling == "frames" || tiling == "tiled", ErrorCode::kConfig,
-                    "use whole, frames, tiled (comma-separated), or off/on/both", "--tiling: unknown ", tiling);
       variants.push_back({tiling == "whole"    ? "whole clip"
                           : tiling == "frames" ? "frame windows (diffusers' default: 16+1 frames)"
                                                : "tiled (diffusers' tiles: 16+1 frames, 256 px)",
                           tiling, runtime});
     }
   }
-  auto tiling_of = [](const std::string& name) {
-    VaeTiling t;
-    t.temporal = name != "whole";
-    t.spatial = name == "tiled";
-    return t;
-  };
   torch::NoGradGuard no_grad;
   // The rate an MFU divides by, measured now on this device (bf16 on CUDA, fp32 on the CPU).
   const double matmul_rate = measure_matmul_rate(device, torch::kBFloat16);
@@ -161,9 +163,8 @@ void run_bench_vae(const BenchVaeOptions& o) {
     if (!first_moments.count(variant.tiling)) first_moments[variant.tiling] = output;
     const torch::Tensor& first = first_moments[variant.tiling];
     const double vs_first = ((output - first).abs().max() / first.abs().max()).item<double>();
-    const VaeFlops flops = variant.tiling == "whole"
-                               ? vae_encoder_flops(vae->config(), 1, o.frames, o.height, o.width)
-                               : vae_encoder_flops(vae->config(), 1, o.frames, o.height, o.width, tiles);
+    // "whole" is a tiling that splits nothing: one pass.
+    const VaeFlops flops = vae_encoder_flops(vae->config(), 1, o.frames, o.height, o.width, tiles);
     const double achieved = flops.matmul() / (ms / 1000.0);
     std::printf("bench-vae %s, runtime %s, %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB, max|diff|/max vs "
                 "runtime %s %.2e; %.3f TFLOP of convolutions and attention in %d pass(es): %.1f TFLOP/s, MFU %.1f %% of "

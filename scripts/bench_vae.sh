@@ -5,15 +5,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh" || exit 1
 echo "build ${build_s}s"
-# Wheels: $WHEELS (default .wheels). Carry only what the machine's image lacks: diffusers,
-# importlib_metadata and zipp. Its image has huggingface_hub 1.33 (and transformers, which refuses
-# hub 2.x when diffusers imports it), numpy, pillow, safetensors, regex, requests, filelock.
-wheels=${WHEELS:-$root/.wheels}
-if ! python3 -c "import diffusers" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheels"/*.whl >"$out/pip.log" 2>&1 ||
-    { tail -5 "$out/pip.log"; exit 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+use_diffusers_wheels || exit 1
 json="$out/bench_vae.jsonl"
 : >"$json"
 # Runtimes side by side (ablation); the last one listed is the default and is the one dumped for

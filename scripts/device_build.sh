@@ -32,3 +32,14 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE
 cmake --build "$build" -j "$(nproc)" ${TELETRON_BUILD_TARGETS:+--target $TELETRON_BUILD_TARGETS} >"$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
 build_s=$(( $(date +%s) - _tt_start ))
 tt="$build/teletron"
+
+# use_diffusers_wheels: makes `import diffusers` work for the Python peers. The image lacks diffusers,
+# importlib_metadata and zipp; they travel as wheels in $WHEELS (default .wheels, made by
+# scripts/prepare_device.sh) and go to /tmp/site, put on PYTHONPATH. The image's huggingface_hub 1.33
+# (transformers refuses hub 2.x), numpy, pillow, safetensors, regex, requests and filelock serve them.
+use_diffusers_wheels() {
+  python3 -c "import diffusers" 2>/dev/null && return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "${WHEELS:-$root/.wheels}"/*.whl \
+    >"$out/pip.log" 2>&1 || { tail -5 "$out/pip.log"; return 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+}

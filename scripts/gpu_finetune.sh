@@ -12,12 +12,7 @@ set -uo pipefail
 TELETRON_BUILD_TARGETS=${TELETRON_BUILD_TARGETS:-teletron}
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh" || exit 1
 echo "build ${build_s}s"
-wheels=${WHEELS:-$root/.wheels}
-if ! python3 -c "import diffusers" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheels"/*.whl >"$out/pip.log" 2>&1 ||
-    { tail -5 "$out/pip.log"; exit 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+use_diffusers_wheels || exit 1
 work=/tmp/ft
 mkdir -p "$work"
 clip=$(ls "$root"/.benchclips/*.mp4 2>/dev/null | head -1)
