@@ -34,4 +34,10 @@ for folder in "${wanted[@]}"; do
     *) echo "unknown folder $folder"; exit 2 ;;
   esac
 done
+# The shared bootstrap's FFmpeg has no GIF reader; the tests read back the GIFs teletron writes
+# (validation samples in TensorBoard): add the gif demuxer and decoder (idempotent).
+if [ -f .device/bootstrap.sh ] && ! grep -q 'enable-demuxer=gif,' .device/bootstrap.sh; then
+  sed -i 's/--enable-demuxer=/--enable-demuxer=gif,/; s/--enable-decoder=h264,/--enable-decoder=gif,h264,/' .device/bootstrap.sh
+  echo ".device/bootstrap.sh: gif demuxer and decoder added to its FFmpeg"
+fi
 du -sh "${wanted[@]}" 2>/dev/null

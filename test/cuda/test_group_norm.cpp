@@ -1,6 +1,7 @@
 // The fused GroupNorm(+SiLU) op: the CPU path against F::group_norm and a float64 computation of
 // the definition; the CUDA kernels (both memory formats, bf16 and fp32, odd and large shapes, a
-// large-mean input) against the CPU reference computed in fp32 from the same input.
+// large-mean input): fp32 against the float64 definition, bf16 against the CPU reference computed
+// in fp32 from the same input.
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -52,8 +53,9 @@ double mean_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().mean().item<double>();
 }
 
-// The kernel on `x` (CPU) moved to the GPU against the fp32 CPU reference of the same values:
-// fp32 max |err| <= 1e-4; bf16 max |err| <= 0.03 (about 2 ulps at the magnitudes here), mean <= 2e-3.
+// The kernel on `x` (CPU) moved to the GPU: fp32 against the float64 definition, max |err| <= 1e-4;
+// bf16 against the fp32 CPU reference of the same values, max |err| <= 0.03 (about 2 ulps at the
+// magnitudes here), mean <= 2e-3.
 // The output keeps x's shape, dtype and strides. `misaligned`: the GPU copy of x starts one element
 // into its storage, so no vector loads fit.
 void check_against_reference(const torch::Tensor& x, int64_t groups, bool silu, bool misaligned = false) {
@@ -77,7 +79,12 @@ void check_against_reference(const torch::Tensor& x, int64_t groups, bool silu, 
   CHECK(y.scalar_type() == x.scalar_type());
   CHECK(y.strides() == x.strides());
   if (x.scalar_type() == torch::kFloat32) {
-    CHECK(max_err <= 1e-4);
+    // Against the float64 definition: ATen's fp32 CPU group norm on channels-last input is itself
+    // off by up to ~1.6e-4 on a 900K-value group (the H200 run of 2026-12-04 saw 1.63e-4 between
+    // the two, 6e-5 of it the CPU's on a draw measured here), so the fp32 reference cannot judge 1e-4.
+    const double err_f64 = max_abs_diff(y, group_norm_f64(x, weight, bias, groups, eps, silu));
+    INFO("max |err| against float64: " << err_f64);
+    CHECK(err_f64 <= 1e-4);
   } else {
     CHECK(max_err <= 0.03);
     CHECK(mean_err <= 2e-3);
