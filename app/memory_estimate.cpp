@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "app/model_setup.h"
 #include "app/options.h"
 #include "core/adamw.h"
 #include "core/autocast.h"
@@ -96,17 +97,12 @@ std::vector<double> probe_step_peaks(const Config& config, const HunyuanVideoCon
   const bool keep_grads = config.cuda_graph.enabled != "false" || config.gradient_accumulation > 1;
   torch::manual_seed(0);
   HunyuanVideoTransformer model(model_config);
-  if (bf16_master) {
-    model->to(device, torch::kBFloat16);
-  } else {
-    model->to(device);
-  }
+  model->to(device, resident_weight_dtype(config, autocast));  // as the trainer places it
   model->train();
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   std::optional<LoraSet> lora;
   if (config.model.lora_rank > 0) {
-    if (autocast) model->to(half);
     lora = model->attach_lora(lora_options_from(config.model));
     for (const auto& [name, tensor] : lora->named_parameters()) {
       names.push_back(name);

@@ -59,4 +59,10 @@ ModelChoice choose_model(const ModelSection& model, const std::optional<std::str
   return choice;
 }
 
+c10::ScalarType resident_weight_dtype(const Config& config, bool autocast) {
+  if (config.mixed_precision.master_weights == "bf16") return at::kBFloat16;
+  if (config.model.lora_rank > 0 && autocast) return config.mixed_precision.dtype == "fp16" ? at::kHalf : at::kBFloat16;
+  return at::kFloat;
+}
+
 }  // namespace tt

@@ -95,13 +95,9 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
   model_ = HunyuanVideoTransformer(model_config_);
-  // bf16 master weights: converted once, on the host, as they move (the device never holds an
-  // fp32 copy of the model).
-  if (bf16_master_) {
-    model_->to(device_, torch::kBFloat16);
-  } else {
-    model_->to(device_);
-  }
+  // bf16 master weights, or a LoRA run's frozen base under autocast: converted as they move (the
+  // device never holds an fp32 copy of the model).
+  model_->to(device_, resident_weight_dtype(config_, autocast_));
   model_->train();
   model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
   std::vector<std::string> names;
@@ -110,9 +106,8 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
                   "set mixed_precision.master_weights: fp32 (with LoRA the frozen base is kept in the autocast "
                   "dtype anyway, and the adapters train in fp32)",
                   "tele_tron.model.lora with mixed_precision.master_weights: bf16");
-    // The frozen base in the autocast dtype (no fp32 copy, no gradients, no optimizer state); fp32
-    // where the step runs in fp32 (the CPU).
-    if (autocast_) model_->to(autocast_dtype_);
+    // The frozen base in the autocast dtype (no fp32 copy, no gradients, no optimizer state), as
+    // moved above; fp32 where the step runs in fp32 (the CPU).
     lora_ = model_->attach_lora(lora_options_from(config_.model));
     for (const auto& [name, tensor] : lora_->named_parameters()) {
       names.push_back(name);
