@@ -45,7 +45,9 @@ nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
 }
 
 VaeRuntime named_runtime(const std::string& name) {
-  VaeRuntime rt;  // the default: fast-batched
+  VaeRuntime rt;  // fast-auto: training's and preprocess's default (vae.tile_batch: auto)
+  if (name == "fast-auto") return rt;
+  rt.tile_batch = 4;
   if (name == "fast-batched") return rt;
   rt.tile_batch = 1;
   if (name == "fast") return rt;
@@ -54,7 +56,7 @@ VaeRuntime named_runtime(const std::string& name) {
   else if (name == "plain") rt.channels_last = rt.fused_norm = false;
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
-                "use plain, channels-last, fused, fast or fast-batched");
+                "use plain, channels-last, fused, fast, fast-auto or fast-batched");
   return rt;
 }
 

@@ -21,7 +21,7 @@ struct BenchVaeOptions {
   // How the encoder runs (VaeRuntime), comma-separated, each timed side by side: plain (NCDHW,
   // LibTorch GroupNorm, one tile at a time), channels-last, fused (GroupNorm+SiLU kernel), fast (both),
   // fast-batched (both + tiles of one shape batched: the default runtime).
-  std::string runtimes = "fast-batched";
+  std::string runtimes = "fast-auto";
   bool cudnn_benchmark = true;  // let cuDNN time its convolution algorithms per shape
   int64_t warmup = 2, steps = 5;
   std::string dump;  // folder for the diffusers comparison ("" = none)

@@ -204,6 +204,7 @@ class Loader {
   bool read_int_list(const Item& item, const ConfigField& field, std::vector<int64_t>* out);
   bool read_string_list(const Item& item, const ConfigField& field, std::vector<std::string>* out);
   bool read_batch_size(const Item& item, Config* config);
+  bool read_int_or_auto(const Item& item, const ConfigRange& range, int64_t* out);
   bool read_checkpointing(const Item& item, int64_t* every_n);
   bool read_betas(const Item& item, const ConfigField& field, OptimizerSection* optimizer);
   bool read_buckets(const Item& item, std::vector<Bucket>* buckets);
@@ -317,6 +318,8 @@ bool Loader::read_value(const ConfigField& field, const Item& item, void* at) {
       return read_string(item, field, static_cast<std::string*>(at));
     case ConfigKind::kBatchSize:
       return read_batch_size(item, static_cast<Config*>(at));
+    case ConfigKind::kIntOrAuto:
+      return read_int_or_auto(item, field.range, static_cast<int64_t*>(at));
     case ConfigKind::kCheckpointing:
       return read_checkpointing(item, static_cast<int64_t*>(at));
     case ConfigKind::kBetas:
@@ -454,6 +457,18 @@ bool Loader::read_batch_size(const Item& item, Config* config) {
   if (value < 1) return fail(item, "must be an integer >= 1 or `dynamic`, got " + text);
   config->batch_size = value;
   config->batch_size_dynamic = false;
+  return true;
+}
+
+// `auto` -> 0; otherwise an integer in `range`.
+bool Loader::read_int_or_auto(const Item& item, const ConfigRange& range, int64_t* out) {
+  std::string text;
+  int64_t value = 0;
+  if (plain_scalar(item.value, &text) && text == "auto") return *out = 0, true;
+  if (!plain_scalar(item.value, &text) || !parse_int(text, &value))
+    return fail(item, "expected " + with_range("an integer", range) + " or auto, got " + describe(item.value));
+  if (!in_range(double(value), range)) return fail(item, "must be " + range_text(range) + " or auto, got " + text);
+  *out = value;
   return true;
 }
 

@@ -42,7 +42,7 @@ struct VaeSection {
   std::string preset = "hunyuan";  // hunyuan | tiny
   std::optional<std::string> weights;
   std::string tiling = "auto";  // auto | on | off
-  int64_t tile_batch = 4;         // tiles / frame windows of one shape encoded together (memory vs speed)
+  int64_t tile_batch = 0;         // tiles / frame windows of one shape encoded together; 0 = auto (model/vae.h)
 
   bool operator==(const VaeSection&) const = default;
 };

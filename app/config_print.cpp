@@ -73,6 +73,10 @@ std::string value_text(const ConfigField& field, Config& config) {
       return "";
     case ConfigKind::kBatchSize:
       return config.batch_size_dynamic ? "dynamic" : std::to_string(config.batch_size);
+    case ConfigKind::kIntOrAuto: {
+      const int64_t v = *static_cast<int64_t*>(at);
+      return v == 0 ? "auto" : std::to_string(v);
+    }
     case ConfigKind::kCheckpointing: {
       int64_t n = *static_cast<int64_t*>(at);
       return n == 0 ? "false" : n == 1 ? "true" : str_cat("{every_n: ", n, "}");

@@ -117,8 +117,8 @@ const ConfigField kFields[] = {
      .read_by = kT | kP | kSm, .doc = "The HunyuanVideo VAE: a diffusers VAE folder or a pipeline folder with vae/ (the encoder for video training and preprocess, the decoder for sample and validation videos); random = fixed random weights (benchmarks only)."},
     {.path = "vae.tiling", .kind = K::kString, .at = TT_AT(vae.tiling), .choices = "auto|on|off", .aliases = "true=on,false=off",
      .read_by = kT | kP | kSm, .doc = "auto encodes in windows of 16 + 1 frames and decodes in windows of 4 + 1 latent frames (blended over 4 frames), as diffusers does; on adds 256-px spatial tiles (diffusers' enable_tiling); off encodes and decodes the clip whole."},
-    {.path = "vae.tile_batch", .kind = K::kInt, .at = TT_AT(vae.tile_batch), .range = kAtLeastOne,
-     .read_by = kVideoSide, .doc = "Windows or tiles of one shape encoded in one batch: more is faster, 1 needs the least memory."},
+    {.path = "vae.tile_batch", .kind = K::kIntOrAuto, .at = TT_AT(vae.tile_batch), .range = kAtLeastOne,
+     .read_by = kVideoSide, .doc = "Windows or tiles of one shape encoded in one batch: more is faster, 1 needs the least memory; auto batches a shape only while the batch holds no more voxels than the largest window or tile, so the encoder's peak stays that of its largest crop alone (as diffusers' one-at-a-time loop)."},
 
     {.path = "data.source", .kind = K::kString, .at = TT_AT(data.source), .choices = "latents|video",
      .read_by = kT | kP | kV | kReadEncodeText, .doc = "What the manifest lists: latents (cached, written by preprocess or synth-data) or video (clips encoded by the VAE while training)."},

@@ -188,6 +188,8 @@ std::string type_text(const ConfigField& field) {
       return "list of strings";
     case ConfigKind::kBatchSize:
       return "integer or dynamic";
+    case ConfigKind::kIntOrAuto:
+      return "integer or auto";
     case ConfigKind::kCheckpointing:
       return "boolean or {every_n: k}";
     case ConfigKind::kBetas:
@@ -217,6 +219,8 @@ std::string allowed_text(const ConfigField& field) {
       return str_cat("even, ", range_text(field.range), ", summing to attention_head_dim");
     case ConfigKind::kBatchSize:
       return ">= 1, or dynamic";
+    case ConfigKind::kIntOrAuto:
+      return range_text(field.range) + ", or auto";
     case ConfigKind::kCheckpointing:
       return "k >= 1";
     case ConfigKind::kBetas:

@@ -235,25 +235,50 @@ torch::Tensor blend_tiles(std::vector<std::vector<torch::Tensor>> rows, const Va
 
 }  // namespace
 
+std::vector<std::vector<size_t>> vae_tile_batches(const std::vector<std::vector<int64_t>>& shapes,
+                                                  int64_t tile_batch) {
+  TT_CHECK(tile_batch >= 0, ErrorCode::kConfig, "VAE tile batch must be >= 1, or auto; got ", tile_batch);
+  auto voxels = [](const std::vector<int64_t>& shape) {
+    int64_t n = shape.empty() ? 0 : shape[0];  // batch x T x H x W (channels are the same for all)
+    for (size_t d = 2; d < shape.size(); ++d) n *= shape[d];
+    return std::max<int64_t>(1, n);
+  };
+  int64_t largest = 1;
+  for (const auto& shape : shapes) largest = std::max(largest, voxels(shape));
+  std::vector<std::vector<int64_t>> order;  // shapes in first-seen order
+  std::map<std::vector<int64_t>, std::vector<size_t>> by_shape;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    auto& members = by_shape[shapes[i]];
+    if (members.empty()) order.push_back(shapes[i]);
+    members.push_back(i);
+  }
+  std::vector<std::vector<size_t>> batches;
+  for (const auto& shape : order) {
+    const std::vector<size_t>& members = by_shape[shape];
+    const size_t cap =
+        static_cast<size_t>(std::max<int64_t>(1, tile_batch == kTileBatchAuto ? largest / voxels(shape) : tile_batch));
+    for (size_t first = 0; first < members.size(); first += cap)
+      batches.emplace_back(members.begin() + static_cast<std::ptrdiff_t>(first),
+                           members.begin() + static_cast<std::ptrdiff_t>(std::min(members.size(), first + cap)));
+  }
+  return batches;
+}
+
 std::vector<torch::Tensor> HunyuanVaeImpl::moments_batched(const std::vector<torch::Tensor>& crops) {
   std::vector<torch::Tensor> out(crops.size());
-  std::map<std::vector<int64_t>, std::vector<size_t>> by_shape;
-  for (size_t i = 0; i < crops.size(); ++i) by_shape[crops[i].sizes().vec()].push_back(i);
-  const size_t batch = static_cast<size_t>(std::max<int64_t>(1, runtime_.tile_batch));
-  for (const auto& [shape, members] : by_shape) {
-    for (size_t first = 0; first < members.size(); first += batch) {
-      const size_t count = std::min(batch, members.size() - first);
-      if (count == 1) {
-        out[members[first]] = moments(crops[members[first]]);
-        continue;
-      }
-      std::vector<torch::Tensor> parts;
-      for (size_t k = 0; k < count; ++k) parts.push_back(crops[members[first + k]]);
-      const int64_t per_crop = shape[0];
-      torch::Tensor encoded = moments(torch::cat(parts, 0));
-      for (size_t k = 0; k < count; ++k)
-        out[members[first + k]] = encoded.narrow(0, static_cast<int64_t>(k) * per_crop, per_crop);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& crop : crops) shapes.push_back(crop.sizes().vec());
+  for (const std::vector<size_t>& batch : vae_tile_batches(shapes, runtime_.tile_batch)) {
+    if (batch.size() == 1) {
+      out[batch[0]] = moments(crops[batch[0]]);
+      continue;
     }
+    std::vector<torch::Tensor> parts;
+    for (size_t i : batch) parts.push_back(crops[i]);
+    const int64_t per_crop = crops[batch[0]].size(0);
+    torch::Tensor encoded = moments(torch::cat(parts, 0));
+    for (size_t k = 0; k < batch.size(); ++k)
+      out[batch[k]] = encoded.narrow(0, static_cast<int64_t>(k) * per_crop, per_crop);
   }
   return out;
 }

@@ -81,14 +81,26 @@ VaeTilePlan vae_tile_plan(const HunyuanVaeConfig& config, int64_t frames, int64_
 /// How the encoder runs on CUDA, not what it computes (outputs equal within bf16 rounding):
 /// channels-last (NDHWC) activations and weights, the layout cuDNN's fast 3D convolution kernels
 /// take; teletron's fused GroupNorm+SiLU kernel instead of LibTorch's GroupNorm then silu; tiles of
-/// one shape (spatial tiles and temporal windows) encoded together as one batch, at most
-/// `tile_batch` at a time (GroupNorm statistics are per sample, so batching changes nothing; memory
-/// grows with the batch). CPU tensors keep the NCDHW layout and LibTorch's GroupNorm.
+/// one shape (spatial tiles and temporal windows) encoded together as one batch (GroupNorm
+/// statistics are per sample, so batching changes nothing; memory grows with the batch): at most
+/// `tile_batch` at a time, or with kTileBatchAuto as many as keep the batch's voxels within those of
+/// the plan's largest crop (vae_tile_batches), so the peak stays that of encoding the largest crop
+/// alone, as diffusers' one-tile-at-a-time loop does. CPU tensors keep the NCDHW layout and
+/// LibTorch's GroupNorm.
+inline constexpr int64_t kTileBatchAuto = 0;
 struct VaeRuntime {
   bool channels_last = true;
   bool fused_norm = true;
-  int64_t tile_batch = 4;
+  int64_t tile_batch = kTileBatchAuto;
 };
+
+/// How moments_tiled groups its crops: `shapes` holds each crop's (B, C, T, H, W); crops of one
+/// shape are batched together, in order, at most `tile_batch` at a time (kTileBatchAuto: at most
+/// floor(voxels of the largest crop / voxels of this shape), at least 1; activation memory grows
+/// with the voxels a batch holds: the H200 peaks in BENCHMARKS.md come to about 1.6 KB a voxel in
+/// bf16, whole clip, windows and tiles alike). Returns the batches as
+/// lists of crop indices, each shape's batches in crop order, shapes in first-seen order.
+std::vector<std::vector<size_t>> vae_tile_batches(const std::vector<std::vector<int64_t>>& shapes, int64_t tile_batch);
 
 class HunyuanVaeEncoderImpl;
 

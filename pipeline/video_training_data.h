@@ -38,7 +38,7 @@ struct VideoVaeOptions {
   std::string preset = "hunyuan";      // hunyuan | tiny (model/vae.h)
   std::optional<std::string> weights;  // the VAE's weights; "random": fixed random weights (benchmarks); none: tiny only
   std::string tiling = "auto";         // auto (diffusers' default) | on | off
-  int64_t tile_batch = 4;              // tiles / frame windows of one shape encoded together
+  int64_t tile_batch = 0;              // tiles / frame windows of one shape encoded together; 0 = auto
 };
 
 struct VideoTrainingOptions {

@@ -562,6 +562,14 @@ TEST_CASE("special forms and aliases", "[config]") {
   CHECK(load("tele_tron:\n  model: {activation_checkpointing: true}\n")
             .model.activation_checkpointing_every_n == 1);
   CHECK(load("tele_tron:\n  vae: {tiling: true}\n").vae.tiling == "on");
+  // vae.tile_batch: an integer >= 1 or auto (0, the default).
+  CHECK(tt::Config().vae.tile_batch == 0);
+  CHECK(load("tele_tron:\n  vae: {tile_batch: 3}\n").vae.tile_batch == 3);
+  CHECK(load("tele_tron:\n  vae: {tile_batch: 3}\n", {"vae.tile_batch=auto"}).vae.tile_batch == 0);
+  CHECK_THAT(load_error("tele_tron:\n  vae: {tile_batch: many}\n"),
+             ContainsSubstring("tele_tron.vae.tile_batch: expected an integer >= 1 or auto, got many"));
+  CHECK_THAT(load_error("tele_tron:\n  vae: {tile_batch: 0}\n"),
+             ContainsSubstring("tele_tron.vae.tile_batch: must be >= 1 or auto, got 0"));
 }
 
 TEST_CASE("not-yet-implemented keys are listed only when written", "[config]") {
@@ -683,7 +691,7 @@ TEST_CASE("config_to_yaml round trips", "[config]") {
             "model.weights=\"my weights: v1.safetensors\"", "vae.tiling=on",
             "data.buckets=[{frames: 1, height: 16, width: 32}, {frames: 5, height: 64, width: 64}]",
             "data.manifest=null.jsonl", "train.output_dir=\"123\"", "model.qk_norm=rms_norm",
-            "optimizer.lr=3e-4", "data.min_motion=0.25", "model.guidance_embeds=true"});
+            "optimizer.lr=3e-4", "data.min_motion=0.25", "model.guidance_embeds=true", "vae.tile_batch=2"});
   std::string printed = tt::config_to_yaml(c);
   INFO(printed);
   tt::Config back = load(printed);

@@ -8,7 +8,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/safetensors.h"
@@ -67,14 +69,87 @@ TEST_CASE("VAE encoder: tiled encoding matches diffusers' tiled encode within 1e
   tiling.stride_height = json.at("tile_sample_stride_height");
   tiling.stride_width = json.at("tile_sample_stride_width");
   torch::NoGradGuard no_grad;
-  const torch::Tensor tiled = vae->moments_tiled(tensors.at("input.sample"), tiling);
   const torch::Tensor& expected = tensors.at("output.moments_tiled");
-  REQUIRE(tiled.sizes() == expected.sizes());
-  const double error = relative_error(tiled, expected);
-  INFO("relative error " << error);
-  CHECK(error <= 1e-4);
+  // One crop at a time, auto (border tiles batched), and up to 3 of a shape together: the same moments.
+  for (int64_t tile_batch : {int64_t{1}, tt::kTileBatchAuto, int64_t{3}}) {
+    tt::VaeRuntime runtime;
+    runtime.tile_batch = tile_batch;
+    vae->set_runtime(runtime);
+    const torch::Tensor tiled = vae->moments_tiled(tensors.at("input.sample"), tiling);
+    REQUIRE(tiled.sizes() == expected.sizes());
+    const double error = relative_error(tiled, expected);
+    INFO("tile_batch " << tile_batch << " (0 = auto): relative error " << error);
+    CHECK(error <= 1e-4);
+  }
   // The fixture really splits: tiled and whole-clip moments differ.
   CHECK(relative_error(expected, tensors.at("output.moments")) > 1e-3);
+}
+
+namespace {
+
+// The crops' shapes moments_tiled makes of a (1, 3, frames, height, width) clip, in its order.
+std::vector<std::vector<int64_t>> crop_shapes(int64_t frames, int64_t height, int64_t width, const tt::VaeTiling& t) {
+  const tt::VaeTilePlan plan = tt::vae_tile_plan(tt::hunyuan_vae_preset("hunyuan"), frames, height, width, t);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& [first, count] : plan.windows)
+    for (int64_t i : plan.tile_rows)
+      for (int64_t j : plan.tile_cols)
+        shapes.push_back({1, 3, count, plan.split_space ? std::min(t.min_height, height - i) : height,
+                          plan.split_space ? std::min(t.min_width, width - j) : width});
+  return shapes;
+}
+
+int64_t voxels(const std::vector<int64_t>& shape) { return shape[0] * shape[2] * shape[3] * shape[4]; }
+
+}  // namespace
+
+TEST_CASE("VAE tile batches: auto never holds more voxels than the largest crop; a fixed cap chunks each shape",
+          "[vae]") {
+  // Frame windows of 33x480x832: (0, 17), (12, 17), (24, 9). Auto encodes them one at a time (two
+  // 17-frame windows together would need twice the largest crop's memory); a cap of 4 pairs the two.
+  tt::VaeTiling frames;
+  const auto windows = crop_shapes(33, 480, 832, frames);
+  REQUIRE(windows.size() == 3);
+  CHECK(tt::vae_tile_batches(windows, tt::kTileBatchAuto) == std::vector<std::vector<size_t>>{{0}, {1}, {2}});
+  CHECK(tt::vae_tile_batches(windows, 4) == std::vector<std::vector<size_t>>{{0, 1}, {2}});
+  CHECK(tt::vae_tile_batches(windows, 1) == std::vector<std::vector<size_t>>{{0}, {1}, {2}});
+
+  // 256-px tiles: per window, rows 0/192/384 (256, 256, 96 px) x columns 0..768 (256 x4, 64).
+  tt::VaeTiling tiled;
+  tiled.spatial = true;
+  const auto tiles = crop_shapes(33, 480, 832, tiled);
+  REQUIRE(tiles.size() == 45);
+  int64_t largest = 0;
+  for (const auto& shape : tiles) largest = std::max(largest, voxels(shape));
+  for (int64_t cap : {tt::kTileBatchAuto, int64_t{1}, int64_t{4}}) {
+    const auto batches = tt::vae_tile_batches(tiles, cap);
+    std::vector<size_t> seen;
+    size_t widest = 0;
+    for (const auto& batch : batches) {
+      INFO("cap " << cap << " (0 = auto), batch of " << batch.size() << " from crop " << batch.front());
+      REQUIRE_FALSE(batch.empty());
+      int64_t held = 0;
+      for (size_t i : batch) {
+        CHECK(tiles[i] == tiles[batch.front()]);  // one shape a batch
+        held += voxels(tiles[i]);
+        seen.push_back(i);
+      }
+      for (size_t k = 1; k < batch.size(); ++k) CHECK(batch[k] > batch[k - 1]);  // crop order kept
+      if (cap == tt::kTileBatchAuto) CHECK(held <= largest);
+      if (cap > 0) CHECK(batch.size() <= static_cast<size_t>(cap));
+      widest = std::max(widest, batch.size());
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<size_t> all(tiles.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    CHECK(seen == all);  // every crop exactly once
+    // Auto still batches the small border tiles: the two windows' four 17x256x64 tiles go together
+    // (a quarter of a 17x256x256 tile each), as do the 17x96x64 corners.
+    if (cap == tt::kTileBatchAuto) CHECK(widest == 4);
+    if (cap == 1) CHECK(widest == 1);
+    if (cap == 4) CHECK(widest == 4);
+  }
+  CHECK(tt::test::expect_error([&] { tt::vae_tile_batches(tiles, -1); }).code() == tt::ErrorCode::kConfig);
 }
 
 TEST_CASE("VAE encoder: latent shapes, frame and size rules, the tiny preset", "[vae]") {
