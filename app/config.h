@@ -43,6 +43,7 @@ struct VaeSection {
   std::optional<std::string> weights;
   std::string tiling = "auto";  // auto | on | off
   int64_t tile_batch = 0;         // tiles / frame windows of one shape encoded together; 0 = auto (model/vae.h)
+  double memory_share = 0.25;     // the most of the GPU the encoder's activations may take (CUDA)
 
   bool operator==(const VaeSection&) const = default;
 };

@@ -91,6 +91,7 @@ const IdleReason kIdleReasons[] = {
     {kReadSample, "mixed_precision.", "sample's precision is --dtype"},
     {kReadSample, "model.activation_checkpointing", "sample runs no backward pass"},
     {kReadSample, "vae.tile_batch", "the decoder decodes one tile at a time"},
+    {kReadSample, "vae.memory_share", "sample decodes; the share bounds the encoder"},
     {kReadSample, "validation.", "sample's settings are its flags (--steps, --frames, --guidance, ...)"},
 };
 

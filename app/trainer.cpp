@@ -577,7 +577,9 @@ void Trainer::choose_micro_batch(int64_t bucket, int64_t measured_size, const Gp
   const int64_t fixed = before.allocated + grad_bytes;
   if (!after.known || after.peak <= fixed) return;
   const double per_sample = static_cast<double>(after.peak - fixed) / static_cast<double>(measured_size);
-  const double room = memory_budget() * static_cast<double>(after.total) - static_cast<double>(fixed);
+  // The online encoder's largest pass (vae.memory_share) may run at any moment beside the step.
+  const double room =
+      memory_budget() * static_cast<double>(after.total) - static_cast<double>(fixed) - dataset_->side_memory_bytes();
   const int64_t fits = room > 0 ? static_cast<int64_t>(room / per_sample) : 0;
   const int64_t chosen = std::clamp(fits, limits.min, std::max(limits.min, std::min(limits.max, cursor_.step_samples)));
   micro_batch_[bucket] = chosen;
@@ -878,8 +880,13 @@ void Trainer::check_memory_estimate() {
   const StepShape shape = largest_step_shape(config_, dataset_->latent_shape(), dataset_->text_length());
   const auto started = std::chrono::steady_clock::now();
   const MemoryEstimate estimate = estimate_step_memory(config_, model_config_, shape, device_);
-  const double capacity = static_cast<double>(gpu_memory(device_).total) * std::min(1.0, config_.train.memory_cap);
-  spdlog::info("{} ({:.1f} s; train.memory_check: false skips it)", describe_estimate(estimate, capacity),
+  // The online encoder runs beside the step (vae.memory_share): what it measured is not the step's.
+  const double side = dataset_->side_memory_bytes();
+  const double capacity =
+      static_cast<double>(gpu_memory(device_).total) * std::min(1.0, config_.train.memory_cap) - side;
+  spdlog::info("{}{} ({:.1f} s; train.memory_check: false skips it)", describe_estimate(estimate, capacity),
+               side > 0 ? str_cat(" beside the VAE encoder's ", std::round(side / (1 << 30) * 100.0) / 100.0, " GiB")
+                        : std::string(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   check_estimate_fits(estimate, config_, capacity);
 }

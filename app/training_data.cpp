@@ -37,6 +37,7 @@ std::unique_ptr<TrainingData> make_training_data(const Config& config, const Hun
   options.vae.weights = config.vae.weights;
   options.vae.tiling = config.vae.tiling;
   options.vae.tile_batch = config.vae.tile_batch;
+  options.vae.memory_share = config.vae.memory_share;
   options.latent_channels = model.out_channels;
   options.text_dim = model.text_embed_dim;
   options.pooled_dim = model.pooled_projection_dim;

@@ -313,6 +313,36 @@ VaeTilePlan vae_tile_plan(const HunyuanVaeConfig& config, int64_t frames, int64_
   return plan;
 }
 
+std::vector<std::vector<int64_t>> vae_crop_shapes(const HunyuanVaeConfig& config, int64_t batch, int64_t frames,
+                                                  int64_t height, int64_t width, const VaeTiling& t) {
+  const VaeTilePlan plan = vae_tile_plan(config, frames, height, width, t);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& [first, count] : plan.windows)
+    for (int64_t i : plan.tile_rows)
+      for (int64_t j : plan.tile_cols)
+        shapes.push_back({batch, config.in_channels, count,
+                          plan.split_space ? std::min(t.min_height, height - i) : height,
+                          plan.split_space ? std::min(t.min_width, width - j) : width});
+  return shapes;
+}
+
+std::vector<int64_t> vae_largest_pass(const HunyuanVaeConfig& config, int64_t batch, int64_t frames, int64_t height,
+                                      int64_t width, const VaeTiling& tiling, int64_t tile_batch) {
+  const auto shapes = vae_crop_shapes(config, batch, frames, height, width, tiling);
+  std::vector<int64_t> largest;
+  int64_t most = -1;
+  for (const std::vector<size_t>& pass : vae_tile_batches(shapes, tile_batch)) {
+    std::vector<int64_t> shape = shapes[pass.front()];
+    shape[0] *= static_cast<int64_t>(pass.size());
+    const int64_t voxels = shape[0] * shape[2] * shape[3] * shape[4];
+    if (voxels > most) {
+      most = voxels;
+      largest = shape;
+    }
+  }
+  return largest;
+}
+
 torch::Tensor HunyuanVaeImpl::moments_tiled(const torch::Tensor& x, const VaeTiling& t) {
   TT_CHECK(x.dim() == 5, ErrorCode::kData, "VAE input must be (B, C, T, H, W), got ", x.sizes());
   const int64_t r = config_.temporal_compression_ratio, s = config_.spatial_compression_ratio;

@@ -102,6 +102,17 @@ struct VaeRuntime {
 /// lists of crop indices, each shape's batches in crop order, shapes in first-seen order.
 std::vector<std::vector<size_t>> vae_tile_batches(const std::vector<std::vector<int64_t>>& shapes, int64_t tile_batch);
 
+/// The (B, in_channels, T, H, W) shape of every crop moments_tiled encodes of a (batch, in_channels,
+/// frames, height, width) clip through `tiling`, in its order (windows, then rows, then columns).
+std::vector<std::vector<int64_t>> vae_crop_shapes(const HunyuanVaeConfig& config, int64_t batch, int64_t frames,
+                                                  int64_t height, int64_t width, const VaeTiling& tiling);
+
+/// The input of the encoder pass of that clip holding the most voxels, as `tile_batch` groups the
+/// crops (vae_tile_batches): (crops x batch, in_channels, T, H, W). Its activations are the most the
+/// encoder holds at once for the clip (what vae.memory_share bounds).
+std::vector<int64_t> vae_largest_pass(const HunyuanVaeConfig& config, int64_t batch, int64_t frames, int64_t height,
+                                      int64_t width, const VaeTiling& tiling, int64_t tile_batch);
+
 class HunyuanVaeEncoderImpl;
 
 /// The encoder and quant_conv; forward gives the moments.

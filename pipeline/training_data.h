@@ -54,6 +54,10 @@ class TrainingData {
   /// Totals since the last call of the samples whose timing events (and motion scores) have
   /// completed; never waits.
   virtual PipelineGpuTime take_gpu_time() { return {}; }
+  /// Device memory (bytes) the source's own GPU work may hold at once while a training step runs
+  /// beside it (video: the VAE encoder's largest pass, measured at start-up on CUDA); the step's
+  /// memory budget leaves it free. 0 where nothing runs beside the step.
+  virtual double side_memory_bytes() const { return 0; }
   /// The manifest line and source file of row `index` (for messages and preprocess's output).
   virtual std::pair<int64_t, std::string> row_origin(int64_t index) const = 0;
   /// Fingerprint of the data (core/content_hash): the manifest file's bytes plus the size and

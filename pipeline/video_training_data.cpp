@@ -52,6 +52,7 @@ class VideoTrainingData : public TrainingData {
       if (!flow_->enabled()) flow_.reset();
     }
     check_rows();
+    measure_vae_memory();
     failures_ = FailureBudget(options.max_failed_share, static_cast<int64_t>(rows_.size()));
     content_hash_ = compute_content_hash();
     if (stored && stored->content_hash == content_hash_ && !stored->row_buckets.empty())
@@ -163,6 +164,70 @@ class VideoTrainingData : public TrainingData {
     }  // auto: diffusers' default (windows of 16 + 1 frames, no spatial tiles)
   }
 
+  // CUDA: the activations of the encoder's largest pass in each bucket (window, tile or batch of them,
+  // as vae.tiling and vae.tile_batch make them), measured by encoding blank pixels of that shape
+  // once (cuDNN's algorithm search for it happens here too). The largest must fit vae.memory_share
+  // of the device; side_memory_bytes() hands it to the trainer's budget.
+  void measure_vae_memory() {
+    if (!device_.is_cuda()) return;
+    const double total = static_cast<double>(gpu_memory(device_).total);
+    const double allowed = options_.vae.memory_share * total;
+    std::string largest;
+    for (const Bucket& b : buckets_) {
+      const double bytes = pass_bytes(b, tiling_);
+      if (bytes > allowed) {
+        std::string ways;
+        if (!tiling_.spatial) {
+          VaeTiling tiles = tiling_;
+          tiles.temporal = tiles.spatial = true;
+          const double tiled = pass_bytes(b, tiles);
+          if (tiled < bytes) ways = str_cat("vae.tiling: on (256-px tiles: ", gib_text(tiled), " for this bucket); ");
+        }
+        if (options_.vae.tile_batch != kTileBatchAuto) ways += "vae.tile_batch: auto; ";
+        throw Error(ErrorCode::kMemory,
+                    str_cat("the VAE encoder needs ", gib_text(bytes), " of GPU memory for the largest pass of bucket ",
+                            b.frames, "x", b.height, "x", b.width, " (vae.tiling: ", options_.vae.tiling,
+                            "), more than vae.memory_share = ", options_.vae.memory_share, " of the GPU's ",
+                            gib_text(total), " (", gib_text(allowed), ")"),
+                    str_cat("ways out: ", ways, "a smaller bucket; or raise vae.memory_share (the training step "
+                            "gets the rest)"));
+      }
+      if (bytes > vae_activation_bytes_) {
+        vae_activation_bytes_ = bytes;
+        largest = str_cat(b.frames, "x", b.height, "x", b.width);
+      }
+    }
+    if (!largest.empty())
+      spdlog::info("vae: the encoder's largest pass (bucket {}, vae.tiling: {}) takes {} of GPU memory, {:.1f} % "
+                   "of the device (vae.memory_share allows {:.0f} %)",
+                   largest, options_.vae.tiling, gib_text(vae_activation_bytes_),
+                   100.0 * vae_activation_bytes_ / total, 100.0 * options_.vae.memory_share);
+  }
+
+  // The allocator's peak above what was allocated before, encoding blank pixels shaped as the
+  // largest pass of `bucket` under `tiling`.
+  double pass_bytes(const Bucket& bucket, const VaeTiling& tiling) {
+    const std::vector<int64_t> shape = vae_largest_pass(vae_->config(), 1, bucket.frames, bucket.height, bucket.width,
+                                                        tiling, options_.vae.tile_batch);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor pixels = torch::zeros(shape, torch::TensorOptions().device(device_).dtype(vae_dtype_));
+    torch::cuda::synchronize(device_.index());
+    const int64_t before = gpu_memory(device_).allocated;
+    reset_peak_memory(device_);
+    (void)vae_->moments(pixels);
+    torch::cuda::synchronize(device_.index());
+    const GpuMemory after = gpu_memory(device_);
+    return after.known ? static_cast<double>(std::max<int64_t>(0, after.peak - before)) : 0.0;
+  }
+
+  static std::string gib_text(double bytes) {
+    return str_cat(std::round(bytes / static_cast<double>(int64_t{1} << 30) * 100.0) / 100.0, " GiB");
+  }
+
+ public:
+  double side_memory_bytes() const override { return vae_activation_bytes_; }
+
+ private:
   // Every row up front: a usable line, a video file that exists, embeddings of the right shapes and
   // one text length. Decoding problems are found while training (or before, by validate-data).
   void check_rows() {
@@ -490,6 +555,7 @@ class VideoTrainingData : public TrainingData {
   AugmentOptions augment_;
   VideoReaderOptions reader_options_;
   torch::Dtype vae_dtype_ = torch::kFloat32;
+  double vae_activation_bytes_ = 0;  // measure_vae_memory(): the encoder's largest pass (CUDA)
   HunyuanVae vae_{nullptr};
   VaeTiling tiling_;
   std::vector<VideoManifestRow> rows_;

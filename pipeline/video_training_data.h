@@ -39,6 +39,7 @@ struct VideoVaeOptions {
   std::optional<std::string> weights;  // the VAE's weights; "random": fixed random weights (benchmarks); none: tiny only
   std::string tiling = "auto";         // auto (diffusers' default) | on | off
   int64_t tile_batch = 0;              // tiles / frame windows of one shape encoded together; 0 = auto
+  double memory_share = 0.25;          // CUDA: the most of the GPU the encoder's largest pass may take
 };
 
 struct VideoTrainingOptions {

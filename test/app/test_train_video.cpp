@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
 #include "core/safetensors.h"
 #include "test/app/train_runs.h"
 #include "test/test_util.h"
@@ -479,6 +480,34 @@ TEST_CASE("train on raw videos on CUDA: batches made ahead on the side stream eq
     const double a = cpu_path[k]["latents_abs_sum"].get<double>(), b = expected[k]["latents_abs_sum"].get<double>();
     CHECK(std::abs(a - b) <= 0.02 * b);
   }
+}
+
+TEST_CASE("train on raw videos on CUDA: the VAE encoder's largest pass is measured at start-up, bounded by "
+          "vae.memory_share and left free beside the step",
+          "[gpu][train][video][memory]") {
+  const std::vector<std::string> clips = make_clips();  // recorded before the GPU check (media cache)
+  TT_REQUIRE_GPU();
+  TempDir dir("tt_gpu_vae_share");
+  write_manifest(dir, clips);
+  const std::string config = write_config(dir, dir / "manifest.jsonl", 2, 0.0, 2, "share.yaml", "cuda");
+  const auto ok = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "ok") + "' 2>&1");
+  INFO(ok.output);
+  REQUIRE(ok.exit_code == 0);
+  // The tiny VAE's one 9x64x64 pass takes some memory, far below a quarter of any GPU.
+  CHECK_THAT(ok.output, ContainsSubstring("vae: the encoder's largest pass (bucket 9x64x64, vae.tiling: auto) takes "));
+  CHECK_THAT(ok.output, ContainsSubstring("(vae.memory_share allows 25 %)"));
+  CHECK_THAT(ok.output, ContainsSubstring(" beside the VAE encoder's "));  // the memory check counts it
+  // A share smaller than that pass: a stop before step 1 naming the key and the ways out.
+  const auto capped = tt::test::run_teletron("train '" + config + "' --output '" + (dir / "capped") +
+                                             "' --set vae.memory_share=1e-9 2>&1");
+  INFO(capped.output);
+  CHECK(capped.exit_code == tt::error_exit_code(tt::ErrorCode::kMemory));
+  CHECK_THAT(capped.output, ContainsSubstring("the VAE encoder needs "));
+  CHECK_THAT(capped.output, ContainsSubstring("for the largest pass of bucket 9x64x64 (vae.tiling: auto), more than "
+                                              "vae.memory_share = 1e-09 of the GPU's "));
+  // 256-px tiles would not split a 64x64 clip: not offered.
+  CHECK_THAT(capped.output, ContainsSubstring("ways out: a smaller bucket; or raise vae.memory_share"));
+  CHECK_FALSE(std::filesystem::exists(dir / "capped/checkpoints"));
 }
 
 TEST_CASE("train on raw videos: a resume reuses the checkpoint's bucket assignment; a clip damaged since fails "

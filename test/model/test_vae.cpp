@@ -89,14 +89,7 @@ namespace {
 
 // The crops' shapes moments_tiled makes of a (1, 3, frames, height, width) clip, in its order.
 std::vector<std::vector<int64_t>> crop_shapes(int64_t frames, int64_t height, int64_t width, const tt::VaeTiling& t) {
-  const tt::VaeTilePlan plan = tt::vae_tile_plan(tt::hunyuan_vae_preset("hunyuan"), frames, height, width, t);
-  std::vector<std::vector<int64_t>> shapes;
-  for (const auto& [first, count] : plan.windows)
-    for (int64_t i : plan.tile_rows)
-      for (int64_t j : plan.tile_cols)
-        shapes.push_back({1, 3, count, plan.split_space ? std::min(t.min_height, height - i) : height,
-                          plan.split_space ? std::min(t.min_width, width - j) : width});
-  return shapes;
+  return tt::vae_crop_shapes(tt::hunyuan_vae_preset("hunyuan"), 1, frames, height, width, t);
 }
 
 int64_t voxels(const std::vector<int64_t>& shape) { return shape[0] * shape[2] * shape[3] * shape[4]; }
@@ -150,6 +143,20 @@ TEST_CASE("VAE tile batches: auto never holds more voxels than the largest crop;
     if (cap == 4) CHECK(widest == 4);
   }
   CHECK(tt::test::expect_error([&] { tt::vae_tile_batches(tiles, -1); }).code() == tt::ErrorCode::kConfig);
+
+  // The pass that holds the most: a whole 17-frame window (auto), both 17-frame windows (a cap of 4),
+  // one 17x256x256 tile (tiled, auto), the whole clip (no tiling).
+  const tt::HunyuanVaeConfig vae = tt::hunyuan_vae_preset("hunyuan");
+  CHECK(tt::vae_largest_pass(vae, 1, 33, 480, 832, frames, tt::kTileBatchAuto) ==
+        std::vector<int64_t>{1, 3, 17, 480, 832});
+  CHECK(tt::vae_largest_pass(vae, 1, 33, 480, 832, frames, 4) == std::vector<int64_t>{2, 3, 17, 480, 832});
+  CHECK(tt::vae_largest_pass(vae, 1, 33, 480, 832, tiled, tt::kTileBatchAuto) ==
+        std::vector<int64_t>{1, 3, 17, 256, 256});
+  CHECK(tt::vae_largest_pass(vae, 1, 33, 480, 832, tiled, 4) == std::vector<int64_t>{4, 3, 17, 256, 256});
+  tt::VaeTiling whole;
+  whole.temporal = false;
+  CHECK(tt::vae_largest_pass(vae, 2, 33, 480, 832, whole, tt::kTileBatchAuto) ==
+        std::vector<int64_t>{2, 3, 33, 480, 832});
 }
 
 TEST_CASE("VAE encoder: latent shapes, frame and size rules, the tiny preset", "[vae]") {
