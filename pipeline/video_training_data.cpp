@@ -214,8 +214,18 @@ class VideoTrainingData : public TrainingData {
     torch::cuda::synchronize(device_.index());
     const int64_t before = gpu_memory(device_).allocated;
     reset_peak_memory(device_);
-    (void)vae_->moments(pixels);
-    torch::cuda::synchronize(device_.index());
+    try {
+      (void)vae_->moments(pixels);
+      torch::cuda::synchronize(device_.index());
+    } catch (const c10::OutOfMemoryError& error) {
+      release_cached_memory(device_);
+      throw Error(ErrorCode::kMemory,
+                  str_cat("the VAE encoder ran out of GPU memory on its largest pass of bucket ", bucket.frames, "x",
+                          bucket.height, "x", bucket.width, " (input ", c10::IntArrayRef(shape), "): ",
+                          first_line(error.what_without_backtrace())),
+                  "vae.tiling: on (256-px tiles), vae.tile_batch: auto, a smaller bucket, or a larger "
+                  "train.memory_cap where it is below 1");
+    }
     const GpuMemory after = gpu_memory(device_);
     return after.known ? static_cast<double>(std::max<int64_t>(0, after.peak - before)) : 0.0;
   }
