@@ -7,6 +7,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +19,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/file_io.h"
+#include "core/gpu_timer.h"
 #include "core/safetensors.h"
 #include "app/bench.h"
 #include "model/vae.h"
@@ -27,6 +31,42 @@ namespace {
 void sync(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
+
+// Time per encoder stage from the stage hook's marks: on CUDA the GPU interval of the current stream
+// between one mark and the next (the stages of a pass tile it; a gap the host leaves while queueing
+// counts in the stage after it), on the CPU the wall time between them (its ops run as called).
+class StageClock {
+ public:
+  explicit StageClock(torch::Device device) : device_(device) {}
+  void mark(const char* stage) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::strcmp(stage, "begin") != 0 && open_) {
+      if (current_) {
+        current_->stop();
+        pending_.emplace_back(stage, current_);
+      } else {
+        totals_[stage] += std::chrono::duration<double, std::milli>(now - last_).count();
+      }
+    }
+    open_ = std::strcmp(stage, "quant") != 0;  // the pass ends with quant_conv
+    current_ = open_ ? GpuInterval::start(device_) : nullptr;
+    last_ = std::chrono::steady_clock::now();
+  }
+  /// Summed ms per stage so far (waits for the GPU's intervals).
+  std::map<std::string, double> totals() {
+    for (const auto& [stage, interval] : pending_) totals_[stage] += interval->elapsed_ms();
+    pending_.clear();
+    return totals_;
+  }
+
+ private:
+  torch::Device device_;
+  bool open_ = false;
+  std::shared_ptr<GpuInterval> current_;
+  std::chrono::steady_clock::time_point last_;
+  std::vector<std::pair<std::string, std::shared_ptr<GpuInterval>>> pending_;
+  std::map<std::string, double> totals_;
+};
 
 // The config.json diffusers' AutoencoderKLHunyuanVideo reads (encoder fields; the decoder mirrors them).
 nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
@@ -77,6 +117,41 @@ VaeTiling tiling_of(const std::string& mode) {
   t.temporal = mode != "whole";
   t.spatial = mode == "tiled";
   return t;
+}
+
+// --stages: `o.steps` encodes with the stage hook, a table per stage (ms per clip, share, matmul
+// TFLOP, TFLOP/s, MFU) and the time outside the passes; returns the rows as JSON.
+nlohmann::json time_stages(HunyuanVae& vae, const std::function<torch::Tensor()>& encode, const BenchVaeOptions& o,
+                           const torch::Device& device, const VaeTiling& tiles, double matmul_rate) {
+  StageClock clock(device);
+  vae->set_stage_hook([&](const char* stage) { clock.mark(stage); });
+  sync(device);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < o.steps; ++i) (void)encode();
+  sync(device);
+  const double steps = static_cast<double>(std::max<int64_t>(1, o.steps));
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / steps;
+  vae->set_stage_hook(nullptr);
+  const std::map<std::string, double> totals = clock.totals();
+  const auto flops = vae_encoder_stage_flops(vae->config(), 1, o.frames, o.height, o.width, tiles);
+  nlohmann::json rows = nlohmann::json::array();
+  double staged = 0;
+  std::printf("  | stage | ms per clip | share | TFLOP | TFLOP/s | MFU |\n  |---|---|---|---|---|---|\n");
+  for (const auto& [stage, count] : flops) {
+    const auto found = totals.find(stage);
+    const double ms = found == totals.end() ? 0.0 : found->second / steps;
+    staged += ms;
+    const double rate = ms > 0 ? count.matmul() / (ms / 1000.0) : 0.0;
+    std::printf("  | %s | %.2f | %.1f %% | %.4g | %.4g | %.1f %% |\n", stage.c_str(), ms, 100.0 * ms / wall_ms,
+                count.matmul() / 1e12, rate / 1e12, 100.0 * rate / matmul_rate);
+    rows.push_back({{"stage", stage}, {"ms", ms}, {"matmul_flops", count.matmul()}, {"mfu", rate / matmul_rate}});
+  }
+  const double outside = std::max(0.0, wall_ms - staged);
+  std::printf("  | outside the passes (crops, batching, blends, host) | %.2f | %.1f %% | | | |\n", outside,
+              100.0 * outside / wall_ms);
+  rows.push_back({{"stage", "outside"}, {"ms", outside}});
+  return rows;
 }
 
 }  // namespace
@@ -181,6 +256,7 @@ void run_bench_vae(const BenchVaeOptions& o) {
                        {"relative_diff_vs_first_runtime", vs_first}, {"matmul_flops", flops.matmul()},
                        {"passes", flops.passes}, {"tflops_per_s", achieved / 1e12},
                        {"matmul_tflops_measured", matmul_rate / 1e12}, {"mfu", achieved / matmul_rate}});
+    if (o.stages) results.back()["stages"] = time_stages(vae, encode, o, device, tiles, matmul_rate);
   }
   if (!o.json.empty()) {
     std::ofstream out(o.json, std::ios::app);

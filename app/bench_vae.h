@@ -20,13 +20,18 @@ struct BenchVaeOptions {
   std::string tiling = "both";
   // How the encoder runs (VaeRuntime), comma-separated, each timed side by side: plain (NCDHW,
   // LibTorch GroupNorm, one tile at a time), channels-last, fused (GroupNorm+SiLU kernel), fast (both),
-  // fast-batched (both + tiles of one shape batched: the default runtime).
+  // fast-auto (both + tiles of one shape batched within the largest crop's voxels: the default and
+  // training's), fast-batched (both + up to 4 tiles of one shape batched).
   std::string runtimes = "fast-auto";
   bool cudnn_benchmark = true;  // let cuDNN time its convolution algorithms per shape
   int64_t warmup = 2, steps = 5;
   std::string dump;  // folder for the diffusers comparison ("" = none)
   std::string json;  // append results here
   bool count_only = false;  // print each mode's FLOP count (model/vae_flops.h) and time nothing
+  // After each timed row, `steps` more encodes with the encoder's stage hook: time per stage (GPU
+  // intervals between the stages on CUDA, wall time on the CPU) beside its FLOPs, TFLOP/s and MFU,
+  // and the time outside the passes (crops, batching, blends).
+  bool stages = false;
 };
 
 void run_bench_vae(const BenchVaeOptions& options);

@@ -568,6 +568,8 @@ int run_cli(int argc, char** argv) {
   bench_vae_cmd->add_option("--steps", bench_vae.steps, "Timed encodes")->check(CLI::PositiveNumber);
   bench_vae_cmd->add_option("--dump", bench_vae.dump, "Write weights, config.json and input/outputs here");
   bench_vae_cmd->add_option("--json", bench_vae.json, "Append results as JSON lines here");
+  bench_vae_cmd->add_flag("--stages", bench_vae.stages,
+                          "Also time each encoder stage (conv_in, down blocks, mid, out, quant) with its FLOPs and MFU");
 
   BenchVideoOptions bench_video;
   auto* bench_video_cmd = app.add_subcommand(

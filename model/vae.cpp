@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 
 #include "core/errors.h"
 #include "core/file_io.h"
@@ -83,13 +84,24 @@ class HunyuanVaeEncoderImpl : public torch::nn::Module {
     conv_norm_out = register_module(
         "conv_norm_out", torch::nn::GroupNorm(torch::nn::GroupNormOptions(c.norm_num_groups, previous).eps(1e-6)));
     conv_out = register_module("conv_out", CausalConv3d(previous, 2 * c.latent_channels, 3));
+    stage_names = vae_stage_names(c);
   }
-  torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
+  torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt, const std::function<void(const char*)>& mark) {
+    if (mark) mark("begin");
     x = conv_in(x);
-    for (const auto& block : *down_blocks) x = block->as<VaeDownBlockImpl>()->forward(x, rt);
+    size_t stage = 0;  // stage_names: conv_in, down0 .., mid, out, quant
+    if (mark) mark(stage_names[stage].c_str());
+    for (const auto& block : *down_blocks) {
+      x = block->as<VaeDownBlockImpl>()->forward(x, rt);
+      if (mark) mark(stage_names[++stage].c_str());
+    }
     x = mid_block->forward(x, rt);
-    return conv_out(vae_norm(conv_norm_out, x, true, rt));
+    if (mark) mark(stage_names[++stage].c_str());
+    x = conv_out(vae_norm(conv_norm_out, x, true, rt));
+    if (mark) mark(stage_names[++stage].c_str());
+    return x;
   }
+  std::vector<std::string> stage_names;
   CausalConv3d conv_in{nullptr}, conv_out{nullptr};
   torch::nn::ModuleList down_blocks{nullptr};
   VaeMidBlock mid_block{nullptr};
@@ -202,7 +214,16 @@ torch::Tensor HunyuanVaeImpl::moments(const torch::Tensor& x) {
     for (auto& p : parameters())
       if (p.dim() == 5) p.set_data(p.contiguous(layout));
   }
-  return quant_conv_(encoder_->forward(x.contiguous(layout), runtime_)).contiguous();
+  torch::Tensor out = quant_conv_(encoder_->forward(x.contiguous(layout), runtime_, stage_hook_)).contiguous();
+  if (stage_hook_) stage_hook_("quant");
+  return out;
+}
+
+std::vector<std::string> vae_stage_names(const HunyuanVaeConfig& config) {
+  std::vector<std::string> names{"conv_in"};
+  for (size_t i = 0; i < config.block_out_channels.size(); ++i) names.push_back(str_cat("down", i));
+  for (const char* name : {"mid", "out", "quant"}) names.emplace_back(name);
+  return names;
 }
 
 torch::Tensor HunyuanVaeImpl::encode_mean(const torch::Tensor& x) {

@@ -17,6 +17,7 @@
 #include <torch/nn.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -113,6 +114,10 @@ std::vector<std::vector<int64_t>> vae_crop_shapes(const HunyuanVaeConfig& config
 std::vector<int64_t> vae_largest_pass(const HunyuanVaeConfig& config, int64_t batch, int64_t frames, int64_t height,
                                       int64_t width, const VaeTiling& tiling, int64_t tile_batch);
 
+/// The encoder's stages in order, as the stage hook names them: conv_in, down0 .. down<n-1> (one per
+/// block_out_channels entry), mid, out, quant.
+std::vector<std::string> vae_stage_names(const HunyuanVaeConfig& config);
+
 class HunyuanVaeEncoderImpl;
 
 /// The encoder and quant_conv; forward gives the moments.
@@ -133,6 +138,10 @@ class HunyuanVaeImpl : public torch::nn::Module {
 
   const HunyuanVaeConfig& config() const { return config_; }
   void set_runtime(const VaeRuntime& runtime) { runtime_ = runtime; }
+  /// Profiling: `hook` is called with "begin" as each encoder pass starts and with a stage's name as
+  /// its work has been queued: "conv_in", "down0" .. "down<n-1>", "mid", "out" (GroupNorm, SiLU,
+  /// conv_out), "quant" (vae_stage_names). Null (the default) calls nothing.
+  void set_stage_hook(std::function<void(const char*)> hook) { stage_hook_ = std::move(hook); }
   const VaeRuntime& runtime() const { return runtime_; }
 
   /// Fixed random weights from `seed` (tests and benchmarks without the released weights): norm gains
@@ -145,6 +154,7 @@ class HunyuanVaeImpl : public torch::nn::Module {
  private:
   HunyuanVaeConfig config_;
   VaeRuntime runtime_;
+  std::function<void(const char*)> stage_hook_;
   std::vector<torch::Tensor> moments_batched(const std::vector<torch::Tensor>& crops);
   std::shared_ptr<HunyuanVaeEncoderImpl> encoder_;
   torch::nn::Conv3d quant_conv_{nullptr};

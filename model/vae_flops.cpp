@@ -73,14 +73,32 @@ VaeFlops& VaeFlops::operator+=(const VaeFlops& other) {
   return *this;
 }
 
-VaeFlops vae_encoder_flops(const HunyuanVaeConfig& c, int64_t batch, int64_t frames, int64_t height,
-                           int64_t width) {
+namespace {
+
+// One pass, stage by stage (vae_stage_names): each entry is what that stage adds.
+std::vector<std::pair<std::string, VaeFlops>> pass_stages(const HunyuanVaeConfig& c, int64_t batch, int64_t frames,
+                                                          int64_t height, int64_t width) {
   Walk walk{c, static_cast<double>(batch), c.in_channels, frames, height, width, {}};
+  const std::vector<std::string> names = vae_stage_names(c);
+  std::vector<std::pair<std::string, VaeFlops>> stages;
+  VaeFlops before;
+  auto close = [&] {  // the stage just walked: the count since the last one
+    VaeFlops added = walk.flops;
+    added.conv -= before.conv;
+    added.attention_linear -= before.attention_linear;
+    added.attention_scores -= before.attention_scores;
+    added.norm -= before.norm;
+    added.elementwise -= before.elementwise;
+    added.passes = 1;
+    stages.emplace_back(names[stages.size()], added);
+    before = walk.flops;
+  };
   const auto& channels = c.block_out_channels;
   const int64_t blocks = static_cast<int64_t>(channels.size());
   const int64_t spatial_layers = log2_of(c.spatial_compression_ratio);
   const int64_t time_layers = log2_of(c.temporal_compression_ratio);
   walk.conv(channels[0], 3);
+  close();  // conv_in
   for (int64_t i = 0; i < blocks; ++i) {
     for (int64_t layer = 0; layer < c.layers_per_block; ++layer) walk.resnet(channels[i]);
     // As HunyuanVaeEncoderImpl: which blocks end in a strided conv, halving space and/or time.
@@ -89,29 +107,57 @@ VaeFlops vae_encoder_flops(const HunyuanVaeConfig& c, int64_t batch, int64_t fra
     const bool time =
         c.temporal_compression_ratio == 4 ? (i >= blocks - 1 - time_layers && !last) : i < time_layers;
     if (space || time) walk.conv(channels[i], 3, time ? 2 : 1, space ? 2 : 1);
+    close();  // down<i>
   }
   walk.resnet(walk.channels);
   if (c.mid_block_add_attention) walk.attention();
   walk.resnet(walk.channels);
+  close();  // mid
   walk.norm_silu();
   walk.conv(2 * c.latent_channels, 3);
+  close();  // out
   walk.conv(2 * c.latent_channels, 1);  // quant_conv
-  walk.flops.passes = 1;
-  return walk.flops;
+  close();  // quant
+  return stages;
 }
 
-VaeFlops vae_encoder_flops(const HunyuanVaeConfig& c, int64_t batch, int64_t frames, int64_t height,
-                           int64_t width, const VaeTiling& tiling) {
-  const VaeTilePlan plan = vae_tile_plan(c, frames, height, width, tiling);
+VaeFlops sum_of(const std::vector<std::pair<std::string, VaeFlops>>& stages) {
   VaeFlops total;
+  for (const auto& [name, flops] : stages) total += flops;
+  total.passes = stages.empty() ? 0 : stages.front().second.passes;
+  return total;
+}
+
+}  // namespace
+
+VaeFlops vae_encoder_flops(const HunyuanVaeConfig& c, int64_t batch, int64_t frames, int64_t height,
+                           int64_t width) {
+  return sum_of(pass_stages(c, batch, frames, height, width));
+}
+
+std::vector<std::pair<std::string, VaeFlops>> vae_encoder_stage_flops(const HunyuanVaeConfig& c, int64_t batch,
+                                                                      int64_t frames, int64_t height, int64_t width,
+                                                                      const VaeTiling& tiling) {
+  const VaeTilePlan plan = vae_tile_plan(c, frames, height, width, tiling);
+  std::vector<std::pair<std::string, VaeFlops>> total;
   for (const auto& [first, count] : plan.windows)
     for (int64_t row : plan.tile_rows)
       for (int64_t col : plan.tile_cols) {
         const int64_t h = plan.split_space ? std::min(tiling.min_height, height - row) : height;
         const int64_t w = plan.split_space ? std::min(tiling.min_width, width - col) : width;
-        total += vae_encoder_flops(c, batch, count, h, w);
+        const auto stages = pass_stages(c, batch, count, h, w);
+        if (total.empty()) {
+          total = stages;
+        } else {
+          for (size_t i = 0; i < stages.size(); ++i) total[i].second += stages[i].second;
+        }
       }
   return total;
+}
+
+VaeFlops vae_encoder_flops(const HunyuanVaeConfig& c, int64_t batch, int64_t frames, int64_t height,
+                           int64_t width, const VaeTiling& tiling) {
+  return sum_of(vae_encoder_stage_flops(c, batch, frames, height, width, tiling));
 }
 
 }  // namespace tt

@@ -10,6 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "model/vae.h"
 
@@ -35,5 +38,12 @@ VaeFlops vae_encoder_flops(const HunyuanVaeConfig& config, int64_t batch, int64_
 /// The same clip through `tiling` (moments_tiled's windows and tiles; kConfig for a bad tiling).
 VaeFlops vae_encoder_flops(const HunyuanVaeConfig& config, int64_t batch, int64_t frames, int64_t height,
                            int64_t width, const VaeTiling& tiling);
+
+/// The count split by encoder stage, in vae_stage_names' order and names (conv_in, down0 .., mid,
+/// out, quant), each summed over the passes `tiling` makes; the stages add up to vae_encoder_flops.
+/// `passes` is the pass count in every stage.
+std::vector<std::pair<std::string, VaeFlops>> vae_encoder_stage_flops(const HunyuanVaeConfig& config, int64_t batch,
+                                                                      int64_t frames, int64_t height, int64_t width,
+                                                                      const VaeTiling& tiling);
 
 }  // namespace tt

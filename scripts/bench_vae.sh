@@ -15,8 +15,13 @@ read -r frames height width <<<"${VAE_SIZE:-33 480 832}"
 device=${VAE_DEVICE:-cuda}
 "$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
   --width "$width" --tiling whole,frames,tiled \
-  --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-auto,fast-batched}" \
+  --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched,fast-auto}" \
   --warmup 2 --steps 5 --dump /tmp/vae_dump --json "$json" 2>&1 | grep -E "^bench-vae|TT_ERR|error"
+# Where the default runtime's time goes: each encoder stage's GPU time, FLOPs and MFU, and the time
+# outside the passes (--stages; not appended to the comparison's JSON).
+"$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
+  --width "$width" --tiling whole,frames,tiled --runtimes fast-auto --warmup 1 --steps 3 --stages \
+  --json "$out/bench_vae_stages.jsonl" 2>&1 | grep -E "^bench-vae|^  \||TT_ERR|error"
 python3 scripts/bench_vae_diffusers.py /tmp/vae_dump --device "$device" --warmup 2 --steps 5 --json "$json" \
   --cudnn-benchmark off,on 2>&1 | grep -E "^diffusers|Error"
 python3 - "$json" <<'PY'

@@ -14,6 +14,7 @@
 
 #include "core/errors.h"
 #include "core/safetensors.h"
+#include "model/vae_flops.h"
 #include "model/weights.h"
 #include "test/test_util.h"
 
@@ -224,4 +225,83 @@ TEST_CASE("teletron bench-vae times the encoder and dumps weights a diffusers fo
   tt::HunyuanVae reloaded = tt::load_hunyuan_vae(dir / "dump", tt::hunyuan_vae_preset("hunyuan"));
   torch::NoGradGuard no_grad;
   CHECK(relative_error(reloaded->moments(io.at("input")), io.at("moments")) <= 1e-5);
+
+  // --stages: a row per encoder stage and the time outside the passes, also in the JSON.
+  const auto staged = tt::test::run_teletron("bench-vae --preset tiny --device cpu --frames 9 --height 64 --width 64 "
+                                             "--tiling frames --warmup 0 --steps 1 --stages --json '" +
+                                             (dir / "stages.jsonl") + "' 2>&1");
+  INFO(staged.output);
+  REQUIRE(staged.exit_code == 0);
+  CHECK(staged.output.find("| down0 | ") != std::string::npos);
+  CHECK(staged.output.find("| outside the passes (crops, batching, blends, host) | ") != std::string::npos);
+  const nlohmann::json row = nlohmann::json::parse(tt::test::read_file(dir / "stages.jsonl"));
+  const std::vector<std::string> names = tt::vae_stage_names(tt::hunyuan_vae_preset("tiny"));
+  REQUIRE(row.at("stages").size() == names.size() + 1);
+  double flops = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    CHECK(row["stages"][i]["stage"] == names[i]);
+    CHECK(row["stages"][i]["ms"].get<double>() > 0);  // every stage did work, timed on the host
+    flops += row["stages"][i]["matmul_flops"].get<double>();
+  }
+  CHECK(flops == row.at("matmul_flops").get<double>());
+}
+
+TEST_CASE("VAE encoder stages: the hook marks each pass's stages in order; their FLOPs add up to the count",
+          "[vae]") {
+  tt::HunyuanVae tiny(tt::hunyuan_vae_preset("tiny"));
+  tiny->eval();
+  std::vector<std::string> marks;
+  tiny->set_stage_hook([&](const char* stage) { marks.emplace_back(stage); });
+  torch::NoGradGuard no_grad;
+  const torch::Tensor clip = torch::rand({1, 3, 9, 32, 48}) * 2 - 1;
+  (void)tiny->moments(clip);
+  std::vector<std::string> pass{"begin"};
+  for (const std::string& name : tt::vae_stage_names(tiny->config())) pass.push_back(name);
+  CHECK(pass.size() == 4 + tiny->config().block_out_channels.size() + 1);  // begin conv_in down* mid out quant
+  CHECK(marks == pass);
+  // Windows of 4 + 1 frames every 4: (0, 5) and (4, 5) are one shape, so auto encodes them apart
+  // (two passes), a cap of 2 together (one pass).
+  tt::VaeTiling windows;
+  windows.min_frames = 4;
+  windows.stride_frames = 4;
+  for (const auto& [cap, passes] : {std::pair<int64_t, size_t>{tt::kTileBatchAuto, 3}, {2, 2}}) {
+    marks.clear();
+    tt::VaeRuntime runtime;
+    runtime.tile_batch = cap;
+    tiny->set_runtime(runtime);
+    (void)tiny->moments_tiled(clip, windows);  // windows (0, 5), (4, 5), (8, 1)
+    INFO("tile_batch " << cap);
+    CHECK(marks.size() == passes * pass.size());
+  }
+  tiny->set_stage_hook(nullptr);
+  marks.clear();
+  (void)tiny->moments(clip);
+  CHECK(marks.empty());
+
+  // The released VAE at 33x480x832: the stages' counts add up to the whole count in every mode,
+  // and the tiled mode counts each of its 45 passes in every stage.
+  const tt::HunyuanVaeConfig vae = tt::hunyuan_vae_preset("hunyuan");
+  tt::VaeTiling whole, frames, tiled;
+  whole.temporal = false;
+  tiled.spatial = true;
+  for (const tt::VaeTiling& tiling : {whole, frames, tiled}) {
+    const auto stages = tt::vae_encoder_stage_flops(vae, 1, 33, 480, 832, tiling);
+    const tt::VaeFlops total = tt::vae_encoder_flops(vae, 1, 33, 480, 832, tiling);
+    REQUIRE(stages.size() == tt::vae_stage_names(vae).size());
+    double matmul = 0, norm = 0, elementwise = 0;
+    for (size_t i = 0; i < stages.size(); ++i) {
+      CHECK(stages[i].first == tt::vae_stage_names(vae)[i]);
+      CHECK(stages[i].second.passes == total.passes);
+      matmul += stages[i].second.matmul();
+      norm += stages[i].second.norm;
+      elementwise += stages[i].second.elementwise;
+    }
+    CHECK(matmul == total.matmul());
+    CHECK(norm == total.norm);
+    CHECK(elementwise == total.elementwise);
+  }
+  CHECK(tt::vae_encoder_flops(vae, 1, 33, 480, 832, tiled).passes == 45);
+  // The first down block, at full resolution, carries the most of the whole clip's convolutions.
+  const auto stages = tt::vae_encoder_stage_flops(vae, 1, 33, 480, 832, whole);
+  CHECK(stages[1].second.conv > stages[2].second.conv);
 }
