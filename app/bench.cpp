@@ -120,13 +120,12 @@ void run_bench(const BenchOptions& options) {
   const int64_t video_tokens = (lt / mc.patch_size_t) * (lh / mc.patch_size) * (lw / mc.patch_size);
 
   torch::manual_seed(0);
-  HunyuanVideoTransformer model(mc);
+  // Built onto the device block by block (model.lora under autocast: the base in the autocast dtype,
+  // converted as it moves; the bench keeps fp32 master weights otherwise), then random weights drawn
+  // there: the modulation and final layers too, so the timed graph is the trained one, not a zero
+  // shortcut (drawn on the host, the 13B's 12.8 B values took minutes).
+  HunyuanVideoTransformer model(mc, device, o.config.model.lora_rank > 0 && autocast ? half : torch::kFloat32);
   model->set_activation_checkpointing(o.config.model.activation_checkpointing_every_n);
-  // On the device (model.lora under autocast: the base in the autocast dtype, converted as it moves;
-  // the bench keeps fp32 master weights otherwise), then random weights drawn there: the modulation
-  // and final layers too, so the timed graph is the trained one, not a zero shortcut (drawn on the
-  // host, the 13B's 12.8 B values took minutes).
-  model->to(device, o.config.model.lora_rank > 0 && autocast ? half : torch::kFloat32);
   {
     torch::NoGradGuard no_grad;
     for (auto& p : model->parameters()) p.normal_(0.0, 0.02);

@@ -96,8 +96,7 @@ std::vector<double> probe_step_peaks(const Config& config, const HunyuanVideoCon
   // Gradients stay allocated between steps with CUDA graphs (zeroed in place) and between micro-batches.
   const bool keep_grads = config.cuda_graph.enabled != "false" || config.gradient_accumulation > 1;
   torch::manual_seed(0);
-  HunyuanVideoTransformer model(model_config);
-  model->to(device, resident_weight_dtype(config, autocast));  // as the trainer places it
+  HunyuanVideoTransformer model(model_config, device, resident_weight_dtype(config, autocast));  // as the trainer
   model->train();
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;

@@ -35,9 +35,8 @@ void run_model_check(const ModelCheckOptions& o) {
   const torch::Device device = resolve_device(o.device, "--device");
   TT_CHECK(o.dtype == "fp32" || device.is_cuda(), ErrorCode::kConfig, "--dtype bf16 needs --device cuda");
   ModelChoice choice = choose_model(o.config.model, o.weights);
-  HunyuanVideoTransformer model(choice.config);
+  HunyuanVideoTransformer model(choice.config, device, torch::kFloat32);
   model->eval();
-  model->to(device);
   load_weights(*choice.weights, model->diffusers_parameters());
   spdlog::info("model-check: {} ({}), {:.1f} M parameters, weights {}", describe_hunyuan_config(choice.config),
                choice.origin, model->parameter_count() / 1e6, choice.weights->description);

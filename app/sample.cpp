@@ -139,11 +139,11 @@ void run_sample(const SampleOptions& o) {
   const VaeDecodeTiling tiling = vae_decode_tiling(o.config.vae);
   if (!o.output.empty() && fs::path(o.output).has_parent_path()) fs::create_directories(fs::path(o.output).parent_path());
 
-  HunyuanVideoTransformer model(choice.config);
-  model->eval();
   // bf16 as HunyuanVideoPipeline runs the released model (torch_dtype=bfloat16): weights converted
-  // once, the forward under bf16 autocast, latents rounded to bf16 after each step.
-  model->to(device, bf16 ? torch::kBFloat16 : torch::kFloat32);
+  // once as each block is built onto the device, the forward under bf16 autocast, latents rounded to
+  // bf16 after each step.
+  HunyuanVideoTransformer model(choice.config, device, bf16 ? torch::kBFloat16 : torch::kFloat32);
+  model->eval();
   std::map<std::string, torch::Tensor> views = model->diffusers_parameters();
   if (choice.weights) load_weights(*choice.weights, views);
   if (!o.lora.empty()) merge_lora_file(o.lora, choice.config.hidden_size(), views);

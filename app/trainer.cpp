@@ -94,10 +94,10 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   check_memory_estimate();
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
-  model_ = HunyuanVideoTransformer(model_config_);
-  // bf16 master weights, or a LoRA run's frozen base under autocast: converted as they move (the
-  // device never holds an fp32 copy of the model).
-  model_->to(device_, resident_weight_dtype(config_, autocast_));
+  // Built onto the device block by block; bf16 master weights, or a LoRA run's frozen base under
+  // autocast, converted as they move (the device never holds an fp32 copy of the model, the host
+  // one block at most).
+  model_ = HunyuanVideoTransformer(model_config_, device_, resident_weight_dtype(config_, autocast_));
   model_->train();
   model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
   std::vector<std::string> names;

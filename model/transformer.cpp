@@ -170,7 +170,12 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
 // ---------------------------------------------------------------- the model
 
 HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config)
+    : HunyuanVideoTransformerImpl(config, torch::kCPU, torch::kFloat32) {}
+
+HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config, const torch::Device& device,
+                                                         torch::Dtype dtype)
     : config_(config) {
+  const bool move = device != torch::Device(torch::kCPU) || dtype != torch::kFloat32;
   validate_hunyuan_config(config, "tele_tron.model.");
   const int64_t hidden = config.hidden_size();
   const int64_t heads = config.num_attention_heads;
@@ -196,11 +201,13 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
   auto doubles = register_module("transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_layers; ++i) {
     double_blocks_.push_back(DoubleBlock(heads, head_dim, config.mlp_hidden(), config.fused_kernels));
+    if (move) double_blocks_.back()->to(device, dtype);
     doubles->push_back(double_blocks_.back());
   }
   auto singles = register_module("single_transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_single_layers; ++i) {
     single_blocks_.push_back(SingleBlock(heads, head_dim, config.mlp_hidden(), config.fused_kernels));
+    if (move) single_blocks_.back()->to(device, dtype);
     singles->push_back(single_blocks_.back());
   }
 
@@ -213,6 +220,7 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
     proj_out_->weight.zero_();
     proj_out_->bias.zero_();
   }
+  if (move) to(device, dtype);  // the embedders and the final layer (the blocks are there already)
   rope_cache_ = std::make_shared<RopeCache>(config.rope_axes_dim, config.rope_theta);
 }
 

@@ -123,6 +123,11 @@ struct TransformerInputs {
 class HunyuanVideoTransformerImpl : public torch::nn::Module {
  public:
   explicit HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config);
+  /// Built block by block straight onto `device` in `dtype`: each block moves (converted on the way)
+  /// as soon as it is made, so the host never holds more than one block in fp32 (the 13B's fp32
+  /// weights are 51 GB) and the device never an fp32 copy of a model it keeps in bf16. The same
+  /// initial values as building on the host and moving afterwards.
+  HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config, const torch::Device& device, torch::Dtype dtype);
   /// Returns the prediction (B, out_channels, T, H, W) (flow-matching velocity eps - x0).
   torch::Tensor forward(const TransformerInputs& inputs);
 

@@ -12,6 +12,7 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "test/model/small_model.h"
+#include "test/test_util.h"
 
 using Catch::Matchers::ContainsSubstring;
 
@@ -72,6 +73,39 @@ TEST_CASE("parameter names are diffusers' keys", "[model]") {
   CHECK(names.count("transformer_blocks.0.norm2.weight") == 0);
   CHECK(names.count("single_transformer_blocks.0.attn.to_out.0.weight") == 0);
   CHECK(names.size() == 92);  // counted by hand from diffusers' module layout
+}
+
+namespace {
+
+// Builds the small model with `seed` both ways, placed while built and built then moved, and checks
+// every parameter is the same value in the same dtype on the same device.
+void check_placed_equals_moved(const torch::Device& device, torch::Dtype dtype) {
+  torch::manual_seed(11);
+  tt::HunyuanVideoTransformer moved(small_config());
+  moved->to(device, dtype);
+  torch::manual_seed(11);
+  tt::HunyuanVideoTransformer placed(small_config(), device, dtype);
+  const auto a = moved->named_parameters(), b = placed->named_parameters();
+  REQUIRE(a.size() == b.size());
+  for (const auto& item : a) {
+    INFO(item.key() << " on " << device << " " << dtype);
+    const torch::Tensor& other = b[item.key()];
+    CHECK(other.device() == device);
+    CHECK(other.scalar_type() == dtype);
+    CHECK(torch::equal(item.value(), other));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a model built onto a device and dtype equals one built on the host and moved", "[model]") {
+  check_placed_equals_moved(torch::kCPU, torch::kBFloat16);
+  check_placed_equals_moved(torch::kCPU, torch::kFloat32);
+}
+
+TEST_CASE("a model built onto the GPU in bf16 equals one built on the host and moved", "[model][gpu]") {
+  TT_REQUIRE_GPU();
+  check_placed_equals_moved(torch::Device(torch::kCUDA), torch::kBFloat16);
 }
 
 TEST_CASE("shapes, zero-initialised output and finite values", "[model]") {
