@@ -230,8 +230,8 @@ class VideoTrainingData : public TrainingData {
     return after.known ? static_cast<double>(std::max<int64_t>(0, after.peak - before)) : 0.0;
   }
 
-  static std::string gib_text(double bytes) {
-    return str_cat(std::round(bytes / static_cast<double>(int64_t{1} << 30) * 100.0) / 100.0, " GiB");
+  static std::string gib_text(double bytes) {  // three significant digits: 10.9 GiB, 0.00412 GiB
+    return fmt::format("{:.3g} GiB", bytes / static_cast<double>(int64_t{1} << 30));
   }
 
  public:
