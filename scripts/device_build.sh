@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sourced by the GPU-machine scripts: bootstraps FFmpeg + LibTorch paths (.device/bootstrap.sh,
-# from ../shared/device/prepare.sh) and builds teletron into $build (default /tmp/build).
+# from ../shared/device/prepare.sh) and builds teletron into $build (default build-device/ in the
+# checkout, which a warm machine keeps between calls, so every GPU script chained there shares one build).
 # Sets: root, out (logs, default $OUT or /tmp/tt_out), build, tt (the executable), build_s.
 # TELETRON_BUILD_TARGETS (e.g. "teletron") builds only those targets: benchmarks need no test binaries.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out=${OUT:-/tmp/tt_out}
 mkdir -p "$out"
-build=${TELETRON_BUILD_DIR:-/tmp/build}
+build=${TELETRON_BUILD_DIR:-$root/build-device}
 [ -f .device/bootstrap.sh ] && source .device/bootstrap.sh
 # Protocol Buffers (TensorBoard's event files): the GPU machine's image has none, so Debian 12's
 # packages travel in .devdeps/ (`apt-get download protobuf-compiler libprotoc32 libprotobuf32
