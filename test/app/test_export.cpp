@@ -2,6 +2,8 @@
 // with the index) that reads back as the checkpoint's weights and architecture; a LoRA checkpoint as
 // pytorch_lora_weights.safetensors with alpha/r folded into B, or merged into the base.
 #include <torch/torch.h>
+
+#include <cmath>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
@@ -121,6 +123,26 @@ TEST_CASE(
   CHECK(torch::allclose(merged_weights.at("transformer_blocks.0.attn.to_q.weight"), expected, 1e-5, 1e-6));
   // A module without an adapter is the base's.
   CHECK(torch::equal(merged_weights.at("proj_out.weight"), base_weights.at("proj_out.weight")));
+
+  // bf16 (the default): the model held in bf16, each merge added in fp32 and rounded once; this fp32
+  // base was rounded at load too: within half a bf16 step of the base plus half a step of the result
+  // (|x| 2^-8 each) of the fp32 merge.
+  auto merged16 = run_teletron("export " + run + " --output " + (ws.dir / "merged16") + " --merge-lora");
+  INFO(merged16.output);
+  REQUIRE(merged16.exit_code == 0);
+  const auto merged16_weights = exported(ws.dir / "merged16");
+  const torch::Tensor& q16 = merged16_weights.at("transformer_blocks.0.attn.to_q.weight");
+  CHECK(q16.scalar_type() == torch::kBFloat16);
+  const torch::Tensor& q_base = base_weights.at("transformer_blocks.0.attn.to_q.weight");
+  const torch::Tensor bound = (q_base.abs() + expected.abs()) * std::ldexp(1.0, -8) + 1e-30;
+  const torch::Tensor error = (q16.to(torch::kFloat32) - expected).abs();
+  INFO("max |bf16 merge - fp32 merge| " << error.max().item<double>() << ", max over the bound "
+                                        << (error / bound).max().item<double>());
+  CHECK((error <= bound).all().item<bool>());
+  CHECK_FALSE(torch::equal(q16.to(torch::kFloat32), base_weights.at("transformer_blocks.0.attn.to_q.weight")
+                                                        .to(torch::kBFloat16)
+                                                        .to(torch::kFloat32)));  // the adapter is in it
+  CHECK(torch::equal(merged16_weights.at("proj_out.weight"), base_weights.at("proj_out.weight").to(torch::kBFloat16)));
 }
 
 TEST_CASE("export loads in diffusers: from_pretrained's forward equals teletron's; load_lora_adapter of the LoRA "
