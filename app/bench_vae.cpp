@@ -87,6 +87,10 @@ nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
 VaeRuntime named_runtime(const std::string& name) {
   VaeRuntime rt;  // fast-auto: training's and preprocess's default (vae.tile_batch: auto)
   if (name == "fast-auto") return rt;
+  if (name == "fast-padded") {  // fast-auto + the norm written into the convolution's padded input
+    rt.norm_pads = true;
+    return rt;
+  }
   rt.tile_batch = 4;
   if (name == "fast-batched") return rt;
   rt.tile_batch = 1;
@@ -96,7 +100,7 @@ VaeRuntime named_runtime(const std::string& name) {
   else if (name == "plain") rt.channels_last = rt.fused_norm = false;
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
-                "use plain, channels-last, fused, fast, fast-auto or fast-batched");
+                "use plain, channels-last, fused, fast, fast-auto, fast-padded or fast-batched");
   return rt;
 }
 

@@ -24,6 +24,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 namespace tt::kernels {
 namespace {
 
@@ -226,12 +228,20 @@ static __global__ void group_apply_first_kernel(T* __restrict__ y, const T* __re
   }
 }
 
-// y <- x (N, S, C); grid (position chunks, N), block (C / kVec, lanes).
-template <typename T, int kVec>
+// Where a channels-last y puts x's positions when it is a padded buffer (GroupNormShape::padded).
+struct PadGeometry {
+  int64_t in_hw = 0, in_w = 0;                      // x's H * W and W
+  int64_t out_spatial = 0, out_hw = 0, out_w = 0;  // y's positions, H' * W' and W'
+  int64_t front = 0, side = 0;
+};
+
+// y <- x (N, S, C); grid (position chunks, N), block (C / kVec, lanes). kPadded: y is the padded
+// buffer `pad` describes (x's position p = (d, h, w) goes to (d + front, h + side, w + side)).
+template <typename T, int kVec, bool kPadded>
 static __global__ void __launch_bounds__(1024)
     group_apply_last_kernel(T* __restrict__ y, const T* __restrict__ x,
                             const ChannelAffine* __restrict__ table, int64_t batch, int64_t spatial,
-                            int64_t channels, int64_t positions_per_block, bool silu) {
+                            int64_t channels, int64_t positions_per_block, bool silu, PadGeometry pad) {
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * positions_per_block;
   const int64_t end = begin + positions_per_block < spatial ? begin + positions_per_block : spatial;
   const int64_t c0 = threadIdx.x * kVec;
@@ -239,11 +249,17 @@ static __global__ void __launch_bounds__(1024)
     ChannelAffine a[kVec];
     for (int k = 0; k < kVec; ++k) a[k] = table[n * channels + c0 + k];
     const int64_t sample = n * spatial * channels + c0;
+    const int64_t out_sample = kPadded ? n * pad.out_spatial * channels + c0 : sample;
     for (int64_t p = begin + threadIdx.y; p < end; p += blockDim.y) {
       float v[kVec];
       load<T, kVec>(x + sample + p * channels, v);
       for (int k = 0; k < kVec; ++k) v[k] = normalize(v[k], a[k], silu);
-      store<T, kVec>(y + sample + p * channels, v);
+      int64_t q = p;
+      if (kPadded) {
+        const int64_t d = p / pad.in_hw, r = p - d * pad.in_hw, h = r / pad.in_w, w = r - h * pad.in_w;
+        q = (d + pad.front) * pad.out_hw + (h + pad.side) * pad.out_w + (w + pad.side);
+      }
+      store<T, kVec>(y + out_sample + q * channels, v);
     }
   }
 }
@@ -344,10 +360,28 @@ void launch_apply(T* y, const T* x, const ChannelAffine* table, const GroupNormS
   const dim3 g(static_cast<unsigned>(ceil_div(s.spatial, ppb)), grid_rows(s.batch));
   const dim3 block = block_shape(s.channels / vec);
   const int64_t n = s.batch, sp = s.spatial, c = s.channels;
-  if (vec == 8) group_apply_last_kernel<T, 8><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
-  if (vec == 4) group_apply_last_kernel<T, 4><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
-  if (vec == 2) group_apply_last_kernel<T, 2><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
-  if (vec == 1) group_apply_last_kernel<T, 1><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu);
+  PadGeometry pad;
+  if (s.padded()) {
+    pad.in_hw = s.height * s.width;
+    pad.in_w = s.width;
+    pad.out_w = s.width + 2 * s.pad_side;
+    pad.out_hw = (s.height + 2 * s.pad_side) * pad.out_w;
+    pad.out_spatial = (s.frames + s.pad_front) * pad.out_hw;
+    pad.front = s.pad_front;
+    pad.side = s.pad_side;
+  }
+  auto launch = [&](auto padded) {
+    constexpr bool kPadded = decltype(padded)::value;
+    if (vec == 8) group_apply_last_kernel<T, 8, kPadded><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu, pad);
+    if (vec == 4) group_apply_last_kernel<T, 4, kPadded><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu, pad);
+    if (vec == 2) group_apply_last_kernel<T, 2, kPadded><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu, pad);
+    if (vec == 1) group_apply_last_kernel<T, 1, kPadded><<<g, block, 0, stream>>>(y, x, table, n, sp, c, ppb, s.silu, pad);
+  };
+  if (s.padded()) {
+    launch(std::true_type{});
+  } else {
+    launch(std::false_type{});
+  }
 }
 
 template <typename T>
@@ -381,6 +415,8 @@ cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const f
   if (s.batch * s.channels * s.spatial == 0) return cudaSuccess;
   if (s.groups <= 0 || s.channels % s.groups != 0) return cudaErrorInvalidValue;
   if (s.channels_last && s.channels > kGroupNormMaxChannelsLast) return cudaErrorInvalidValue;
+  if (s.padded() && (!s.channels_last || s.pad_front < 0 || s.pad_side < 0 || s.frames * s.height * s.width != s.spatial))
+    return cudaErrorInvalidValue;
   if (s.bf16)
     return launch_all(static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(x), weight, bias,
                       scratch, s, stream);

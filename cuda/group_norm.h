@@ -19,6 +19,13 @@ struct GroupNormShape {
   bool bf16 = false;           /// x and y are bf16, else fp32
   bool silu = false;           /// y = y * sigmoid(y) after the affine
   double eps = 1e-6;           /// added to the biased variance
+  /// Channels-last only: y is a padded buffer, x's position (d, h, w) of its frames x height x width
+  /// grid (their product is `spatial`) written at (d + pad_front, h + pad_side, w + pad_side) of y's
+  /// (frames + pad_front, height + 2 pad_side, width + 2 pad_side) grid; the pads themselves are left
+  /// to the caller. Both pads 0: y is dense like x.
+  int64_t frames = 0, height = 0, width = 0;
+  int64_t pad_front = 0, pad_side = 0;
+  bool padded() const { return pad_front > 0 || pad_side > 0; }
 };
 
 /// The channels-last kernels give each thread one fixed run of channels; past this the entry uses

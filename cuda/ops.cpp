@@ -388,6 +388,78 @@ torch::Tensor group_norm_silu_reference(const torch::Tensor& x, const torch::Ten
   return y.to(x.scalar_type()).contiguous(group_norm_format(x));
 }
 
+#ifdef TELETRON_WITH_CUDA
+namespace {
+
+// The kernels on src (dense in the layout `shape.channels_last` says) into y; `shape` brings the
+// layout and any padding of y, the rest is filled in here. On the current stream of src's device.
+void run_group_norm(torch::Tensor& y, const torch::Tensor& src, const torch::Tensor& weight, const torch::Tensor& bias,
+                    int64_t groups, double eps, bool silu, kernels::GroupNormShape shape) {
+  shape.batch = src.size(0);
+  shape.channels = src.size(1);
+  shape.spatial = src.numel() / (shape.batch * shape.channels);
+  shape.groups = groups;
+  shape.bf16 = src.scalar_type() == torch::kBFloat16;
+  shape.silu = silu;
+  shape.eps = eps;
+  auto w = weight.to(torch::kFloat32).contiguous();  // (C) fp32
+  auto b = bias.to(torch::kFloat32).contiguous();    // (C) fp32
+  auto scratch = torch::empty({kernels::group_norm_scratch_size(shape)}, src.options().dtype(torch::kFloat32));
+  auto stream = c10::cuda::getCurrentCUDAStream(src.device().index()).stream();
+  const cudaError_t status = kernels::group_norm_silu(y.data_ptr(), src.data_ptr(), w.data_ptr<float>(),
+                                                      b.data_ptr<float>(), scratch.data_ptr<float>(), shape, stream);
+  TORCH_CHECK(status == cudaSuccess, "group_norm_silu kernel launch failed: ", cudaGetErrorString(status));
+}
+
+}  // namespace
+#endif
+
+void replicate_pad_borders(torch::Tensor& out, int64_t time, int64_t space) {
+  TORCH_CHECK(out.dim() == 5 && time >= 0 && space >= 0 && out.size(2) > time && out.size(3) > 2 * space &&
+                  out.size(4) > 2 * space,
+              "replicate_pad_borders: pads (", time, ", ", space, ") do not fit ", out.sizes());
+  const int64_t t = out.size(2) - time, h = out.size(3) - 2 * space, w = out.size(4) - 2 * space;
+  torch::Tensor frames = out.narrow(2, time, t);
+  if (space > 0) {
+    torch::Tensor rows = frames.narrow(4, space, w);
+    rows.narrow(3, 0, space).copy_(rows.narrow(3, space, 1).expand_as(rows.narrow(3, 0, space)));
+    rows.narrow(3, space + h, space).copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
+    frames.narrow(4, 0, space).copy_(frames.narrow(4, space, 1).expand_as(frames.narrow(4, 0, space)));
+    frames.narrow(4, space + w, space).copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
+  }
+  if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
+}
+
+torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                     int64_t groups, double eps, bool silu, int64_t time, int64_t space) {
+  group_norm_check(x, weight, bias, groups);
+  TORCH_CHECK(x.dim() == 5 && time >= 0 && space >= 0, "group_norm_silu_padded: x must be (N, C, T, H, W) and the "
+              "pads >= 0, got ", x.sizes(), " and (", time, ", ", space, ")");
+  const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
+  const bool fast = x.is_cuda() && x.numel() > 0 && x.size(1) <= kernels::kGroupNormMaxChannelsLast &&
+                    !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+  torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
+                                   x.options().memory_format(fast ? at::MemoryFormat::ChannelsLast3d
+                                                                  : group_norm_format(x)));
+  if (!fast) {  // the norm, then one copy into the interior
+    out.narrow(2, time, t).narrow(3, space, h).narrow(4, space, w).copy_(group_norm_silu(x, weight, bias, groups, eps, silu));
+  } else {
+#ifdef TELETRON_WITH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    kernels::GroupNormShape shape;
+    shape.channels_last = true;
+    shape.frames = t;
+    shape.height = h;
+    shape.width = w;
+    shape.pad_front = time;
+    shape.pad_side = space;
+    run_group_norm(out, x, weight, bias, groups, eps, silu, shape);
+#endif
+  }
+  replicate_pad_borders(out, time, space);
+  return out;
+}
+
 torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                               int64_t groups, double eps, bool silu) {
   group_norm_check(x, weight, bias, groups);
@@ -403,23 +475,8 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weigh
   auto y = torch::empty_like(src);  // src's strides
   if (x.numel() == 0) return y.contiguous(format);
   kernels::GroupNormShape shape;
-  shape.batch = batch;
-  shape.channels = channels;
-  shape.spatial = x.numel() / (batch * channels);
-  shape.groups = groups;
   shape.channels_last = channels_last;
-  shape.bf16 = x.scalar_type() == torch::kBFloat16;
-  shape.silu = silu;
-  shape.eps = eps;
-  auto w = weight.to(torch::kFloat32).contiguous();  // (C) fp32
-  auto b = bias.to(torch::kFloat32).contiguous();    // (C) fp32
-  auto scratch =
-      torch::empty({kernels::group_norm_scratch_size(shape)}, src.options().dtype(torch::kFloat32));
-  auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  cudaError_t status =
-      kernels::group_norm_silu(y.data_ptr(), src.data_ptr(), w.data_ptr<float>(), b.data_ptr<float>(),
-                               scratch.data_ptr<float>(), shape, stream);
-  TORCH_CHECK(status == cudaSuccess, "group_norm_silu kernel launch failed: ", cudaGetErrorString(status));
+  run_group_norm(y, src, weight, bias, groups, eps, silu, shape);
   return y.contiguous(format);
 #else
   TORCH_CHECK(false, "group_norm_silu: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");

@@ -99,6 +99,19 @@ namespace tt {
 torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                               int64_t groups, double eps, bool silu);
 
+/// group_norm_silu of x (N, C, T, H, W) inside a replicate-padded buffer (N, C, T + time, H + 2 space,
+/// W + 2 space): the first `time` frames repeat the first frame, the `space` border rows and columns
+/// the edge ones (the VAE's causal convolution padding). On CUDA with channels-last input the kernel
+/// writes the interior directly (no separate copy of the normalised tensor) and only the borders are
+/// copied; elsewhere it is group_norm_silu then one copy. Returns the buffer in x's memory format.
+torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                     int64_t groups, double eps, bool silu, int64_t time, int64_t space);
+
+/// Fills the pads of `out` (N, C, T + time, H + 2 space, W + 2 space) from its interior by
+/// replication: border rows and columns from the edge ones, then the first `time` frames from frame
+/// `time` (so the corners repeat too).
+void replicate_pad_borders(torch::Tensor& out, int64_t time, int64_t space);
+
 /// The plain-torch reference of group_norm_silu (any device): F::group_norm in fp32, SiLU, cast back
 /// to x's dtype and memory format.
 torch::Tensor group_norm_silu_reference(const torch::Tensor& x, const torch::Tensor& weight,

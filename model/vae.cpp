@@ -97,7 +97,7 @@ class HunyuanVaeEncoderImpl : public torch::nn::Module {
     }
     x = mid_block->forward(x, rt);
     if (mark) mark(stage_names[++stage].c_str());
-    x = conv_out(vae_norm(conv_norm_out, x, true, rt));
+    x = vae_norm_conv(conv_norm_out, *conv_out, x, true, rt);
     if (mark) mark(stage_names[++stage].c_str());
     return x;
   }

@@ -93,6 +93,9 @@ struct VaeRuntime {
   bool channels_last = true;
   bool fused_norm = true;
   int64_t tile_batch = kTileBatchAuto;
+  /// The fused norm writes straight into the causal convolution's padded input (channels-last CUDA):
+  /// one copy of each normalised activation fewer. Off until the H200 measures its gain.
+  bool norm_pads = false;
 };
 
 /// How moments_tiled groups its crops: `shapes` holds each crop's (B, C, T, H, W); crops of one

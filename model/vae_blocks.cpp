@@ -25,19 +25,17 @@ torch::Tensor vae_causal_pad(const torch::Tensor& x, int64_t time, int64_t space
   const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
   torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
                                    x.options().memory_format(x.suggest_memory_format()));
-  torch::Tensor frames = out.narrow(2, time, t);
-  frames.narrow(3, space, h).narrow(4, space, w).copy_(x);
-  if (space > 0) {
-    torch::Tensor rows = frames.narrow(4, space, w);
-    rows.narrow(3, 0, space).copy_(rows.narrow(3, space, 1).expand_as(rows.narrow(3, 0, space)));
-    rows.narrow(3, space + h, space)
-        .copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
-    frames.narrow(4, 0, space).copy_(frames.narrow(4, space, 1).expand_as(frames.narrow(4, 0, space)));
-    frames.narrow(4, space + w, space)
-        .copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
-  }
-  if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
+  out.narrow(2, time, t).narrow(3, space, h).narrow(4, space, w).copy_(x);
+  replicate_pad_borders(out, time, space);
   return out;
+}
+
+torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, const torch::Tensor& x, bool silu,
+                            const VaeRuntime& rt) {
+  if (rt.norm_pads && rt.fused_norm && x.is_cuda() && kernels_built() && conv.pads())
+    return conv.conv(group_norm_silu_padded(x, norm->weight, norm->bias, norm->options.num_groups(),
+                                            norm->options.eps(), silu, conv.time_pad(), conv.space_pad()));
+  return conv.forward(vae_norm(norm, x, silu, rt));
 }
 
 torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {

@@ -38,6 +38,10 @@ class CausalConv3dImpl : public torch::nn::Module {
     conv =
         register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).stride(stride)));
   }
+  /// True when the convolution pads (kernel > 1); time_pad() frames in front, space_pad() each side.
+  bool pads() const { return pad_[0] > 0 || pad_[4] > 0; }
+  int64_t time_pad() const { return pad_[4]; }
+  int64_t space_pad() const { return pad_[0]; }
   torch::Tensor forward(const torch::Tensor& x) {
     if (pad_[0] == 0 && pad_[4] == 0) return conv(x);
     namespace F = torch::nn::functional;
@@ -51,6 +55,13 @@ class CausalConv3dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CausalConv3d);
 
+/// GroupNorm(+SiLU) then the causal convolution `conv`. With VaeRuntime::norm_pads (and the fused
+/// kernel on CUDA) the norm writes straight into the padded buffer the convolution reads
+/// (group_norm_silu_padded: one full read + write of the activation fewer); otherwise vae_norm, then
+/// conv's own padding. The same values either way.
+torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, const torch::Tensor& x, bool silu,
+                            const VaeRuntime& rt);
+
 // GroupNorm -> SiLU -> conv, twice, plus a 1x1x1 shortcut when the channel count changes.
 class VaeResnetImpl : public torch::nn::Module {
  public:
@@ -63,8 +74,8 @@ class VaeResnetImpl : public torch::nn::Module {
     if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
   }
   torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {
-    torch::Tensor h = conv1(vae_norm(norm1, x, true, rt));
-    h = conv2(vae_norm(norm2, h, true, rt));
+    torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt);
+    h = vae_norm_conv(norm2, *conv2, h, true, rt);
     return h + (conv_shortcut ? conv_shortcut(x) : x);
   }
   torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};

@@ -185,3 +185,61 @@ TEST_CASE("the CUDA group norm keeps the variance of a large-mean input", "[gpu]
     CHECK(err <= 1e-3);
   }
 }
+
+TEST_CASE("group_norm_silu_padded is the norm inside a replicate-padded buffer; the borders replicate as "
+          "F::pad does", "[group_norm]") {
+  namespace F = torch::nn::functional;
+  torch::manual_seed(6);
+  for (bool channels_last : {false, true}) {
+    for (const auto& [time, space] : {std::pair<int64_t, int64_t>{2, 1}, {0, 1}, {2, 0}, {1, 2}}) {
+      auto x = make_input({2, 8, 3, 5, 7}, torch::kFloat32, channels_last, 0.5f);
+      auto weight = torch::randn({8}), bias = torch::randn({8});
+      const torch::Tensor padded = tt::group_norm_silu_padded(x, weight, bias, 4, 1e-6, true, time, space);
+      const torch::Tensor y = tt::group_norm_silu(x, weight, bias, 4, 1e-6, true);
+      // F::pad's replicate mode on the contiguous norm: the definition of the borders.
+      const torch::Tensor expected =
+          F::pad(y.contiguous(), F::PadFuncOptions({space, space, space, space, time, 0}).mode(torch::kReplicate));
+      INFO("channels-last " << channels_last << ", pads (" << time << ", " << space << ")");
+      CHECK(padded.sizes() == expected.sizes());
+      CHECK(torch::equal(padded, expected));
+      CHECK(padded.suggest_memory_format() == y.suggest_memory_format());
+    }
+  }
+  CHECK_THROWS(tt::group_norm_silu_padded(torch::randn({1, 4, 6}), torch::ones({4}), torch::zeros({4}), 2, 1e-6,
+                                          true, 2, 1));
+}
+
+TEST_CASE("the CUDA norm written into the padded buffer equals the norm then the padding, bit for bit",
+          "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(7);
+  const torch::Device cuda(torch::kCUDA);
+  struct Padded {
+    std::vector<int64_t> shape;
+    int64_t groups, time, space;
+  };
+  for (const Padded& k : {Padded{{1, 128, 5, 24, 40}, 32, 2, 1}, Padded{{2, 64, 3, 7, 9}, 32, 2, 1},
+                          Padded{{1, 96, 4, 6, 10}, 32, 0, 1}, Padded{{2, 32, 3, 5, 5}, 8, 2, 0},
+                          Padded{{1, 24, 2, 3, 3}, 8, 1, 2}}) {
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      auto x = make_input(k.shape, dtype, /*channels_last=*/true, 0.25f).to(cuda);
+      auto weight = (0.75 + 0.5 * torch::rand({k.shape[1]})).to(cuda);
+      auto bias = (0.1 * torch::randn({k.shape[1]})).to(cuda);
+      const torch::Tensor padded = tt::group_norm_silu_padded(x, weight, bias, k.groups, 1e-6, true, k.time, k.space);
+      // The separate path: the same kernel's dense output, then the layout-keeping copy and borders.
+      const torch::Tensor y = tt::group_norm_silu(x, weight, bias, k.groups, 1e-6, true);
+      torch::Tensor expected = torch::empty_like(padded);
+      expected.narrow(2, k.time, k.shape[2]).narrow(3, k.space, k.shape[3]).narrow(4, k.space, k.shape[4]).copy_(y);
+      tt::replicate_pad_borders(expected, k.time, k.space);
+      INFO(k.shape << " " << dtype << " pads (" << k.time << ", " << k.space << ")");
+      CHECK(padded.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+      CHECK(torch::equal(padded.cpu(), expected.cpu()));
+      // And against the definition, in fp32 on the host.
+      const torch::Tensor reference = tt::group_norm_silu_reference(x.cpu().to(torch::kFloat32), weight.cpu(),
+                                                                    bias.cpu(), k.groups, 1e-6, true);
+      const torch::Tensor interior =
+          padded.narrow(2, k.time, k.shape[2]).narrow(3, k.space, k.shape[3]).narrow(4, k.space, k.shape[4]);
+      CHECK(max_abs_diff(interior.cpu(), reference) <= (dtype == torch::kFloat32 ? 1e-4 : 0.03));
+    }
+  }
+}
