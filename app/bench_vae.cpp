@@ -91,6 +91,10 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.norm_pads = true;
     return rt;
   }
+  if (name == "fast-graphs") {  // fast-auto + each pass shape captured as a CUDA graph and replayed
+    rt.cuda_graphs = true;
+    return rt;
+  }
   rt.tile_batch = 4;
   if (name == "fast-batched") return rt;
   rt.tile_batch = 1;
@@ -100,7 +104,7 @@ VaeRuntime named_runtime(const std::string& name) {
   else if (name == "plain") rt.channels_last = rt.fused_norm = false;
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
-                "use plain, channels-last, fused, fast, fast-auto, fast-padded or fast-batched");
+                "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-graphs or fast-batched");
   return rt;
 }
 

@@ -22,7 +22,8 @@ struct BenchVaeOptions {
   // LibTorch GroupNorm, one tile at a time), channels-last, fused (GroupNorm+SiLU kernel), fast (both),
   // fast-auto (both + tiles of one shape batched within the largest crop's voxels: the default and
   // training's), fast-padded (fast-auto + the norm written straight into the causal convolution's
-  // padded input), fast-batched (both + up to 4 tiles of one shape batched).
+  // padded input), fast-graphs (fast-auto + each pass shape a CUDA graph, replayed), fast-batched
+  // (both + up to 4 tiles of one shape batched).
   std::string runtimes = "fast-auto";
   bool cudnn_benchmark = true;  // let cuDNN time its convolution algorithms per shape
   int64_t warmup = 2, steps = 5;

@@ -2,12 +2,15 @@
 #include "model/vae.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <functional>
 
 #include "core/errors.h"
+#include "core/cuda_stream.h"
+#include "core/graph_capture.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
 #include "model/vae_blocks.h"
@@ -15,6 +18,7 @@
 
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 
 namespace tt {
@@ -214,10 +218,82 @@ torch::Tensor HunyuanVaeImpl::moments(const torch::Tensor& x) {
     for (auto& p : parameters())
       if (p.dim() == 5) p.set_data(p.contiguous(layout));
   }
-  torch::Tensor out = quant_conv_(encoder_->forward(x.contiguous(layout), runtime_, stage_hook_)).contiguous();
+  const torch::Tensor input = x.contiguous(layout);
+  if (runtime_.cuda_graphs && input.is_cuda() && !stage_hook_) return pass_graphed(input);
+  return pass(input);
+}
+
+torch::Tensor HunyuanVaeImpl::pass(const torch::Tensor& x) {
+  torch::Tensor out = quant_conv_(encoder_->forward(x, runtime_, stage_hook_)).contiguous();
   if (stage_hook_) stage_hook_("quant");
   return out;
 }
+
+#ifdef TELETRON_WITH_CUDA
+struct HunyuanVaeImpl::Graphs {
+  explicit Graphs(int device) : device_index(device), pool(device) {}
+  struct Pass {
+    at::cuda::CUDAGraph graph;
+    torch::Tensor input, output;  // static: copied into before, cloned out of after each replay
+    bool eager = false;           // its capture failed
+  };
+  int device_index;
+  GraphPool pool;  // outlives the graphs (each gives its use of the pool back when it goes)
+  std::mutex mutex;
+  // By input sizes, dtype, the runtime's layout choices and where every weight lives (a weight that
+  // moved, by to() or a layout change, makes new graphs: the old ones read the old storage).
+  std::map<std::vector<int64_t>, std::unique_ptr<Pass>> passes;
+  // Declared last, so destroyed first: its synchronisation ends every replay before the passes'
+  // tensors and graphs go.
+  OwnedCudaStream stream{"the VAE encoder's graph stream"};
+};
+
+torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
+  const int device = x.device().index();
+  if (!graphs_ || graphs_->device_index != device) graphs_ = std::make_shared<Graphs>(device);
+  Graphs& g = *graphs_;
+  std::vector<int64_t> key = x.sizes().vec();
+  key.push_back(static_cast<int64_t>(x.scalar_type()));
+  key.push_back((runtime_.channels_last ? 1 : 0) | (runtime_.fused_norm ? 2 : 0) | (runtime_.norm_pads ? 4 : 0));
+  for (const torch::Tensor& p : parameters()) key.push_back(reinterpret_cast<intptr_t>(p.data_ptr()));
+  std::lock_guard<std::mutex> lock(g.mutex);
+  std::unique_ptr<Graphs::Pass>& entry = g.passes[key];
+  if (!entry) {
+    // One eager pass first (cuDNN's algorithm choice and every lazy set-up happen outside the
+    // capture); its result is this call's.
+    torch::Tensor out = pass(x);
+    entry = std::make_unique<Graphs::Pass>();
+    entry->input = x.clone();
+    std::string failure;
+    {
+      OnCaptureStream on_graph_stream(g.stream, device);
+      failure = capture_graph(entry->graph, g.pool, [&] { entry->output = pass(entry->input); }, false);
+    }
+    if (!failure.empty()) {
+      entry->eager = true;
+      entry->output = torch::Tensor();
+      spdlog::warn("TT_ERR_GRAPH: the VAE encoder's pass over {} could not be captured, it runs eagerly: {}",
+                   str_cat(x.sizes()), failure);
+    }
+    return out;
+  }
+  if (entry->eager) return pass(x);
+  torch::Tensor out;
+  const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device));
+  {
+    // On the graph stream, after the caller's work so far; the caller's stream waits for it after.
+    OnCaptureStream on_graph_stream(g.stream, device);
+    entry->input.copy_(x);
+    entry->graph.replay();
+    out = entry->output.clone();
+  }
+  out.record_stream(caller);  // made on the graph stream, read on the caller's
+  return out;
+}
+#else
+struct HunyuanVaeImpl::Graphs {};
+torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) { return pass(x); }
+#endif
 
 std::vector<std::string> vae_stage_names(const HunyuanVaeConfig& config) {
   std::vector<std::string> names{"conv_in"};

@@ -96,6 +96,11 @@ struct VaeRuntime {
   /// The fused norm writes straight into the causal convolution's padded input (channels-last CUDA):
   /// one copy of each normalised activation fewer. Off until the H200 measures its gain.
   bool norm_pads = false;
+  /// CUDA: each input shape's encoder pass captured once as a CUDA graph (after one eager pass) and
+  /// replayed, every replay on the VAE's own stream one after another (threads may share the VAE);
+  /// the graphs' memory is one private pool, held while the VAE lives. A capture that fails leaves
+  /// that shape eager (TT_ERR_GRAPH warning). Off until the H200 measures its gain.
+  bool cuda_graphs = false;
 };
 
 /// How moments_tiled groups its crops: `shapes` holds each crop's (B, C, T, H, W); crops of one
@@ -158,6 +163,10 @@ class HunyuanVaeImpl : public torch::nn::Module {
   HunyuanVaeConfig config_;
   VaeRuntime runtime_;
   std::function<void(const char*)> stage_hook_;
+  struct Graphs;  // VaeRuntime::cuda_graphs: the captured passes by input shape (model/vae.cpp)
+  std::shared_ptr<Graphs> graphs_;
+  torch::Tensor pass(const torch::Tensor& x);  // quant_conv(encoder(x)), x in the weights' layout
+  torch::Tensor pass_graphed(const torch::Tensor& x);
   std::vector<torch::Tensor> moments_batched(const std::vector<torch::Tensor>& crops);
   std::shared_ptr<HunyuanVaeEncoderImpl> encoder_;
   torch::nn::Conv3d quant_conv_{nullptr};

@@ -15,7 +15,7 @@ read -r frames height width <<<"${VAE_SIZE:-33 480 832}"
 device=${VAE_DEVICE:-cuda}
 "$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
   --width "$width" --tiling whole,frames,tiled \
-  --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched,fast-padded,fast-auto}" \
+  --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched,fast-padded,fast-graphs,fast-auto}" \
   --warmup 2 --steps 5 --dump /tmp/vae_dump --json "$json" 2>&1 | grep -E "^bench-vae|TT_ERR|error"
 # Where the default runtime's time goes: each encoder stage's GPU time, FLOPs and MFU, and the time
 # outside the passes (--stages; not appended to the comparison's JSON).

@@ -186,16 +186,21 @@ TEST_CASE("VAE encoder: bf16 on the GPU matches diffusers' fp32 moments in every
   std::vector<Named> runtimes = {{"plain", {false, false, 1}}, {"channels-last", {true, false, 1}},
                                  {"fused", {false, true, 1}},  {"fast", {true, true, 1}},
                                  {"fast-auto", {}},           {"fast-batched", {true, true, 4}}};
-  tt::VaeRuntime padded;
+  tt::VaeRuntime padded, graphs;
   padded.norm_pads = true;
   runtimes.push_back({"fast-padded", padded});
+  graphs.cuda_graphs = true;
+  runtimes.push_back({"fast-graphs", graphs});
   std::map<std::string, torch::Tensor> auto_moments;  // fast-auto's, per mode
   torch::NoGradGuard no_grad;
   for (const auto& [name, runtime] : runtimes) {
     f.vae->set_runtime(runtime);
     for (const bool tiled : {false, true}) {
       const std::string mode = tiled ? "tiled" : "whole";
-      const torch::Tensor moments = (tiled ? f.vae->moments_tiled(input, f.tiling) : f.vae->moments(input)).cpu();
+      auto encode = [&] { return (tiled ? f.vae->moments_tiled(input, f.tiling) : f.vae->moments(input)).cpu(); };
+      // fast-graphs: the first encode runs each pass shape eagerly and captures it; the second replays.
+      if (runtime.cuda_graphs) (void)encode();
+      const torch::Tensor moments = encode();
       const torch::Tensor& expected = f.tensors.at(tiled ? "output.moments_tiled" : "output.moments");
       REQUIRE(moments.sizes() == expected.sizes());
       CHECK(moments.scalar_type() == torch::kBFloat16);
@@ -208,10 +213,19 @@ TEST_CASE("VAE encoder: bf16 on the GPU matches diffusers' fp32 moments in every
       CHECK(max_error <= 6e-2);
       CHECK(mean_error <= 1e-2);
       if (std::string(name) == "fast-auto") auto_moments[mode] = moments;
-      // Writing the norm into the padded buffer changes no value: the same bits as fast-auto.
-      if (std::string(name) == "fast-padded") CHECK(torch::equal(moments, auto_moments.at(mode)));
+      // Writing the norm into the padded buffer, or replaying captured passes, changes no value: the
+      // same bits as fast-auto.
+      if (std::string(name) == "fast-padded" || std::string(name) == "fast-graphs")
+        CHECK(torch::equal(moments, auto_moments.at(mode)));
     }
   }
+  // A replay reads the new input: another clip through the captured whole pass gives its own moments.
+  f.vae->set_runtime(graphs);
+  const torch::Tensor other = (input * -0.5).contiguous();
+  const torch::Tensor replayed = f.vae->moments(other).cpu();
+  f.vae->set_runtime(tt::VaeRuntime{});
+  CHECK(torch::equal(replayed, f.vae->moments(other).cpu()));
+  CHECK_FALSE(torch::equal(replayed, auto_moments.at("whole")));
   at::globalContext().setBenchmarkCuDNN(benchmark);
 }
 
