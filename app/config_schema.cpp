@@ -119,6 +119,10 @@ const ConfigField kFields[] = {
      .read_by = kT | kP | kSm, .doc = "auto encodes in windows of 16 + 1 frames and decodes in windows of 4 + 1 latent frames (blended over 4 frames), as diffusers does; on adds 256-px spatial tiles (diffusers' enable_tiling); off encodes and decodes the clip whole."},
     {.path = "vae.memory_share", .kind = K::kFloat, .at = TT_AT(vae.memory_share), .range = kFraction,
      .read_by = kVideoSide, .doc = "On CUDA, the share of the GPU's memory the VAE encoder's activations may take: its largest pass (window, tile or batch of them) is measured once per bucket at start-up; one that needs more stops with TT_ERR_MEMORY naming the way out (vae.tiling: on, a smaller bucket, a larger share). Training leaves what it measured free beside the step (the memory check and the dynamic batch count it), since the encoder runs while the step does."},
+    {.path = "vae.fused_padding", .kind = K::kBool, .at = TT_AT(vae.fused_padding), .read_by = kVideoSide,
+     .doc = "On CUDA, the encoder's fused GroupNorm+SiLU writes straight into the padded input of the causal convolution after it (one copy of each activation fewer; the same latents bit for bit). Off until its gain is measured (bench-vae runtime fast-padded)."},
+    {.path = "vae.cuda_graphs", .kind = K::kBool, .at = TT_AT(vae.cuda_graphs), .read_by = kVideoSide,
+     .doc = "On CUDA, each encoder pass shape (window, tile or batch of them) runs eagerly once, is captured as a CUDA graph and replayed after (the same latents bit for bit; the graphs hold their memory while the run lives). Off until its gain is measured (bench-vae runtime fast-graphs)."},
     {.path = "vae.tile_batch", .kind = K::kIntOrAuto, .at = TT_AT(vae.tile_batch), .range = kAtLeastOne,
      .read_by = kVideoSide, .doc = "Windows or tiles of one shape encoded in one batch: more is faster, 1 needs the least memory; auto batches a shape only while the batch holds no more voxels than the largest window or tile, so the encoder's peak stays that of its largest crop alone (as diffusers' one-at-a-time loop)."},
 

@@ -92,6 +92,8 @@ const IdleReason kIdleReasons[] = {
     {kReadSample, "model.activation_checkpointing", "sample runs no backward pass"},
     {kReadSample, "vae.tile_batch", "the decoder decodes one tile at a time"},
     {kReadSample, "vae.memory_share", "sample decodes; the share bounds the encoder"},
+    {kReadSample, "vae.fused_padding", "sample decodes; the setting is the encoder's"},
+    {kReadSample, "vae.cuda_graphs", "sample decodes; the setting is the encoder's"},
     {kReadSample, "validation.", "sample's settings are its flags (--steps, --frames, --guidance, ...)"},
 };
 

@@ -45,6 +45,8 @@ const SafeKey kSafeKeys[] = {
     {"data.text_padding", "text padding kept (masked) or trimmed; the same loss up to rounding"},
     {"vae.tile_batch", "how many VAE tiles go through the encoder at once; the same latents"},
     {"vae.memory_share", "how much of the GPU the encoder may take; the same latents (or a stop at start-up)"},
+    {"vae.fused_padding", "where the encoder's norm writes its output; the same latents"},
+    {"vae.cuda_graphs", "how the encoder's passes are launched; the same latents"},
     // The flow stage measures each sample's motion for metrics.jsonl; the batches do not depend on it
     // (data.min_motion / max_motion and frame_sampler mode motion read the motion cache instead).
     {"data_pipeline.optical_flow.algorithm", "the flow stage's estimator: other motion values in metrics.jsonl; the same batches"},

@@ -38,6 +38,8 @@ std::unique_ptr<TrainingData> make_training_data(const Config& config, const Hun
   options.vae.tiling = config.vae.tiling;
   options.vae.tile_batch = config.vae.tile_batch;
   options.vae.memory_share = config.vae.memory_share;
+  options.vae.fused_padding = config.vae.fused_padding;
+  options.vae.cuda_graphs = config.vae.cuda_graphs;
   options.latent_channels = model.out_channels;
   options.text_dim = model.text_embed_dim;
   options.pooled_dim = model.pooled_projection_dim;
