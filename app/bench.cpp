@@ -102,13 +102,16 @@ void run_bench(const BenchOptions& options) {
         static_cast<double>(gpu_memory(device).total) * std::min(1.0, o.config.train.memory_cap);
     if (o.max_frames) {
       o.frames = longest_clip_frames(probe_config, mc, o.height, o.width, o.batch, o.text_tokens, device, capacity,
-                                     &tried);
+                                     &tried, o.max_frames_checks);
       spdlog::info("bench: the longest clip at {}x{} that fits by the estimate: {} frames; measuring one step at it",
                    o.height, o.width, o.frames);
     }
     const auto started = std::chrono::steady_clock::now();
+    // At a predicted longest clip only the configured checkpointing matters (the other mode's
+    // probes there would cost minutes more).
     estimate = estimate_step_memory(probe_config, mc,
-                                    step_shape_of_clip(o.frames, o.height, o.width, o.batch, o.text_tokens), device);
+                                    step_shape_of_clip(o.frames, o.height, o.width, o.batch, o.text_tokens), device,
+                                    /*both_modes=*/!o.max_frames);
     spdlog::info("bench: {} ({:.1f} s)", describe_estimate(*estimate, capacity),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }

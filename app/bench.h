@@ -31,6 +31,8 @@ struct BenchOptions {
   bool estimate_memory = false;
   /// Replace `frames` with the longest 4n+1 clip the estimate says fits, then measure at it.
   bool max_frames = false;
+  /// With max_frames: estimates around the predicted crossing (0: the prediction alone).
+  int64_t max_frames_checks = 8;
 };
 
 void run_bench(const BenchOptions& options);

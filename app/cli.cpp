@@ -352,6 +352,10 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_flag("--max-frames", bench.options.max_frames,
                       "Predict the longest clip (4n+1 frames) at --height x --width whose step fits the device by the "
                       "estimate, then time one step at it (CUDA; implies --estimate-memory)");
+  bench_cmd->add_option("--max-frames-checks", bench.options.max_frames_checks,
+                        "With --max-frames: estimates probed around the predicted crossing (0: take the "
+                        "line's prediction; each probe of a long clip costs minutes)")
+      ->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--json", bench.options.json_path, "Also write the results as JSON here");
   bench_cmd->add_option("--suite", bench.suite,
                         "model: the Transformer step on synthetic tensors; train: the training loop on synthetic "

@@ -289,7 +289,7 @@ double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, 
 
 int64_t longest_clip_frames(const Config& config, const HunyuanVideoConfig& model, int64_t height, int64_t width,
                             int64_t batch, int64_t text_tokens, const torch::Device& device, double capacity_bytes,
-                            std::vector<std::pair<int64_t, double>>* tried) {
+                            std::vector<std::pair<int64_t, double>>* tried, int64_t neighbour_checks) {
   TT_CHECK(device.is_cuda(), ErrorCode::kConfig, "the longest-clip prediction measures on CUDA (--device cuda)");
   auto peak_at = [&](int64_t latent_frames) {
     const int64_t frames = 4 * (latent_frames - 1) + 1;
@@ -314,9 +314,16 @@ int64_t longest_clip_frames(const Config& config, const HunyuanVideoConfig& mode
   if (std::isfinite(p1) && std::isfinite(p2) && p2 > p1)
     n = n1 + static_cast<int64_t>(std::floor((capacity_bytes - p1) / ((p2 - p1) / static_cast<double>(n2 - n1))));
   n = std::max<int64_t>(n, 1);
+  if (neighbour_checks <= 0) {
+    TT_CHECK_HINT(std::isfinite(p1) && p1 <= capacity_bytes, ErrorCode::kMemory,
+                  "use a smaller size, checkpointing or LoRA", "no clip at ", height, "x", width,
+                  " fits the device by the estimate");
+    return 4 * (n - 1) + 1;
+  }
   double p = peak_at(n);
-  for (int guard = 0; p > capacity_bytes && n > 1 && guard < 8; ++guard) p = peak_at(--n);
-  for (int guard = 0; p <= capacity_bytes && guard < 8; ++guard) {
+  int64_t checks = 1;
+  for (; p > capacity_bytes && n > 1 && checks < neighbour_checks; ++checks) p = peak_at(--n);
+  for (; p <= capacity_bytes && checks < neighbour_checks; ++checks) {
     if (peak_at(n + 1) > capacity_bytes) break;
     n += 1;
   }

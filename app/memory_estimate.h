@@ -91,11 +91,13 @@ double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, 
                          const torch::Device& device, int64_t every_n);
 
 /// The longest clip (4n+1 frames) at height x width whose estimated step fits `capacity_bytes`,
-/// with the config's checkpointing: the estimate at 33 and 65 frames, the linear crossing, then
-/// the neighbours probed until the boundary is found. `tried` gets every (frames, peak bytes).
+/// with the config's checkpointing: the estimate at 33 and 65 frames, the linear crossing, then up
+/// to `neighbour_checks` more estimates around it until the boundary is found (0: the crossing
+/// alone, unprobed; each probe at a long 720p clip costs minutes: attention grows with the square
+/// of the tokens). `tried` gets every (frames, peak bytes).
 int64_t longest_clip_frames(const Config& config, const HunyuanVideoConfig& model, int64_t height, int64_t width,
                             int64_t batch, int64_t text_tokens, const torch::Device& device, double capacity_bytes,
-                            std::vector<std::pair<int64_t, double>>* tried = nullptr);
+                            std::vector<std::pair<int64_t, double>>* tried = nullptr, int64_t neighbour_checks = 8);
 
 /// A table of the estimate for the log: counted parts, activations per sample, the peak as
 /// configured and with / without checkpointing.

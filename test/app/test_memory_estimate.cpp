@@ -157,3 +157,36 @@ TEST_CASE("memory estimate on the GPU: shallow probes extrapolated meet the full
     CHECK(std::abs(e.peak_bytes - measured) <= 0.1 * measured);
   }
 }
+
+TEST_CASE("the longest clip by the estimate: the line's prediction, or the boundary found around it", "[memory][gpu]") {
+  TT_REQUIRE_GPU();
+  const torch::Device cuda(torch::kCUDA, 0);
+  // Wide enough that the activations, not the weights, make the peak (as in the test above).
+  tt::HunyuanVideoConfig model = tt::hunyuan_preset("tiny");
+  model.num_attention_heads = 4;
+  model.attention_head_dim = 64;
+  model.rope_axes_dim = {16, 24, 24};
+  model.num_layers = 2;
+  model.num_single_layers = 2;
+  const tt::Config config = config_of("tele_tron:\n  cuda_graph:\n    enabled: false\n");
+  // A capacity between the estimates at 65 and 129 frames (256x256, batch 1): the boundary lies
+  // between them whatever the GPU.
+  auto peak_at = [&](int64_t frames) {
+    return tt::estimate_step_memory(config, model, tt::step_shape_of_clip(frames, 256, 256, 1, 32), cuda, false)
+        .peak_bytes;
+  };
+  const double capacity = 0.5 * (peak_at(65) + peak_at(129));
+  std::vector<std::pair<int64_t, double>> tried;
+  const int64_t found = tt::longest_clip_frames(config, model, 256, 256, 1, 32, cuda, capacity, &tried);
+  INFO("capacity " << capacity / 1e6 << " MB, longest " << found << " frames after " << tried.size() << " estimates");
+  CHECK((found - 1) % 4 == 0);
+  CHECK(found > 65);
+  CHECK(found < 129);
+  CHECK(peak_at(found) <= capacity);
+  CHECK(peak_at(found + 4) > capacity);
+  // No neighbour checks: the two estimates (33 and 65 frames) and the line's crossing alone.
+  tried.clear();
+  const int64_t predicted = tt::longest_clip_frames(config, model, 256, 256, 1, 32, cuda, capacity, &tried, 0);
+  CHECK(tried.size() == 2);
+  CHECK(std::abs(predicted - found) <= 8);  // the line misses by at most a latent frame or two
+}
