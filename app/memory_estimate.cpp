@@ -174,7 +174,7 @@ bool complete(const ProbePeaks& p) { return std::isfinite(p.p11) && std::isfinit
 
 std::string gib(double bytes) {
   if (!std::isfinite(bytes)) return "(its probe ran out of memory)";
-  return str_cat(std::round(bytes / kGiB * 100.0) / 100.0, " GiB");
+  return gib_text(bytes);
 }
 
 }  // namespace

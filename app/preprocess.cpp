@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -76,13 +75,12 @@ int run_preprocess(const PreprocessOptions& options) {
   const double pass = data->side_memory_bytes(), jobs = std::max(1, options.jobs);
   if (pass > 0) {
     const double total = static_cast<double>(gpu_memory(device).total);
-    const auto gib = [](double bytes) { return std::round(bytes / (1 << 30) * 100.0) / 100.0; };
     TT_CHECK_HINT(jobs * pass <= config.vae.memory_share * total, ErrorCode::kMemory,
                   str_cat("use --jobs ", std::max<int64_t>(1, static_cast<int64_t>(config.vae.memory_share * total / pass)),
                           " or fewer, or raise vae.memory_share"),
-                  "preprocess: ", options.jobs, " jobs encoding at once need up to ", gib(jobs * pass),
-                  " GiB of GPU memory (", gib(pass), " GiB each), more than vae.memory_share = ",
-                  config.vae.memory_share, " of ", gib(total), " GiB");
+                  "preprocess: ", options.jobs, " jobs encoding at once need up to ", gib_text(jobs * pass),
+                  " of GPU memory (", gib_text(pass), " each), more than vae.memory_share = ",
+                  config.vae.memory_share, " of ", gib_text(total));
   }
 
   const fs::path out(options.output);

@@ -885,7 +885,7 @@ void Trainer::check_memory_estimate() {
   const double capacity =
       static_cast<double>(gpu_memory(device_).total) * std::min(1.0, config_.train.memory_cap) - side;
   spdlog::info("{}{} ({:.1f} s; train.memory_check: false skips it)", describe_estimate(estimate, capacity),
-               side > 0 ? fmt::format(" beside the VAE encoder's {:.3f} GiB", side / (1 << 30)) : std::string(),
+               side > 0 ? " beside the VAE encoder's " + gib_text(side) : std::string(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   check_estimate_fits(estimate, config_, capacity);
 }

@@ -2,10 +2,12 @@
 #include "core/device.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 #include <sched.h>
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -165,6 +167,14 @@ int allowed_cpu_count() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
   return CPU_COUNT(&set);
+}
+
+std::string gib_text(double bytes) {
+  const double gib = bytes / static_cast<double>(int64_t{1} << 30);
+  if (std::abs(gib) >= 1.0) return str_cat(std::round(gib * 100.0) / 100.0, " GiB");
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g GiB", gib);
+  return text;
 }
 
 }  // namespace tt

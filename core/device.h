@@ -32,6 +32,9 @@ struct GpuMemory {
   int64_t allocated = 0, peak = 0, total = 0;
 };
 GpuMemory gpu_memory(const torch::Device& device);
+/// Bytes as GiB for messages: two decimals from 1 GiB up ("33.04 GiB", "300 GiB"), three
+/// significant digits below ("0.00412 GiB"), so a small figure is never "0 GiB".
+std::string gib_text(double bytes);
 /// Returns the allocator's cached, unused blocks to the driver (after an out-of-memory error).
 void release_cached_memory(const torch::Device& device);
 

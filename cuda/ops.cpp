@@ -454,6 +454,8 @@ torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor
     shape.pad_front = time;
     shape.pad_side = space;
     run_group_norm(out, x, weight, bias, groups, eps, silu, shape);
+#else
+    TORCH_CHECK(false, "group_norm_silu_padded: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
 #endif
   }
   replicate_pad_borders(out, time, space);

@@ -239,7 +239,6 @@ struct HunyuanVaeImpl::Graphs {
   };
   int device_index;
   GraphPool pool;  // outlives the graphs (each gives its use of the pool back when it goes)
-  std::mutex mutex;
   // By input sizes, dtype, the runtime's layout choices and where every weight lives (a weight that
   // moved, by to() or a layout change, makes new graphs: the old ones read the old storage).
   std::map<std::vector<int64_t>, std::unique_ptr<Pass>> passes;
@@ -250,13 +249,13 @@ struct HunyuanVaeImpl::Graphs {
 
 torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
   const int device = x.device().index();
-  if (!graphs_ || graphs_->device_index != device) graphs_ = std::make_shared<Graphs>(device);
-  Graphs& g = *graphs_;
   std::vector<int64_t> key = x.sizes().vec();
   key.push_back(static_cast<int64_t>(x.scalar_type()));
   key.push_back((runtime_.channels_last ? 1 : 0) | (runtime_.fused_norm ? 2 : 0) | (runtime_.norm_pads ? 4 : 0));
   for (const torch::Tensor& p : parameters()) key.push_back(reinterpret_cast<intptr_t>(p.data_ptr()));
-  std::lock_guard<std::mutex> lock(g.mutex);
+  std::lock_guard<std::mutex> lock(graphs_mutex_);
+  if (!graphs_ || graphs_->device_index != device) graphs_ = std::make_shared<Graphs>(device);
+  Graphs& g = *graphs_;
   std::unique_ptr<Graphs::Pass>& entry = g.passes[key];
   if (!entry) {
     // One eager pass first (cuDNN's algorithm choice and every lazy set-up happen outside the

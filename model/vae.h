@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,7 @@ class HunyuanVaeImpl : public torch::nn::Module {
   std::function<void(const char*)> stage_hook_;
   struct Graphs;  // VaeRuntime::cuda_graphs: the captured passes by input shape (model/vae.cpp)
   std::shared_ptr<Graphs> graphs_;
+  std::mutex graphs_mutex_;  // threads share one VAE: graphs_, its captures and its replays
   torch::Tensor pass(const torch::Tensor& x);  // quant_conv(encoder(x)), x in the weights' layout
   torch::Tensor pass_graphed(const torch::Tensor& x);
   std::vector<torch::Tensor> moments_batched(const std::vector<torch::Tensor>& crops);

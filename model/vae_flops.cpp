@@ -138,20 +138,15 @@ VaeFlops vae_encoder_flops(const HunyuanVaeConfig& c, int64_t batch, int64_t fra
 std::vector<std::pair<std::string, VaeFlops>> vae_encoder_stage_flops(const HunyuanVaeConfig& c, int64_t batch,
                                                                       int64_t frames, int64_t height, int64_t width,
                                                                       const VaeTiling& tiling) {
-  const VaeTilePlan plan = vae_tile_plan(c, frames, height, width, tiling);
   std::vector<std::pair<std::string, VaeFlops>> total;
-  for (const auto& [first, count] : plan.windows)
-    for (int64_t row : plan.tile_rows)
-      for (int64_t col : plan.tile_cols) {
-        const int64_t h = plan.split_space ? std::min(tiling.min_height, height - row) : height;
-        const int64_t w = plan.split_space ? std::min(tiling.min_width, width - col) : width;
-        const auto stages = pass_stages(c, batch, count, h, w);
-        if (total.empty()) {
-          total = stages;
-        } else {
-          for (size_t i = 0; i < stages.size(); ++i) total[i].second += stages[i].second;
-        }
-      }
+  for (const std::vector<int64_t>& crop : vae_crop_shapes(c, batch, frames, height, width, tiling)) {
+    const auto stages = pass_stages(c, crop[0], crop[2], crop[3], crop[4]);  // (B, C, T, H, W)
+    if (total.empty()) {
+      total = stages;
+    } else {
+      for (size_t i = 0; i < stages.size(); ++i) total[i].second += stages[i].second;
+    }
+  }
   return total;
 }
 

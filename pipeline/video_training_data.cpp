@@ -11,6 +11,7 @@
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -84,6 +85,7 @@ class VideoTrainingData : public TrainingData {
   int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
   std::vector<int64_t> latent_shape() const override { return latent_shapes_.front(); }
   int64_t text_length() const override { return text_length_; }
+  double side_memory_bytes() const override { return vae_activation_bytes_; }
   std::string describe() const override {
     std::string buckets;
     for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -175,14 +177,18 @@ class VideoTrainingData : public TrainingData {
     const double total = static_cast<double>(gpu_memory(device_).total);
     const double allowed = options_.vae.memory_share * total;
     std::string largest;
+    std::map<std::vector<int64_t>, double> measured;  // buckets whose largest passes are alike: once
     for (const Bucket& b : buckets_) {
-      const double bytes = pass_bytes(b, tiling_);
+      const std::vector<int64_t> shape = largest_pass(b, tiling_);
+      auto found = measured.find(shape);
+      if (found == measured.end()) found = measured.emplace(shape, pass_bytes(b, shape)).first;
+      const double bytes = found->second;
       if (bytes > allowed) {
         std::string ways;
         if (!tiling_.spatial) {
           VaeTiling tiles = tiling_;
           tiles.temporal = tiles.spatial = true;
-          const double tiled = pass_bytes(b, tiles);
+          const double tiled = pass_bytes(b, largest_pass(b, tiles));
           if (tiled < bytes) ways = str_cat("vae.tiling: on (256-px tiles: ", gib_text(tiled), " for this bucket); ");
         }
         if (options_.vae.tile_batch != kTileBatchAuto) ways += "vae.tile_batch: auto; ";
@@ -206,11 +212,15 @@ class VideoTrainingData : public TrainingData {
                    100.0 * vae_activation_bytes_ / total, 100.0 * options_.vae.memory_share);
   }
 
-  // The allocator's peak above what was allocated before, encoding blank pixels shaped as the
-  // largest pass of `bucket` under `tiling`.
-  double pass_bytes(const Bucket& bucket, const VaeTiling& tiling) {
-    const std::vector<int64_t> shape = vae_largest_pass(vae_->config(), 1, bucket.frames, bucket.height, bucket.width,
-                                                        tiling, options_.vae.tile_batch);
+  // The encoder's input for the largest pass of `bucket` under `tiling` (model/vae.h).
+  std::vector<int64_t> largest_pass(const Bucket& bucket, const VaeTiling& tiling) const {
+    return vae_largest_pass(vae_->config(), 1, bucket.frames, bucket.height, bucket.width, tiling,
+                            options_.vae.tile_batch);
+  }
+
+  // The allocator's peak above what was allocated before, encoding blank pixels of `shape` (the
+  // largest pass of `bucket`, named in errors).
+  double pass_bytes(const Bucket& bucket, const std::vector<int64_t>& shape) {
     torch::NoGradGuard no_grad;
     const torch::Tensor pixels = torch::zeros(shape, torch::TensorOptions().device(device_).dtype(vae_dtype_));
     torch::cuda::synchronize(device_.index());
@@ -232,14 +242,6 @@ class VideoTrainingData : public TrainingData {
     return after.known ? static_cast<double>(std::max<int64_t>(0, after.peak - before)) : 0.0;
   }
 
-  static std::string gib_text(double bytes) {  // three significant digits: 10.9 GiB, 0.00412 GiB
-    return fmt::format("{:.3g} GiB", bytes / static_cast<double>(int64_t{1} << 30));
-  }
-
- public:
-  double side_memory_bytes() const override { return vae_activation_bytes_; }
-
- private:
   // Every row up front: a usable line, a video file that exists, embeddings of the right shapes and
   // one text length. Decoding problems are found while training (or before, by validate-data).
   void check_rows() {

@@ -24,6 +24,17 @@ namespace {
 
 tt::Config config_of(const std::string& yaml) { return tt::load_config_text(yaml, "(test)", {}); }
 
+// The tiny preset widened (4 heads of 64) so that activations, not weights, make a step's peak.
+tt::HunyuanVideoConfig wide_tiny_model(int64_t doubles, int64_t singles) {
+  tt::HunyuanVideoConfig model = tt::hunyuan_preset("tiny");
+  model.num_attention_heads = 4;
+  model.attention_head_dim = 64;
+  model.rope_axes_dim = {16, 24, 24};
+  model.num_layers = doubles;
+  model.num_single_layers = singles;
+  return model;
+}
+
 }  // namespace
 
 TEST_CASE("memory estimate: LoRA's trainable count equals what attach_lora makes", "[memory]") {
@@ -136,12 +147,7 @@ TEST_CASE("memory estimate on the GPU: shallow probes extrapolated meet the full
           "[memory][gpu]") {
   TT_REQUIRE_GPU();
   const torch::Device cuda(torch::kCUDA, 0);
-  tt::HunyuanVideoConfig model = tt::hunyuan_preset("tiny");
-  model.num_attention_heads = 4;
-  model.attention_head_dim = 64;
-  model.rope_axes_dim = {16, 24, 24};
-  model.num_layers = 6;
-  model.num_single_layers = 10;
+  const tt::HunyuanVideoConfig model = wide_tiny_model(6, 10);
   const tt::StepShape shape = tt::step_shape_of_clip(33, 256, 256, 2, 64);
   for (const std::string& yaml :
        {std::string("tele_tron:\n  cuda_graph:\n    enabled: false\n"),
@@ -161,13 +167,7 @@ TEST_CASE("memory estimate on the GPU: shallow probes extrapolated meet the full
 TEST_CASE("the longest clip by the estimate: the line's prediction, or the boundary found around it", "[memory][gpu]") {
   TT_REQUIRE_GPU();
   const torch::Device cuda(torch::kCUDA, 0);
-  // Wide enough that the activations, not the weights, make the peak (as in the test above).
-  tt::HunyuanVideoConfig model = tt::hunyuan_preset("tiny");
-  model.num_attention_heads = 4;
-  model.attention_head_dim = 64;
-  model.rope_axes_dim = {16, 24, 24};
-  model.num_layers = 2;
-  model.num_single_layers = 2;
+  const tt::HunyuanVideoConfig model = wide_tiny_model(2, 2);
   const tt::Config config = config_of("tele_tron:\n  cuda_graph:\n    enabled: false\n");
   // A capacity between the estimates at 65 and 129 frames (256x256, batch 1): the boundary lies
   // between them whatever the GPU.
