@@ -186,10 +186,17 @@ class VideoTrainingData : public TrainingData {
       if (bytes > allowed) {
         std::string ways;
         if (!tiling_.spatial) {
+          // Offered only where tiles split the bucket's pass: the same shape measured twice can differ
+          // (the first run includes cuDNN's algorithm search), which must not pass for a saving.
           VaeTiling tiles = tiling_;
           tiles.temporal = tiles.spatial = true;
-          const double tiled = pass_bytes(b, largest_pass(b, tiles));
-          if (tiled < bytes) ways = str_cat("vae.tiling: on (256-px tiles: ", gib_text(tiled), " for this bucket); ");
+          const std::vector<int64_t> tiled_shape = largest_pass(b, tiles);
+          if (tiled_shape != shape) {
+            auto tiled = measured.find(tiled_shape);
+            if (tiled == measured.end()) tiled = measured.emplace(tiled_shape, pass_bytes(b, tiled_shape)).first;
+            if (tiled->second < bytes)
+              ways = str_cat("vae.tiling: on (256-px tiles: ", gib_text(tiled->second), " for this bucket); ");
+          }
         }
         if (options_.vae.tile_batch != kTileBatchAuto) ways += "vae.tile_batch: auto; ";
         throw Error(ErrorCode::kMemory,

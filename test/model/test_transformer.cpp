@@ -105,7 +105,7 @@ TEST_CASE("a model built onto a device and dtype equals one built on the host an
 
 TEST_CASE("a model built onto the GPU in bf16 equals one built on the host and moved", "[model][gpu]") {
   TT_REQUIRE_GPU();
-  check_placed_equals_moved(torch::Device(torch::kCUDA), torch::kBFloat16);
+  check_placed_equals_moved(torch::Device(torch::kCUDA, 0), torch::kBFloat16);  // tensors report cuda:0, not cuda
 }
 
 TEST_CASE("shapes, zero-initialised output and finite values", "[model]") {
