@@ -16,6 +16,8 @@
 #                                  and scripts/bench_augment_peer.py (Albumentations from
 #                                  .wheels/albu when carried, else torchvision's transforms).
 #   scripts/gpu_flow.sh training   the same with its training rows (CORES, default 2,4,8,16; STEPS 8).
+#   scripts/gpu_flow.sh all        bench --suite all on .benchclips: the model step, the flow rows and the
+#                                  pipeline with its training rows per core count, in one output (560 s).
 # Several parts may be named: scripts/gpu_flow.sh bench pictures
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -77,6 +79,15 @@ for part in "$@"; do
         --warmup 3 --steps "${STEPS:-8}" --json "$out/pipeline_training.json" 2>&1 | tee "$out/pipeline_training.log" |
         sed -n '/^| stage/,$p' | tee -a "$out/summary.txt"
       ;;
-    *) echo "bench, pictures, epe, pipeline or training" >&2; exit 2 ;;
+    all)
+      # Issue 13's `bench --suite all`: the 1b step, the flow rows (CPU reference in 16 workers, TV-L1
+      # CUDA, NVOFA), the pipeline's stages and its training rows per core count (CORES), one output.
+      clips=$(ls "$root"/.benchclips/*.mp4 2>/dev/null | paste -sd, -)
+      [ -n "$clips" ] || { echo "all: no clips in .benchclips"; continue; }
+      timeout 560 "$tt" bench --suite all --device cuda --clips "$clips" --cores "${CORES:-2,4,8,16}" --cpu-workers 16 \
+        --warmup 3 --steps "${STEPS:-8}" --json "$out/all.json" --plot "$out/all.svg" 2>&1 | tee "$out/all.log" |
+        grep -E '^\||^(MFU|step|flow|end-point)' | tee -a "$out/summary.txt"
+      ;;
+    *) echo "bench, pictures, epe, pipeline, training or all" >&2; exit 2 ;;
   esac
 done
