@@ -550,6 +550,11 @@ std::string Loader::where_set(const std::vector<std::string>& paths) const {
 
 void Loader::check_dynamic_batch() {
   const DynamicBatchSection& d = config_->dynamic_batch;
+  if (d.mode == "token_budget" && !config_->batch_size_dynamic) {
+    errors_.push_back(str_cat(full_path("dynamic_batch.mode"), ": token_budget sizes each bucket's global batch, which "
+                              "needs batch_size: dynamic (", where_set({"dynamic_batch.mode", "batch_size"}),
+                              "); set batch_size: dynamic or dynamic_batch.mode: memory"));
+  }
   if (d.max < d.min) {
     errors_.push_back(str_cat(full_path("dynamic_batch.max"), ": must be >= dynamic_batch.min (",
                               d.min, "), got ", d.max, " (",

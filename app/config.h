@@ -110,6 +110,9 @@ struct DynamicBatchSection {
   double memory_fraction = 0.9;
   int64_t min = 1, max = 256;
   std::optional<int64_t> global_batch;  // samples per optimizer step; null = initial × gradient_accumulation
+  // memory: every bucket's step holds global_batch samples. token_budget: the bucket with the most
+  // video tokens holds global_batch, each other about the same tokens (pipeline/data_cursor.h).
+  std::string mode = "memory";
 
   bool operator==(const DynamicBatchSection&) const = default;
 };

@@ -203,6 +203,8 @@ const ConfigField kFields[] = {
      .read_by = kT, .doc = "batch_size: dynamic: the largest micro-batch (at least dynamic_batch.min)."},
     {.path = "dynamic_batch.global_batch", .kind = K::kOptInt, .at = TT_AT(dynamic_batch.global_batch), .range = kAtLeastOne,
      .read_by = kT, .doc = "batch_size: dynamic: samples per optimizer step, whatever the micro-batches; null = initial x gradient_accumulation."},
+    {.path = "dynamic_batch.mode", .kind = K::kString, .at = TT_AT(dynamic_batch.mode), .choices = "memory|token_budget",
+     .read_by = kT, .doc = "batch_size: dynamic: memory = every bucket's step holds the global batch; token_budget = the bucket with the most video tokens holds it and every other bucket floor(global batch x its tokens / that bucket's tokens) samples, so each step trains on about the same tokens (the learning rate stays per step)."},
     {.path = "gradient_accumulation", .kind = K::kInt, .at = TT_AT(gradient_accumulation), .range = kAtLeastOne,
      .read_by = kT, .doc = "Micro-batches whose gradients add up to one optimizer step (samples per step = batch_size x this)."},
 

@@ -91,6 +91,14 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   cursor_.row_bucket = dataset_->row_buckets();
   cursor_.step_samples = global_batch_of(config_).samples();
   dynamic_ = config_.batch_size_dynamic;
+  if (dynamic_ && config_.dynamic_batch.mode == "token_budget" && !cursor_.row_bucket.empty()) {
+    // Video tokens per sample of each bucket (the latents patched as the model patches them).
+    std::vector<int64_t> tokens;
+    for (const std::vector<int64_t>& shape : dataset_->bucket_latent_shapes())
+      tokens.push_back((shape[1] / model_config_.patch_size_t) * (shape[2] / model_config_.patch_size) *
+                       (shape[3] / model_config_.patch_size));
+    cursor_.bucket_samples = token_budget_samples(tokens, cursor_.step_samples);
+  }
   check_memory_estimate();
 
   torch::manual_seed(static_cast<uint64_t>(config_.train.seed));
@@ -212,9 +220,19 @@ void Trainer::announce() const {
                dataset_->size(), shape[0], shape[1], shape[2], shape[3], dataset_->text_length());
   if (dynamic_) {
     const DynamicBatchSection& d = config_.dynamic_batch;
-    spdlog::info("batch: dynamic, {} samples per step; micro-batches from {} within [{}, {}]{}; {} steps; lr {:g} "
+    std::string per_step = str_cat(cursor_.step_samples, " samples per step");
+    if (!cursor_.bucket_samples.empty()) {
+      // token_budget: each bucket's step, by its latent shape.
+      const auto shapes = dataset_->bucket_latent_shapes();
+      per_step = str_cat(cursor_.step_samples, " samples per step at the most tokens, token budget per bucket:");
+      for (size_t b = 0; b < cursor_.bucket_samples.size(); ++b)
+        per_step += str_cat(b == 0 ? " " : ", ", c10::IntArrayRef(shapes[b]).slice(1), " ", cursor_.bucket_samples[b]);
+    } else if (d.mode == "token_budget") {
+      per_step += " (dynamic_batch.mode: token_budget has one bucket here: the same as memory)";
+    }
+    spdlog::info("batch: dynamic, {}; micro-batches from {} within [{}, {}]{}; {} steps; lr {:g} "
                  "({} warmup, {})",
-                 cursor_.step_samples, d.initial, d.min, d.max,
+                 per_step, d.initial, d.min, d.max,
                  device_.is_cuda() ? str_cat(", sized per bucket to ", 100.0 * memory_budget(), " % of GPU memory")
                                    : std::string(" (no GPU memory to size them to)"),
                  config_.train.max_steps, config_.optimizer.lr, config_.optimizer.warmup_steps,
@@ -282,8 +300,9 @@ LatentBatch Trainer::next_batch(std::vector<int64_t>* rows) {
     return std::move(item.batch);
   }
   std::vector<int64_t> epochs;
-  const std::vector<int64_t> indices =
-      cursor_.next(fetch_size(), dataset_->size(), static_cast<uint64_t>(config_.train.seed), &epochs);
+  const auto seed = static_cast<uint64_t>(config_.train.seed);
+  const std::vector<int64_t> indices = dynamic_ ? cursor_.next_group(dataset_->size(), seed, &epochs)
+                                                : cursor_.next(fetch_size(), dataset_->size(), seed, &epochs);
   LatentBatch batch = stage(dataset_->get_batch(indices, epochs));
   if (batch_trace_) trace_batch(indices, epochs, batch);
   if (rows) *rows = indices;
@@ -394,6 +413,8 @@ void Trainer::train_step() {
   const int64_t micro_steps = config_.gradient_accumulation;
   const double weight = 1.0 / static_cast<double>(micro_steps);
   last_micro_batch_ = config_.batch_size;
+  last_step_samples_ = cursor_.step_samples;
+  window_samples_ += cursor_.step_samples;
   if (!graphs_) {
     // Eager: each micro-batch is read while the one before it runs.
     begin_step();
@@ -550,6 +571,8 @@ void Trainer::dynamic_step() {
       const bool inject_oom = attempt == 0 && faults_.at(Fault::kOom, step_ + 1);
       run_step(parts, measure || step_fault_at(step_ + 1), inject_oom, &text);
       last_micro_batch_ = size;
+      last_step_samples_ = total;
+      window_samples_ += total;
       if (measure) choose_micro_batch(bucket, size, before, gpu_memory(device_));
       return;
     } catch (const c10::OutOfMemoryError& error) {
@@ -581,13 +604,14 @@ void Trainer::choose_micro_batch(int64_t bucket, int64_t measured_size, const Gp
   const double room =
       memory_budget() * static_cast<double>(after.total) - static_cast<double>(fixed) - dataset_->side_memory_bytes();
   const int64_t fits = room > 0 ? static_cast<int64_t>(room / per_sample) : 0;
-  const int64_t chosen = std::clamp(fits, limits.min, std::max(limits.min, std::min(limits.max, cursor_.step_samples)));
+  const int64_t step_samples = cursor_.samples_of(bucket);
+  const int64_t chosen = std::clamp(fits, limits.min, std::max(limits.min, std::min(limits.max, step_samples)));
   micro_batch_[bucket] = chosen;
   spdlog::info("dynamic batch: bucket {}: {:.2f} GiB per sample at its peak (micro-batch {}), {:.0f} % of {:.1f} GiB "
                "allowed: micro-batches of {} ({} per step of {} samples)",
                bucket, per_sample / (1u << 30), measured_size, 100.0 * memory_budget(),
-               static_cast<double>(after.total) / (1u << 30), chosen, (cursor_.step_samples + chosen - 1) / chosen,
-               cursor_.step_samples);
+               static_cast<double>(after.total) / (1u << 30), chosen, (step_samples + chosen - 1) / chosen,
+               step_samples);
 }
 
 void Trainer::finish_step() {
@@ -733,7 +757,8 @@ void Trainer::run() {
         ahead, device_,
         [this, seed] {
           PlannedBatch plan;
-          plan.indices = producer_cursor_.next(fetch_size(), dataset_->size(), seed, &plan.epochs);
+          plan.indices = dynamic_ ? producer_cursor_.next_group(dataset_->size(), seed, &plan.epochs)
+                                  : producer_cursor_.next(fetch_size(), dataset_->size(), seed, &plan.epochs);
           plan.epoch_after = producer_cursor_.position.epoch;
           plan.index_after = producer_cursor_.position.index;
           return plan;
@@ -764,7 +789,6 @@ void Trainer::run() {
     spdlog::info("already at step {} of {}: nothing to train (raise --max-steps to continue)", step_, max_steps);
     return;
   }
-  const int64_t samples_per_step = cursor_.step_samples;
   const int64_t start_step = step_;
   auto run_start = Clock::now();
   auto window_start = Clock::now();
@@ -801,7 +825,8 @@ void Trainer::run() {
     const int64_t window_steps = step_ - window_first + 1;
     const double window_s = seconds_since(window_start);
     const double loss = loss_sum_.item<double>() / window_steps;
-    const double samples_per_s = window_steps * samples_per_step / std::max(window_s, 1e-9);
+    // Samples the window's steps trained on (token_budget: their count varies with the bucket).
+    const double samples_per_s = static_cast<double>(window_samples_) / std::max(window_s, 1e-9);
     const double step_ms = 1000.0 * window_s / window_steps;
     // The first step pays for allocator warm-up and kernel selection: no ETA from it.
     const std::string eta =
@@ -828,7 +853,8 @@ void Trainer::run() {
                             {"peak_mem_gb", peak_memory_gb(device_)},
                             {"epoch", position_.epoch},
                             {"skipped_steps", static_cast<int64_t>(nonfinite_.item<double>())},
-                            {"micro_batch", last_micro_batch_}};
+                            {"micro_batch", last_micro_batch_},
+                            {"step_samples", last_step_samples_}};
       if (scaler_->enabled()) row["loss_scale"] = scaler_->scale().item<double>();
       if (dynamic_) row["oom_retries"] = oom_retries_;
       if (graphs_) {
@@ -856,6 +882,7 @@ void Trainer::run() {
       nonfinite_.zero_();
       oom_retries_ = 0;
       data_wait_s_ = 0.0;
+      window_samples_ = 0;
       window_first = step_ + 1;
       window_start = Clock::now();
     }

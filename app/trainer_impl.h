@@ -189,6 +189,8 @@ class Trainer {
   std::map<int64_t, int64_t> micro_batch_;  // dynamic: bucket (0 without buckets) -> micro-batch (checkpointed)
   std::set<int64_t> measured_;              // dynamic: buckets whose memory per sample was measured
   int64_t last_micro_batch_ = 0;            // the last step's micro-batch (metrics)
+  int64_t last_step_samples_ = 0;           // the last step's samples (metrics; token_budget varies it)
+  int64_t window_samples_ = 0;              // samples of the steps since the last log row (samples/s)
   int64_t oom_retries_ = 0;                 // dynamic: steps run again after out-of-memory, since the last report
   std::unique_ptr<TrainingData> dataset_;
   std::optional<CaptionDropout> caption_dropout_;  // data.caption_dropout > 0 (its embedding on device_)

@@ -56,6 +56,7 @@ void Trainer::save_checkpoint() {
                        {"rows", dataset_->size()},
                        {"unit", "sample"},
                        {"step_samples", cursor_.step_samples},
+                       {"bucket_samples", cursor_.bucket_samples},
                        {"manifest_hash", dataset_->content_hash()}};
   ckpt.info["seed"] = config_.train.seed;
   ckpt.info["device"] = device_.str();
@@ -198,6 +199,12 @@ void Trainer::resume_from(const std::string& folder) {
   if (!cursor_.row_bucket.empty() && step_samples != cursor_.step_samples) {
     spdlog::warn("resume: the global batch changed from {} to {} samples: the buckets are dealt into groups of the "
                  "new size, so the data order restarts at the next epoch", step_samples, cursor_.step_samples);
+    restart_epoch_ = true;
+  } else if (!cursor_.row_bucket.empty() &&
+             data.value("bucket_samples", std::vector<int64_t>{}) != cursor_.bucket_samples) {
+    // token_budget's groups follow the buckets' shapes (another VAE or bucket list changes them).
+    spdlog::warn("resume: the buckets' global batches (dynamic_batch.mode: token_budget) changed: the buckets are "
+                 "dealt into groups of the new sizes, so the data order restarts at the next epoch");
     restart_epoch_ = true;
   }
   if (rows != dataset_->size()) {

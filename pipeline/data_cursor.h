@@ -10,6 +10,8 @@
 // position.index counts samples either way, and the sequence follows from (seed, epoch, global
 // batch) alone: a resume continues it exactly, also when the global batch is split differently
 // (batch_size × gradient_accumulation, later × ranks).
+// dynamic_batch.mode: token_budget gives each bucket a group size of its own (bucket_samples,
+// token_budget_samples below); batch_size: dynamic then takes whole groups (next_group).
 #pragma once
 
 #include <cstdint>
@@ -29,14 +31,29 @@ struct DataCursor {
   int64_t order_epoch = -1;
   int64_t step_samples = 1;         // samples per optimizer step (the global batch)
   std::vector<int64_t> row_bucket;  // empty: no buckets
+  std::vector<int64_t> bucket_samples;  // bucket mode: each bucket's group size; empty: step_samples for all
   std::vector<int64_t> dealt;       // the epoch's groups back to back (bucket mode)
 
+  /// Samples per optimizer step of `bucket` (bucket_samples, else step_samples).
+  int64_t samples_of(int64_t bucket) const;
   /// The next `count` rows of a dataset of `size` rows; the epoch of each is appended to `epochs`.
-  /// Bucket mode: TT_ERR_DATA when no bucket holds step_samples rows.
+  /// Bucket mode: TT_ERR_DATA when no bucket holds a group; `count` must divide every group size.
   std::vector<int64_t> next(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs);
+  /// One optimizer step's rows: the next group in bucket mode (its bucket's size), else the next
+  /// step_samples rows.
+  std::vector<int64_t> next_group(int64_t size, uint64_t seed, std::vector<int64_t>* epochs);
 
  private:
+  /// Bucket mode: deals the epoch's groups when the epoch changed and moves to the next epoch while
+  /// the current one has nothing left (TT_ERR_DATA after two empty epochs).
+  void ready_bucketed(int64_t size, uint64_t seed);
   std::vector<int64_t> next_bucketed(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs);
 };
+
+/// dynamic_batch.mode: token_budget: each bucket's samples per step from its video tokens per
+/// sample: the bucket with the most tokens gets `global_batch`, every other one
+/// floor(global_batch × most / its tokens) samples (at least 1), so every step holds about
+/// global_batch × most tokens.
+std::vector<int64_t> token_budget_samples(const std::vector<int64_t>& tokens, int64_t global_batch);
 
 }  // namespace tt

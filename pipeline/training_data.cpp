@@ -21,6 +21,7 @@ class LatentTrainingData : public TrainingData {
   std::vector<int64_t> latent_shape() const override { return dataset_->latent_shape(); }
   int64_t text_length() const override { return dataset_->text_length(); }
   std::vector<int64_t> row_buckets() const override { return dataset_->row_buckets(); }
+  std::vector<std::vector<int64_t>> bucket_latent_shapes() const override { return dataset_->bucket_shapes(); }
   std::string describe() const override {
     const size_t buckets = dataset_->bucket_shapes().size();
     return str_cat(manifest_, " (cached latents", buckets > 1 ? str_cat(", ", buckets, " latent shapes: one bucket each") : "",

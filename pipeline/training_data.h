@@ -51,6 +51,9 @@ class TrainingData {
   /// latents: index of the row's latent shape among the distinct ones); empty when every sample
   /// has one shape, and the trainer then batches samples in epoch order.
   virtual std::vector<int64_t> row_buckets() const { return {}; }
+  /// (C, T', H', W') of each bucket's latents, in the order row_buckets() numbers them (one shape,
+  /// latent_shape(), without buckets).
+  virtual std::vector<std::vector<int64_t>> bucket_latent_shapes() const { return {latent_shape()}; }
   /// Totals since the last call of the samples whose timing events (and motion scores) have
   /// completed; never waits.
   virtual PipelineGpuTime take_gpu_time() { return {}; }

@@ -81,6 +81,7 @@ class VideoTrainingData : public TrainingData {
   }
 
   std::vector<int64_t> row_buckets() const override { return row_bucket_; }
+  std::vector<std::vector<int64_t>> bucket_latent_shapes() const override { return latent_shapes_; }
 
   int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
   std::vector<int64_t> latent_shape() const override { return latent_shapes_.front(); }

@@ -401,6 +401,11 @@ TEST_CASE("wrong types and out-of-range values name the expected form", "[config
       {"tele_tron:\n  dynamic_batch: {min: 64}\n",
        "tele_tron.dynamic_batch.initial: must be within [dynamic_batch.min, dynamic_batch.max] = "
        "[64, 256], got 32"},
+      {"tele_tron:\n  dynamic_batch: {mode: tokens}\n",
+       "tele_tron.dynamic_batch.mode: must be one of memory | token_budget, got tokens"},
+      {"tele_tron:\n  batch_size: 2\n  dynamic_batch: {mode: token_budget}\n",
+       "tele_tron.dynamic_batch.mode: token_budget sizes each bucket's global batch, which needs batch_size: dynamic "
+       "(config.yaml:3:"},
       {"tele_tron:\n  distributed: {zero_stage: 4}\n",
        "tele_tron.distributed.zero_stage: must be in [0, 3], got 4"},
       {"tele_tron:\n  cuda_graph: {threshold: 11}\n",

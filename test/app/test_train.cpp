@@ -787,13 +787,14 @@ TEST_CASE("CUDA graphs on the GPU: a resumed run captures again and replays; its
   CHECK(worst <= kGraphTolerance);
 }
 
-TEST_CASE("cached latents of two shapes train as two buckets: every batch one shape, micro-batches per bucket",
-          "[train][data][dynamic]") {
-  TempDir dir("tt_latent_buckets");
+namespace {
+
+// config.yaml (small_train_config) and a manifest of four samples of (16, 2, 8, 8) latents (rows 0-3)
+// then four of (16, 3, 4, 8) (rows 4-7) in `dir`; returns the config's path.
+std::string write_two_shape_data(const TempDir& dir) {
   const std::string config = dir / "config.yaml";
   const std::string manifest = dir / "data/manifest.jsonl";
   tt::test::write_file(config, tt::test::small_train_config(manifest));
-  // Four samples of (16, 2, 8, 8) latents, then four of (16, 3, 4, 8), in one manifest.
   std::string rows;
   const std::pair<const char*, const char*> shapes[] = {{"a", "[{frames: 5, height: 64, width: 64}]"},
                                                         {"b", "[{frames: 9, height: 32, width: 64}]"}};
@@ -810,6 +811,15 @@ TEST_CASE("cached latents of two shapes train as two buckets: every batch one sh
     }
   }
   tt::test::write_file(manifest, rows);
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("cached latents of two shapes train as two buckets: every batch one shape, micro-batches per bucket",
+          "[train][data][dynamic]") {
+  TempDir dir("tt_latent_buckets");
+  const std::string config = write_two_shape_data(dir);
   const std::string run = dir / "run";
   const std::string trace = dir / "batches.trace";
   auto result = train_traced(config, run, trace,
@@ -830,6 +840,45 @@ TEST_CASE("cached latents of two shapes train as two buckets: every batch one sh
   CHECK(of_b > 0);
   CHECK(of_b < 8);
   CHECK(tt::checkpoint::load(run + "/checkpoints/step_0000008").state.at("dynamic.micro_batches").size(0) == 2);
+}
+
+TEST_CASE("dynamic_batch.mode token_budget: each bucket's step holds about the same tokens; a resume takes the same "
+          "groups",
+          "[train][data][dynamic]") {
+  TempDir dir("tt_token_budget");
+  const std::string config = write_two_shape_data(dir);
+  // Video tokens per sample: (16, 2, 8, 8) latents patched 1x2x2 are 32, (16, 3, 4, 8) 24. Global
+  // batch 3 at 32 tokens: bucket a steps of 3 samples, bucket b of floor(3 x 32 / 24) = 4.
+  const std::string sets = "--set batch_size=dynamic --set dynamic_batch.initial=2 --set dynamic_batch.min=1 "
+                           "--set dynamic_batch.global_batch=3 --set dynamic_batch.mode=token_budget";
+  const std::string straight = dir / "straight";
+  auto result = train_traced(config, straight, dir / "straight.trace", sets);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("batch: dynamic, 3 samples per step at the most tokens, token budget per "
+                                              "bucket: [2, 8, 8] 3, [3, 4, 8] 4;"));
+  const std::vector<nlohmann::json> steps = read_metrics(dir / "straight.trace");
+  const std::vector<nlohmann::json> rows = read_metrics(straight + "/metrics.jsonl");
+  REQUIRE(steps.size() == 8);  // one whole group per step
+  REQUIRE(rows.size() == 8);
+  int of_b = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    INFO(steps[i].dump());
+    const bool b = steps[i]["indices"][0].get<int64_t>() >= 4;
+    of_b += b ? 1 : 0;
+    for (const auto& row : steps[i]["indices"]) CHECK((row.get<int64_t>() >= 4) == b);
+    CHECK(steps[i]["indices"].size() == (b ? 4u : 3u));
+    CHECK(rows[i]["step_samples"].get<int64_t>() == (b ? 4 : 3));
+  }
+  CHECK(of_b == 4);  // each epoch one group of each bucket (bucket a's fourth row waits)
+  // Stopped after 3 steps and resumed: the same groups, the same weights.
+  const std::string split = dir / "split";
+  REQUIRE(train_traced(config, split, dir / "split.trace", sets + " --max-steps 3").exit_code == 0);
+  auto resumed = train_traced(config, split, dir / "split.trace", sets + " --resume auto");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(traced_rows(dir / "split.trace") == traced_rows(dir / "straight.trace"));
+  check_same_checkpoints(straight + "/checkpoints/step_0000008", split + "/checkpoints/step_0000008");
 }
 
 // Cached latents read ahead (data.prefetch, the default 2) against inside the step (0): the same

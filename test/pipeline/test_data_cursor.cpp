@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/errors.h"
@@ -77,6 +78,80 @@ TEST_CASE("with buckets a micro-batch never mixes buckets, partial groups are dr
       FAIL("no error");
     } catch (const tt::Error& error) {
       CHECK(error.code() == tt::ErrorCode::kData);
+    }
+  }
+}
+
+TEST_CASE("token budget: the bucket with the most tokens keeps the global batch, the others about its tokens",
+          "[data_cursor][dynamic]") {
+  CHECK(tt::token_budget_samples({32, 24, 8}, 3) == std::vector<int64_t>{3, 4, 12});
+  CHECK(tt::token_budget_samples({100, 7}, 1) == std::vector<int64_t>{1, 14});
+  CHECK(tt::token_budget_samples({5, 50}, 2) == std::vector<int64_t>{20, 2});
+  CHECK(tt::token_budget_samples({10}, 4) == std::vector<int64_t>{4});
+}
+
+TEST_CASE("groups of each bucket's own size: next_group takes one whole group, never mixing buckets; a copy at any "
+          "position continues the same sequence",
+          "[data_cursor][dynamic]") {
+  // 12 rows: bucket 0 has 7, bucket 1 has 5. Bucket 0 steps of 2, bucket 1 steps of 3: per epoch
+  // three groups of bucket 0 (one row left) and one of bucket 1 (two rows left).
+  const std::vector<int64_t> row_bucket = {0, 1, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0};
+  tt::DataCursor cursor;
+  cursor.row_bucket = row_bucket;
+  cursor.step_samples = 2;
+  cursor.bucket_samples = {2, 3};
+  CHECK(cursor.samples_of(0) == 2);
+  CHECK(cursor.samples_of(1) == 3);
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<int64_t> epochs;
+  tt::DataCursor copy;
+  for (int k = 0; k < 12; ++k) {
+    if (k == 5) copy = cursor;  // inside epoch 1, after its first group
+    groups.push_back(cursor.next_group(12, 9, &epochs));
+  }
+  int per_epoch[2][2] = {{0, 0}, {0, 0}};
+  size_t at = 0;
+  for (const auto& group : groups) {
+    const int64_t bucket = row_bucket[static_cast<size_t>(group.front())];
+    INFO("group of " << group.size() << " rows, bucket " << bucket);
+    CHECK(static_cast<int64_t>(group.size()) == (bucket == 0 ? 2 : 3));
+    for (int64_t row : group) CHECK(row_bucket[static_cast<size_t>(row)] == bucket);
+    const int64_t epoch = epochs[at];
+    for (size_t j = at; j < at + group.size(); ++j) CHECK(epochs[j] == epoch);
+    if (epoch < 2) per_epoch[epoch][bucket] += 1;
+    at += group.size();
+  }
+  CHECK(per_epoch[0][0] == 3);
+  CHECK(per_epoch[0][1] == 1);
+  CHECK(per_epoch[1][0] == 3);
+  CHECK(per_epoch[1][1] == 1);
+  // The copy made after five groups draws groups 6-12 again.
+  std::vector<int64_t> copy_epochs;
+  for (int k = 5; k < 12; ++k) CHECK(copy.next_group(12, 9, &copy_epochs) == groups[static_cast<size_t>(k)]);
+  // Without per-bucket sizes next_group is next(step_samples).
+  tt::DataCursor plain, by_next;
+  plain.row_bucket = by_next.row_bucket = row_bucket;
+  plain.step_samples = by_next.step_samples = 2;
+  std::vector<int64_t> e1, e2;
+  for (int k = 0; k < 6; ++k) CHECK(plain.next_group(12, 9, &e1) == by_next.next(2, 12, 9, &e2));
+  SECTION("a bucket that never fills its group is left out; none filling any is TT_ERR_DATA") {
+    tt::DataCursor big;
+    big.row_bucket = row_bucket;
+    big.step_samples = 2;
+    big.bucket_samples = {8, 6};
+    std::vector<int64_t> none;
+    try {
+      (void)big.next_group(12, 9, &none);
+      FAIL("no error");
+    } catch (const tt::Error& error) {
+      CHECK(error.code() == tt::ErrorCode::kData);
+      CHECK(std::string(error.what()).find("token_budget") != std::string::npos);
+    }
+    big.bucket_samples = {8, 5};  // bucket 1's five rows make one group per epoch
+    for (int k = 0; k < 3; ++k) {
+      const std::vector<int64_t> group = big.next_group(12, 9, &none);
+      CHECK(group.size() == 5);
+      for (int64_t row : group) CHECK(row_bucket[static_cast<size_t>(row)] == 1);
     }
   }
 }
