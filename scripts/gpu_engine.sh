@@ -10,9 +10,10 @@
 #   scripts/gpu_engine.sh small [ARGS]     the same at 33x256x256 (16x9x32x32 latents), where launch
 #                                          overhead matters: main today against + CUDA Graphs, twice.
 #   scripts/gpu_engine.sh buckets [ARGS]   benchmark (c): mixed buckets 33x256x256, 33x480x832,
-#                                          65x256x448: main today and + CUDA Graphs at the fixed micro-batch
-#                                          (--batch x --accumulation), + dynamic batch and full stack at the
-#                                          same global batch.
+#                                          65x256x448 at GLOBAL samples per step (16): main today and + CUDA
+#                                          Graphs at the best fixed micro-batch (BATCH, else found by a probe
+#                                          of the dynamic row), + dynamic batch and full stack at the same
+#                                          global batch; eager rows and graph rows in two bench runs.
 #   scripts/gpu_engine.sh curves [STEPS]   benchmark (d): loss curves on the 1b preset at 16x9x32x32
 #                                          latents, STEPS steps (default 300), same data and seed, for
 #                                          fp32, bf16, fp16, bf16 + graphs, bf16 + dynamic batch; the
@@ -66,10 +67,35 @@ case "$part" in
   ablation) bench ablation --ablation --rows "${ROWS:-1,2,3,4,5,6,7,8}" --warmup "${WARMUP:-10}" --steps "${STEPS:-30}" "$@" ;;
   small) bench small --ablation --rows "${ROWS:-2,3,2,3}" --frames 33 --height 256 --width 256 --warmup "${WARMUP:-10}" \
            --steps "${STEPS:-30}" "$@" ;;
-  # Every bucket warms up on its own (3 trimmed + 3 padded steps, the capture, 2 replays in the auto
-  # rows), about a third of the steps each: 30 warm-up steps cover the three.
-  buckets) bench buckets --ablation --rows "${ROWS:-2,3,4,6}" --buckets 33x256x256,33x480x832,65x256x448 --samples 24 \
-             --warmup "${WARMUP:-30}" --steps "${STEPS:-20}" "$@" ;;
+  # Benchmark (c) at a global batch of GLOBAL samples (default 16: the 1b preset's largest bucket fits
+  # about 9 samples of 33x480x832 in 90 % of the H200, so a smaller global batch leaves dynamic
+  # batching nothing to choose). The fixed rows' micro-batch is BATCH, by default the best fixed one:
+  # a probe runs the dynamic row first, whose first step in each bucket measures its memory per
+  # sample, and takes the smallest micro-batch it chose, down to a divisor of GLOBAL. Then the eager
+  # rows (main today against + dynamic batch: few warm-up steps) and the graph rows (each bucket
+  # warms up on its own: 3 trimmed + 3 padded steps, the capture, 2 replays, so ~10 steps a bucket).
+  buckets)
+    global=${GLOBAL:-16}
+    shapes=33x256x256,33x480x832,65x256x448
+    if [ -z "${BATCH:-}" ]; then
+      timeout "${PROBE_TIMEOUT:-240}" "$tt" bench --suite train --ablation --rows 4 --buckets "$shapes" \
+        --samples $((3 * global)) --batch 1 --accumulation "$global" --warmup 5 --steps 1 --profile-steps 0 \
+        >"$out/buckets_probe.log" 2>&1
+      fits=$(grep -E "dynamic batch: bucket" "$out/buckets_probe.log" | grep -oE "allowed: micro-batches of [0-9]+" |
+        grep -oE "[0-9]+$" | sort -n | head -1)
+      [ -n "$fits" ] || { echo "buckets: the probe chose no micro-batch (buckets_probe.log)" | tee -a "$out/summary.txt"; tail -5 "$out/buckets_probe.log"; exit 1; }
+      BATCH=1
+      for b in $(seq 1 "$global"); do [ $((global % b)) -eq 0 ] && [ "$b" -le "$fits" ] && BATCH=$b; done
+      grep -E "dynamic batch: bucket" "$out/buckets_probe.log" | tee -a "$out/summary.txt"
+      echo "buckets: the best fixed micro-batch for all three buckets: $BATCH (the dynamic row's smallest choice $fits, down to a divisor of $global)" |
+        tee -a "$out/summary.txt"
+    fi
+    common=(--buckets "$shapes" --samples $((3 * global)) --batch "$BATCH" --accumulation $((global / BATCH)))
+    bench buckets_eager --ablation --rows "${EAGER_ROWS:-2,4}" "${common[@]}" --warmup "${EAGER_WARMUP:-6}" \
+      --steps "${STEPS:-12}" "$@"
+    bench buckets_graphs --ablation --rows "${GRAPH_ROWS:-3,6}" "${common[@]}" --warmup "${WARMUP:-30}" \
+      --steps "${STEPS:-12}" "$@"
+    ;;
   curves)
     steps=${1:-300}
     work=/tmp/tt_curves; rm -rf "$work"; mkdir -p "$work"
