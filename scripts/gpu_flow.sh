@@ -82,10 +82,13 @@ for part in "$@"; do
     all)
       # Issue 13's `bench --suite all`: the 1b step, the flow rows (CPU reference in 16 workers, TV-L1
       # CUDA, NVOFA), the pipeline's stages and its training rows per core count (CORES), one output.
+      # Nine training runs (CPU and GPU paths per core count, one without the flow stage), each with
+      # a ~30-s start; the CPU path at 2 cores trains at ~0.2 samples/s (colour + augment on the CPU
+      # reference: 50 frames/s on 16 threads), hence few steps (WARMUP 2, STEPS 5) to fit 560 s.
       clips=$(ls "$root"/.benchclips/*.mp4 2>/dev/null | paste -sd, -)
       [ -n "$clips" ] || { echo "all: no clips in .benchclips"; continue; }
       timeout 560 "$tt" bench --suite all --device cuda --clips "$clips" --cores "${CORES:-2,4,8,16}" --cpu-workers 16 \
-        --warmup 3 --steps "${STEPS:-8}" --json "$out/all.json" --plot "$out/all.svg" 2>&1 | tee "$out/all.log" |
+        --warmup "${WARMUP:-2}" --steps "${STEPS:-5}" --json "$out/all.json" --plot "$out/all.svg" 2>&1 | tee "$out/all.log" |
         grep -E '^\||^(MFU|step|flow|end-point)' | tee -a "$out/summary.txt"
       ;;
     *) echo "bench, pictures, epe, pipeline, training or all" >&2; exit 2 ;;
