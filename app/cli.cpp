@@ -305,8 +305,9 @@ int run_cli(int argc, char** argv) {
   add_device_option(train_cmd, &train.device, "Device");
   train_cmd->add_option("--profile", train.profile,
                         "Trace optimizer steps FIRST..FIRST+COUNT-1 with LibTorch's profiler into <output>/profile "
-                        "(Chrome/Perfetto JSON) and log the GPU busy share")
-      ->type_name("FIRST:COUNT");
+                        "(Chrome/Perfetto JSON) and log the GPU busy share; FIRST:COUNT:memory adds the "
+                        "allocator's events (bytes allocated over time, the peak logged)")
+      ->type_name("FIRST:COUNT[:memory]");
 
   ConfigArgs config_args;
   auto* config_cmd = app.add_subcommand(

@@ -30,9 +30,15 @@ using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
 ProfileWindow parse_profile_window(const std::string& text, const std::string& origin) {
-  constexpr const char* kHint = "write it as FIRST:COUNT, e.g. --profile 20:20 (steps 20..39)";
+  constexpr const char* kHint =
+      "write it as FIRST:COUNT, e.g. --profile 20:20 (steps 20..39), or FIRST:COUNT:memory for the allocator's events";
   const size_t colon = text.find(':');
   TT_CHECK_HINT(colon != std::string::npos, ErrorCode::kConfig, kHint, origin, ": '", text, "' has no ':'");
+  const size_t second = text.find(':', colon + 1);
+  const std::string count = second == std::string::npos ? text.substr(colon + 1) : text.substr(colon + 1, second - colon - 1);
+  const std::string extra = second == std::string::npos ? std::string() : text.substr(second + 1);
+  TT_CHECK_HINT(second == std::string::npos || extra == "memory", ErrorCode::kConfig, kHint, origin, ": '", extra,
+                "' in '", text, "' is not `memory`");
   auto number = [&](const std::string& part) {
     char* end = nullptr;
     const long long value = std::strtoll(part.c_str(), &end, 10);
@@ -40,7 +46,7 @@ ProfileWindow parse_profile_window(const std::string& text, const std::string& o
                   "' in '", text, "' is not a whole number >= 1");
     return static_cast<int64_t>(value);
   };
-  return ProfileWindow{number(text.substr(0, colon)), number(text.substr(colon + 1))};
+  return ProfileWindow{number(text.substr(0, colon)), number(count), extra == "memory"};
 }
 
 std::string kernel_kind(const std::string& name) {
@@ -119,12 +125,38 @@ TraceBusy trace_busy(const nlohmann::json& trace) {
   return busy;
 }
 
-TraceBusy trace_busy_of_file(const std::string& path) {
+namespace {
+
+nlohmann::json read_trace(const std::string& path) {
   std::ifstream in(path);
   TT_CHECK(in.good(), ErrorCode::kIo, path, ": cannot open the trace");
   nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   TT_CHECK(!trace.is_discarded(), ErrorCode::kIo, path, ": not a JSON trace");
-  return trace_busy(trace);
+  return trace;
+}
+
+}  // namespace
+
+TraceBusy trace_busy_of_file(const std::string& path) {
+  return trace_busy(read_trace(path));
+}
+
+std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace) {
+  std::map<std::string, TraceMemory> out;
+  const auto events = trace.find("traceEvents");
+  if (events == trace.end() || !events->is_array()) return out;
+  for (const nlohmann::json& e : *events) {
+    if (!e.is_object() || e.value("name", std::string()) != "[memory]") continue;
+    const auto args = e.find("args");
+    if (args == e.end() || !args->is_object() || !args->contains("Total Allocated")) continue;
+    const int64_t type = args->value("Device Type", int64_t{0});
+    const std::string device = type == 1 ? str_cat("cuda:", args->value("Device Id", int64_t{0})) : "cpu";
+    const int64_t total = (*args)["Total Allocated"].get<int64_t>();
+    TraceMemory& m = out[device];
+    if (m.events++ == 0) m.first_bytes = m.peak_bytes = total;
+    m.peak_bytes = std::max(m.peak_bytes, total);
+  }
+  return out;
 }
 
 StepProfiler::StepProfiler(ProfileWindow window, torch::Device device, std::string folder)
@@ -142,7 +174,7 @@ void StepProfiler::before_step(int64_t step) {
   if (!window_.active() || step != window_.first || running_) return;
   std::set<ActivityType> activities = {ActivityType::CPU};
   if (device_.is_cuda()) activities.insert(ActivityType::CUDA);
-  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/false, /*profile_memory=*/false);
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/false, /*profile_memory=*/window_.memory);
   kineto::prepareProfiler(config, activities);
   kineto::enableProfiler(config, activities);
   running_ = true;
@@ -159,7 +191,15 @@ void StepProfiler::after_step(int64_t step, bool run_ends) {
   fs::create_directories(folder_);
   trace_path_ = (fs::path(folder_) / str_cat("trace_steps_", window_.first, "-", step, ".json")).string();
   result->save(trace_path_);
-  const TraceBusy busy = trace_busy_of_file(trace_path_);
+  const nlohmann::json trace = read_trace(trace_path_);
+  const TraceBusy busy = trace_busy(trace);
+  if (window_.memory) {
+    for (const auto& [device, m] : trace_memory(trace))
+      spdlog::info("profile: {} memory over the traced steps: {} allocator events, {:.1f} MiB allocated at the first, "
+                   "peak {:.1f} MiB ({:.1f} MiB above the first)",
+                   device, m.events, m.first_bytes / 1048576.0, m.peak_bytes / 1048576.0,
+                   m.peak_above_first() / 1048576.0);
+  }
   if (device_.is_cuda()) {
     spdlog::info("profile: {} ({} kernels; GPU busy {:.1f} % of {:.3f} s: union of kernel intervals)", trace_path_,
                  busy.kernels, 100.0 * busy.share(), busy.wall_s);

@@ -19,11 +19,12 @@ namespace tt {
 struct ProfileWindow {
   int64_t first = 0;  // 1-based step; 0 = no profiling
   int64_t count = 0;
+  bool memory = false;  // ":memory": the allocator's events too (a memory timeline, CPU and CUDA)
   bool active() const { return first > 0 && count > 0; }
   int64_t last() const { return first + count - 1; }
 };
 
-/// "FIRST:COUNT" (both >= 1); anything else is TT_ERR_CONFIG naming `origin`.
+/// "FIRST:COUNT" (both >= 1), optionally ":memory"; anything else is TT_ERR_CONFIG naming `origin`.
 ProfileWindow parse_profile_window(const std::string& text, const std::string& origin);
 
 struct TraceBusy {
@@ -50,6 +51,18 @@ std::string kernel_kind(const std::string& name);
 TraceBusy trace_busy(const nlohmann::json& trace);
 /// trace_busy of the file `path` (TT_ERR_IO when it cannot be read or parsed).
 TraceBusy trace_busy_of_file(const std::string& path);
+
+/// The allocator's "[memory]" events of a trace (--profile FIRST:COUNT:memory) on one device: its
+/// "Total Allocated" at the first event and at its highest. On CUDA that is the caching allocator's
+/// count; on the CPU LibTorch counts from the start of the trace, so the first is about 0.
+struct TraceMemory {
+  int64_t events = 0;
+  int64_t first_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t peak_above_first() const { return peak_bytes - first_bytes; }
+};
+/// Per device, keyed "cpu" or "cuda:N" (device type 1 = CUDA); empty without memory events.
+std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace);
 
 /// Starts the profiler before step `window.first` and stops it after `window.last()`, then writes
 /// the trace into `folder` and logs where it is and the busy share. One per training run (the

@@ -18,7 +18,12 @@ TEST_CASE("the profile window is FIRST:COUNT; anything else is TT_ERR_CONFIG", "
   CHECK(window.last() == 24);
   CHECK(window.active());
   CHECK_FALSE(tt::ProfileWindow{}.active());
-  for (const char* bad : {"20", "20:", ":5", "0:5", "20:0", "a:5", "20:5x", "-1:3"}) {
+  CHECK_FALSE(window.memory);
+  const tt::ProfileWindow with_memory = tt::parse_profile_window("3:2:memory", "--profile");
+  CHECK(with_memory.first == 3);
+  CHECK(with_memory.count == 2);
+  CHECK(with_memory.memory);
+  for (const char* bad : {"20", "20:", ":5", "0:5", "20:0", "a:5", "20:5x", "-1:3", "3:2:", "3:2:mem", "3::memory"}) {
     INFO(bad);
     CHECK(tt::test::expect_error([&] { tt::parse_profile_window(bad, "--profile"); }).code() ==
           tt::ErrorCode::kConfig);
@@ -76,4 +81,26 @@ TEST_CASE("kernels are sorted into kinds by name, and a trace says where its ker
         {{"ph", "X"}, {"cat", "kernel"}, {"name", "vectorized_elementwise_kernel"}, {"ts", 900}, {"dur", 100}}}}};
   const tt::TraceBusy busy = tt::trace_busy(trace);
   CHECK(busy.kinds_text() == "attention 60 %, GEMM 30 %, elementwise 10 %");
+}
+
+TEST_CASE("a trace's allocator events give each device's first and highest allocated bytes", "[profile]") {
+  auto memory = [](double ts, int64_t total, int64_t type, int64_t id) {
+    return nlohmann::json{{"ph", "i"}, {"cat", "cpu_instant_event"}, {"name", "[memory]"}, {"ts", ts},
+                          {"args", {{"Total Allocated", total}, {"Device Type", type}, {"Device Id", id}}}};
+  };
+  const nlohmann::json trace = {
+      {"traceEvents",
+       {{{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"ts", 0}, {"dur", 10}}, memory(1, 100, 1, 0),
+        memory(2, 64, 0, -1), memory(3, 900, 1, 0), memory(4, 300, 1, 0), memory(5, 32, 0, -1),
+        memory(6, 5000, 1, 1), {{"ph", "i"}, {"name", "[memory]"}, {"ts", 7}}}}};
+  const std::map<std::string, tt::TraceMemory> m = tt::trace_memory(trace);
+  REQUIRE(m.size() == 3);
+  CHECK(m.at("cuda:0").events == 3);
+  CHECK(m.at("cuda:0").first_bytes == 100);
+  CHECK(m.at("cuda:0").peak_bytes == 900);
+  CHECK(m.at("cuda:0").peak_above_first() == 800);
+  CHECK(m.at("cpu").events == 2);
+  CHECK(m.at("cpu").peak_bytes == 64);
+  CHECK(m.at("cuda:1").peak_above_first() == 0);
+  CHECK(tt::trace_memory(nlohmann::json::object()).empty());
 }

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Activation memory of one training step, teletron against diffusers, measured the same way on
+both sides: the bytes a step's forward allocates and still holds when the backward starts (what
+autograd saved for it), from the allocator events of a profiler trace (teletron train --profile
+FIRST:COUNT:memory; torch.profiler with profile_memory=True for diffusers), each held block
+attributed to the innermost operator that allocated it.
+
+  activation_memory.py --teletron build/teletron [--device cpu] [--heads 4 --head-dim 64
+                       --doubles 2 --singles 2 --frames 9 --height 128 --width 128 --text 32]
+                       [--no-compile] [--work DIR]
+
+Rows: teletron with model.fused_kernels off and on, diffusers' HunyuanVideoTransformer3DModel
+eager and under torch.compile (default mode), the same architecture and input shapes, every text
+token valid (no mask work on either side), fp32 on the CPU. On the CPU this compares which tensors
+each implementation keeps for backward; the GPU's bf16 autocast changes their dtypes (teletron's
+bench reports that split on CUDA: parameters, gradients, autocast copies, activations).
+"""
+import argparse
+import collections
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def held_at_backward(trace_path, top=0):
+    """Bytes allocated before the first backward node ran and not freed by then; per operator."""
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    memory = sorted((e for e in events if e.get("name") == "[memory]"
+                     and e.get("args", {}).get("Device Type", 0) == 0), key=lambda e: e["ts"])
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    backward = [e["ts"] for e in events if e.get("ph") == "X" and "evaluate_function" in e.get("name", "")]
+    if not memory or not backward:
+        raise SystemExit(f"{trace_path}: no allocator events or no backward in the trace")
+    start_backward = min(backward)
+    live = {}
+    for m in memory:
+        if m["ts"] >= start_backward:
+            break
+        a = m["args"]
+        if a["Bytes"] > 0:
+            live[a["Addr"]] = (m["ts"], a["Bytes"])
+        else:
+            live.pop(a["Addr"], None)
+    forward_ops = sorted((o for o in ops if o["ts"] < start_backward), key=lambda o: o["ts"])
+
+    def owner(ts):
+        best = None
+        for o in forward_ops:
+            if o["ts"] > ts:
+                break
+            if ts <= o["ts"] + o["dur"] and (best is None or o["dur"] < best["dur"]):
+                best = o
+        return best["name"] if best else "(outside an operator)"
+
+    by_op = collections.Counter()
+    for ts, size in live.values():
+        by_op[owner(ts)] += size
+    return sum(by_op.values()), by_op.most_common(top) if top else []
+
+
+def teletron_rows(args, work):
+    config = os.path.join(work, "config.yaml")
+    data = os.path.join(work, "data")
+    with open(config, "w") as f:
+        f.write("tele_tron:\n"
+                f"  model: {{preset: tiny, num_attention_heads: {args.heads}, attention_head_dim: {args.head_dim}, "
+                f"rope_axes_dim: {json.dumps(args.rope)}, num_layers: {args.doubles}, "
+                f"num_single_layers: {args.singles}, num_refiner_layers: 1}}\n"
+                f"  data: {{manifest: {data}/manifest.jsonl, buckets: [{{frames: {args.frames}, height: {args.height}, "
+                f"width: {args.width}}}]}}\n"
+                "  batch_size: 1\n"
+                "  train: {max_steps: 4, log_every: 1, checkpoint_every: 100000}\n")
+    subprocess.run([args.teletron, "synth-data", config, "--output", data, "--samples", "4",
+                    "--text-length", str(args.text)], check=True, capture_output=True)
+    # Every text token valid, as the diffusers rows' mask of ones (no trimming on either side).
+    import torch
+    from safetensors.torch import load_file, save_file
+    for path in glob.glob(os.path.join(data, "*.safetensors")):
+        tensors = load_file(path)
+        for key, value in tensors.items():
+            if value.dtype == torch.bool:
+                tensors[key] = torch.ones_like(value)
+        save_file(tensors, path)
+    rows = []
+    for fused in ("false", "true"):
+        run = os.path.join(work, f"run_fused_{fused}")
+        subprocess.run([args.teletron, "train", config, "--output", run, "--device", args.device, "--profile",
+                        "3:1:memory", "--set", f"model.fused_kernels={fused}"], check=True, capture_output=True)
+        trace = glob.glob(os.path.join(run, "profile", "trace_steps_3-3.json"))[0]
+        rows.append((f"teletron, model.fused_kernels {fused}", *held_at_backward(trace, args.top)))
+    return rows
+
+
+def diffusers_rows(args, work):
+    import torch
+    from diffusers import HunyuanVideoTransformer3DModel
+    from torch.profiler import ProfilerActivity, profile
+
+    config = dict(in_channels=16, out_channels=16, num_attention_heads=args.heads, attention_head_dim=args.head_dim,
+                  num_layers=args.doubles, num_single_layers=args.singles, num_refiner_layers=1, mlp_ratio=4.0,
+                  patch_size=2, patch_size_t=1, qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=64,
+                  pooled_projection_dim=32, rope_theta=256.0, rope_axes_dim=args.rope)
+    frames = (args.frames - 1) // 4 + 1
+    shape = (1, 16, frames, args.height // 8, args.width // 8)
+    rows = []
+    for compiled in ([False] if args.no_compile else [False, True]):
+        torch.manual_seed(0)
+        model = HunyuanVideoTransformer3DModel(**config)
+        step_model = torch.compile(model) if compiled else model
+        x = torch.randn(shape)
+        inputs = dict(hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, args.text, 64),
+                      encoder_attention_mask=torch.ones(1, args.text, dtype=torch.int64),
+                      pooled_projections=torch.randn(1, 32), guidance=torch.tensor([6000.0]), return_dict=False)
+
+        def step():
+            out = step_model(**inputs)[0]
+            (out - x).pow(2).mean().backward()
+
+        for _ in range(3):  # compiled: the graphs are made in the first; gradients exist before the traced step
+            step()
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+        trace = os.path.join(work, f"diffusers_{'compiled' if compiled else 'eager'}.json")
+        prof.export_chrome_trace(trace)
+        rows.append((f"diffusers {__import__('diffusers').__version__} {'+ torch.compile' if compiled else 'eager'}",
+                     *held_at_backward(trace, args.top)))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teletron", required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--rope", type=json.loads, default=[16, 24, 24])
+    parser.add_argument("--doubles", type=int, default=2)
+    parser.add_argument("--singles", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=9)
+    parser.add_argument("--height", type=int, default=128)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--text", type=int, default=32)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--top", type=int, default=0, help="also list the N operators holding the most")
+    parser.add_argument("--work")
+    args = parser.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="tt_activation_memory_")
+    os.makedirs(work, exist_ok=True)
+    rows = teletron_rows(args, work) + diffusers_rows(args, work)
+    tokens = ((args.frames - 1) // 4 + 1) * (args.height // 16) * (args.width // 16)
+    print(f"hidden {args.heads * args.head_dim} ({args.heads} heads x {args.head_dim}), {args.doubles} double + "
+          f"{args.singles} single blocks, {tokens} video + {args.text} text tokens, fp32 on {args.device}")
+    print("| run | held for backward MiB | vs diffusers eager |")
+    print("|---|---|---|")
+    eager = next(total for name, total, _ in rows if name.endswith("eager"))
+    for name, total, top in rows:
+        print(f"| {name} | {total / 2**20:.2f} | {total / eager:.2f}x |")
+    for name, total, top in rows:
+        if top:
+            print(f"\n{name}: " + ", ".join(f"{op} {size / 2**20:.2f} MiB" for op, size in top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
