@@ -10,10 +10,10 @@
 #   scripts/gpu_engine.sh small [ARGS]     the same at 33x256x256 (16x9x32x32 latents), where launch
 #                                          overhead matters: main today against + CUDA Graphs, twice.
 #   scripts/gpu_engine.sh buckets [ARGS]   benchmark (c): mixed buckets 33x256x256, 33x480x832,
-#                                          65x256x448 at GLOBAL samples per step (16): main today and + CUDA
-#                                          Graphs at the best fixed micro-batch (BATCH, else found by a probe
-#                                          of the dynamic row), + dynamic batch and full stack at the same
-#                                          global batch; eager rows and graph rows in two bench runs.
+#                                          65x256x448 at GLOBAL samples per step (16): ROWS (3,4: + CUDA
+#                                          Graphs at the best fixed micro-batch against + dynamic batch)
+#                                          side by side; BATCH, else found by a probe of the dynamic row.
+#                                          Then BATCH=<printed> ROWS=2,3,6 for main today / graphs / full stack.
 #   scripts/gpu_engine.sh curves [STEPS]   benchmark (d): loss curves on the 1b preset at 16x9x32x32
 #                                          latents, STEPS steps (default 300), same data and seed, for
 #                                          fp32, bf16, fp16, bf16 + graphs, bf16 + dynamic batch; the
@@ -71,9 +71,12 @@ case "$part" in
   # about 9 samples of 33x480x832 in 90 % of the H200, so a smaller global batch leaves dynamic
   # batching nothing to choose). The fixed rows' micro-batch is BATCH, by default the best fixed one:
   # a probe runs the dynamic row first, whose first step in each bucket measures its memory per
-  # sample, and takes the smallest micro-batch it chose, down to a divisor of GLOBAL. Then the eager
-  # rows (main today against + dynamic batch: few warm-up steps) and the graph rows (each bucket
-  # warms up on its own: 3 trimmed + 3 padded steps, the capture, 2 replays, so ~10 steps a bucket).
+  # sample, and takes the smallest micro-batch it chose, down to a divisor of GLOBAL. Then one bench
+  # run of ROWS (default 3,4: + CUDA Graphs at the fixed micro-batch against + dynamic batch, the
+  # same but sized per bucket: the target's pair). At ~3.4 s a step (16 samples over the three
+  # buckets) a call holds about 120 steps: run the other rows as another call with the BATCH the
+  # probe printed, e.g. BATCH=8 ROWS=2,3,6 (main today, graphs, full stack). Each bucket warms up on
+  # its own in the graph rows (3 trimmed + 3 padded steps, the capture, 2 replays: WARMUP 30).
   buckets)
     global=${GLOBAL:-16}
     shapes=33x256x256,33x480x832,65x256x448
@@ -87,14 +90,11 @@ case "$part" in
       BATCH=1
       for b in $(seq 1 "$global"); do [ $((global % b)) -eq 0 ] && [ "$b" -le "$fits" ] && BATCH=$b; done
       grep -E "dynamic batch: bucket" "$out/buckets_probe.log" | tee -a "$out/summary.txt"
-      echo "buckets: the best fixed micro-batch for all three buckets: $BATCH (the dynamic row's smallest choice $fits, down to a divisor of $global)" |
+      echo "buckets: the best fixed micro-batch for all three buckets: BATCH=$BATCH (the dynamic row's smallest choice $fits, down to a divisor of $global)" |
         tee -a "$out/summary.txt"
     fi
-    common=(--buckets "$shapes" --samples $((3 * global)) --batch "$BATCH" --accumulation $((global / BATCH)))
-    bench buckets_eager --ablation --rows "${EAGER_ROWS:-2,4}" "${common[@]}" --warmup "${EAGER_WARMUP:-6}" \
-      --steps "${STEPS:-12}" "$@"
-    bench buckets_graphs --ablation --rows "${GRAPH_ROWS:-3,6}" "${common[@]}" --warmup "${WARMUP:-30}" \
-      --steps "${STEPS:-12}" "$@"
+    bench buckets --ablation --rows "${ROWS:-3,4}" --buckets "$shapes" --samples $((3 * global)) --batch "$BATCH" \
+      --accumulation $((global / BATCH)) --warmup "${WARMUP:-30}" --steps "${STEPS:-10}" "$@"
     ;;
   curves)
     steps=${1:-300}
