@@ -8,12 +8,13 @@
 #                                    training without and with checkpointing, the 13B with LoRA
 #                                    rank 32 and checkpointing at 33x480x832 (also issue 14's LoRA row:
 #                                    step time and peak beside diffusers + peft's)
+#   scripts/gpu_memory.sh lora13b_fused   the 13B LoRA row again with model.fused_kernels
 #   scripts/gpu_memory.sh peer       scripts/bench_lora_peer.py at the same 13B LoRA shape (eager)
 #   scripts/gpu_memory.sh longest    the longest 720p clip (4n+1 frames) the 13B LoRA step fits with
 #                                    full checkpointing, by the estimate, and one measured step at it
 # Env: TELETRON_BUILD_TARGETS (default teletron), STEPS (3), PARTS_TIMEOUT (s per bench, 240).
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b full1b estimate peer longest)"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b lora13b_fused full1b estimate peer longest)"; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
@@ -42,6 +43,12 @@ case "$part" in
   lora13b)
     bench_row 13b_lora_ckpt --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
       --set model.activation_checkpointing=true
+    ;;
+  lora13b_fused)
+    # The same with model.fused_kernels (on the CPU its autograd functions keep 0.72x diffusers eager's
+    # activations against 0.95x without, BENCHMARKS): less in the recomputed block, perhaps faster.
+    bench_row 13b_lora_ckpt_fused --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
+      --set model.activation_checkpointing=true --set model.fused_kernels=true
     ;;
   full1b)
     bench_row 1b_full --preset 1b
