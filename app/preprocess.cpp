@@ -21,6 +21,7 @@
 #include "pipeline/failure_budget.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
+#include "core/stream_handoff.h"
 
 namespace tt {
 namespace {
@@ -185,6 +186,9 @@ int run_preprocess(const PreprocessOptions& options) {
   for (int j = 0; j < std::max(1, options.jobs); ++j) {
     threads.emplace_back([&] {
       try {
+        // Each job's encodes on a CUDA stream of its own, so that --jobs N runs N encodes on the GPU
+        // at once (on the default stream they would queue behind each other); nothing on the CPU.
+        const SideStream stream(device);
         worker();
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);

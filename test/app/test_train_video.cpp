@@ -291,6 +291,34 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   train_ok(dir / "latents.yaml", dir / "run");
 }
 
+TEST_CASE("preprocess on CUDA: jobs encoding at once on streams of their own write what one job writes",
+          "[gpu][train][video]") {
+  const std::vector<std::string> clips = make_clips();  // recorded before the GPU check (media cache)
+  TT_REQUIRE_GPU();
+  TempDir dir("tt_gpu_preprocess_jobs");
+  write_manifest(dir, clips);
+  const std::string config = write_config(dir, dir / "manifest.jsonl", 2, 0.0, 2, "jobs.yaml", "cuda");
+  // cuDNN's heuristic algorithms in both processes (its timed search may pick others per process).
+  setenv("TELETRON_CUDNN_BENCHMARK", "0", 1);
+  const auto one = tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "one") + "' --jobs 1 2>&1");
+  const auto three =
+      tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "three") + "' --jobs 3 2>&1");
+  unsetenv("TELETRON_CUDNN_BENCHMARK");
+  INFO(one.output);
+  INFO(three.output);
+  REQUIRE(one.exit_code == 0);
+  REQUIRE(three.exit_code == 0);
+  CHECK_THAT(three.output, ContainsSubstring("3 job(s) encoding"));
+  const std::vector<std::string> files = listed_latents(dir / "one");
+  REQUIRE(files.size() == 6);  // as the CPU preprocess test: every clip of make_clips
+  CHECK(listed_latents(dir / "three") == files);
+  for (const std::string& file : files) {
+    INFO(file);
+    CHECK(tt::test::read_file((dir / "three") + "/" + file) == tt::test::read_file((dir / "one") + "/" + file));
+  }
+  check_pairing(dir / "three", files, clips, dir);
+}
+
 TEST_CASE("preprocess after a manifest edit: changed rows are encoded again, no old latent pairs with a new row",
           "[train][video][preprocess]") {
   const std::vector<std::string> clips = make_clips();
