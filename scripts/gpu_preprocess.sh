@@ -7,7 +7,7 @@
 # Both with the released VAE architecture and fixed random weights (the time does not depend on
 # them). Clips: .benchclips (scripts/make_bench_clips.sh, 10 s 1280x720 30 fps), each listed
 # PRE_REPEAT times (default 4) as rows of their own. Carry .device .wheels .devdeps .benchclips.
-# Environment: PRE_CASES ("short long"), PRE_REPEAT, PRE_JOBS (teletron --jobs, default 1),
+# Environment: PRE_CASES ("short long"), PRE_REPEAT, PRE_JOBS (teletron --jobs, each in turn, default "1 2"),
 # PRE_WORKERS (data_pipeline.workers, default 4), PRE_DEVICE (cuda; cpu for a smoke test with
 # PRE_SMALL=1: 9 frames at 64x64 / 17 at 128x128 and the tiny VAE preset on teletron's side only).
 set -uo pipefail
@@ -60,16 +60,19 @@ tele_tron:
     workers: ${PRE_WORKERS:-4}
   train: {device: $device}
 EOF
-  echo "== $case: ${#rows[@]} rows, $frames x $height x $width, vae.tiling $tiling"
-  start=$(date +%s.%N)
-  "$tt" preprocess "$work/$case.yaml" --output "$work/out_$case" --jobs "${PRE_JOBS:-1}" >"$out/preprocess_$case.log" 2>&1
-  rc=$?
-  seconds=$(python3 -c "import time; print(time.time() - $start)")
-  grep -E "preprocess:|TT_ERR" "$out/preprocess_$case.log" | tail -4
-  # clips/s as preprocess logs it at its last row (from its first encode, cuDNN's tuning included;
-  # start-up excluded, as the peer excludes its model load and warm-up clip); the wall time beside it.
-  rate=$(grep -oE "encoded \([0-9.]+ clips/s" "$out/preprocess_$case.log" | tail -1 | grep -oE "[0-9.]+" || echo 0)
-  echo "{\"tool\": \"teletron preprocess\", \"case\": \"$case\", \"rc\": $rc, \"clips\": ${#rows[@]}, \"wall_seconds\": $seconds, \"clips_per_s\": ${rate:-0}}" >>"$json"
+  for jobs in ${PRE_JOBS:-1 2}; do
+    echo "== $case: ${#rows[@]} rows, $frames x $height x $width, vae.tiling $tiling, --jobs $jobs"
+    log="$out/preprocess_${case}_jobs$jobs.log"
+    start=$(date +%s.%N)
+    "$tt" preprocess "$work/$case.yaml" --output "$work/out_${case}_jobs$jobs" --jobs "$jobs" >"$log" 2>&1
+    rc=$?
+    seconds=$(python3 -c "import time; print(time.time() - $start)")
+    grep -E "preprocess:|TT_ERR" "$log" | tail -4
+    # clips/s as preprocess logs it at its last row (from its first encode, cuDNN's tuning included;
+    # start-up excluded, as the peer excludes its model load and warm-up clip); the wall time beside it.
+    rate=$(grep -oE "encoded \([0-9.]+ clips/s" "$log" | tail -1 | grep -oE "[0-9.]+" || echo 0)
+    echo "{\"tool\": \"teletron preprocess\", \"case\": \"$case\", \"jobs\": $jobs, \"rc\": $rc, \"clips\": ${#rows[@]}, \"wall_seconds\": $seconds, \"clips_per_s\": ${rate:-0}}" >>"$json"
+  done
   # The peer: the same rows in the same order (its first clip encoded once more as warm-up, untimed).
   python3 "$root/scripts/bench_preprocess_peer.py" --clips "$peer_list" --frames "$frames" --height "$height" \
     --width "$width" --device "$device" $peer_tiling --out "$work/peer_$case" --json "$json" 2>&1 |
@@ -80,8 +83,10 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ours = [r for r in rows if r.get("tool") == "teletron preprocess"]
 peers = [r for r in rows if r.get("tool") != "teletron preprocess"]
-for o, p in zip(ours, peers):
-    print(f"{o['case']}: teletron {o['clips_per_s']:.3f} clips/s (rc {o['rc']}), peer {p['clips_per_s']:.3f} clips/s "
-          f"-> {o['clips_per_s'] / p['clips_per_s']:.2f}x; peer decode {p['decode_s']:.1f} s, encode {p['encode_s']:.1f} s, "
-          f"peak {p['peak_gb']:.2f} GiB")
+cases = [r["case"] for r in ours]
+for case, p in zip(dict.fromkeys(cases), peers):
+    for o in (r for r in ours if r["case"] == case):
+        print(f"{case}: teletron --jobs {o.get('jobs', 1)} {o['clips_per_s']:.3f} clips/s (rc {o['rc']}), peer "
+              f"{p['clips_per_s']:.3f} clips/s -> {o['clips_per_s'] / p['clips_per_s']:.2f}x; peer decode "
+              f"{p['decode_s']:.1f} s, encode {p['encode_s']:.1f} s, peak {p['peak_gb']:.2f} GiB")
 PY
