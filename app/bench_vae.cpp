@@ -20,6 +20,7 @@
 #include "core/errors.h"
 #include "core/file_io.h"
 #include "core/gpu_timer.h"
+#include "core/profiler.h"
 #include "core/safetensors.h"
 #include "app/bench.h"
 #include "model/vae.h"
@@ -242,7 +243,12 @@ void run_bench_vae(const BenchVaeOptions& o) {
     sync(device);
     const double ms = 1000.0 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
                       static_cast<double>(std::max<int64_t>(1, o.steps));
-    const double peak = peak_memory_gb(device);
+    // CUDA: the caching allocator's peak over the timed encodes (weights and input included). The
+    // CPU keeps no such count (its process high-water mark would only ever grow across variants):
+    // one more encode with the allocator's events traced, the peak above what was held before it.
+    const double peak = device.is_cuda() ? peak_memory_gb(device)
+                                         : static_cast<double>(cpu_peak_bytes_during([&] { moments = encode(); })) /
+                                               (1024.0 * 1024.0 * 1024.0);
     last_moments[variant.tiling] = moments;
     const torch::Tensor output = moments.to(torch::kFloat32);
     if (!first_moments.count(variant.tiling)) first_moments[variant.tiling] = output;

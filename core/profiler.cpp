@@ -13,6 +13,10 @@
 #include <filesystem>
 #include <fstream>
 #include <utility>
+#include <functional>
+#include <unistd.h>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "core/errors.h"
@@ -157,6 +161,29 @@ std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace) {
     m.peak_bytes = std::max(m.peak_bytes, total);
   }
   return out;
+}
+
+int64_t cpu_peak_bytes_during(const std::function<void()>& work) {
+  const std::set<ActivityType> activities = {ActivityType::CPU};
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/false, /*profile_memory=*/true);
+  kineto::prepareProfiler(config, activities);
+  kineto::enableProfiler(config, activities);
+  try {
+    work();
+  } catch (...) {
+    (void)kineto::disableProfiler();
+    throw;
+  }
+  std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
+  const fs::path path = fs::temp_directory_path() / str_cat("tt_memory_", ::getpid(), "_", std::hash<std::thread::id>{}(std::this_thread::get_id()), ".json");
+  result->save(path.string());
+  const nlohmann::json trace = read_trace(path.string());
+  std::error_code ignored;
+  fs::remove(path, ignored);
+  const auto memory = trace_memory(trace);
+  const auto cpu = memory.find("cpu");
+  // The CPU's count starts at the first traced allocation: its value before that allocation is 0.
+  return cpu == memory.end() ? 0 : cpu->second.peak_bytes;
 }
 
 StepProfiler::StepProfiler(ProfileWindow window, torch::Device device, std::string folder)

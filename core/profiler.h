@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +64,12 @@ struct TraceMemory {
 };
 /// Per device, keyed "cpu" or "cuda:N" (device type 1 = CUDA); empty without memory events.
 std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace);
+
+/// The most bytes the CPU allocator held above what it held when `work` began, while `work` ran
+/// (LibTorch's allocator events, traced into a temporary file that is removed). The CPU keeps no
+/// allocation counters of its own; this is its peak-memory measure for benchmarks. Not while
+/// another profiler runs in the process.
+int64_t cpu_peak_bytes_during(const std::function<void()>& work);
 
 /// Starts the profiler before step `window.first` and stops it after `window.last()`, then writes
 /// the trace into `folder` and logs where it is and the busy share. One per training run (the

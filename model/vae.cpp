@@ -39,7 +39,8 @@ class VaeDownsampleImpl : public torch::nn::Module {
   VaeDownsampleImpl(int64_t channels, std::vector<int64_t> stride) {
     conv = register_module("conv", CausalConv3d(channels, channels, 3, std::move(stride)));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return conv(x); }
+  /// Moved in, x goes once its padded copy exists (CausalConv3d::forward_consuming).
+  torch::Tensor forward(torch::Tensor x) { return conv->forward_consuming(std::move(x)); }
   CausalConv3d conv{nullptr};
 };
 TORCH_MODULE(VaeDownsample);
@@ -57,7 +58,7 @@ class VaeDownBlockImpl : public torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
     for (const auto& resnet : *resnets) x = resnet->as<VaeResnetImpl>()->forward(x, rt);
-    if (downsamplers) x = downsamplers[0]->as<VaeDownsampleImpl>()->forward(x);
+    if (downsamplers) x = downsamplers[0]->as<VaeDownsampleImpl>()->forward(std::move(x));
     return x;
   }
   torch::nn::ModuleList resnets{nullptr}, downsamplers{nullptr};
@@ -96,12 +97,14 @@ class HunyuanVaeEncoderImpl : public torch::nn::Module {
     size_t stage = 0;  // stage_names: conv_in, down0 .., mid, out, quant
     if (mark) mark(stage_names[stage].c_str());
     for (const auto& block : *down_blocks) {
-      x = block->as<VaeDownBlockImpl>()->forward(x, rt);
+      // Moved in: a block's input is otherwise held here for the whole block (one full activation
+      // at its peak; diffusers' loop holds it the same way).
+      x = block->as<VaeDownBlockImpl>()->forward(std::move(x), rt);
       if (mark) mark(stage_names[++stage].c_str());
     }
-    x = mid_block->forward(x, rt);
+    x = mid_block->forward(std::move(x), rt);
     if (mark) mark(stage_names[++stage].c_str());
-    x = vae_norm_conv(conv_norm_out, *conv_out, x, true, rt);
+    x = vae_norm_conv(conv_norm_out, *conv_out, std::move(x), true, rt);
     if (mark) mark(stage_names[++stage].c_str());
     return x;
   }

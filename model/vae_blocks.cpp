@@ -30,12 +30,19 @@ torch::Tensor vae_causal_pad(const torch::Tensor& x, int64_t time, int64_t space
   return out;
 }
 
-torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, const torch::Tensor& x, bool silu,
+torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, torch::Tensor x, bool silu,
                             const VaeRuntime& rt) {
-  if (rt.norm_pads && rt.fused_norm && x.is_cuda() && kernels_built() && conv.pads())
-    return conv.conv(group_norm_silu_padded(x, norm->weight, norm->bias, norm->options.num_groups(),
-                                            norm->options.eps(), silu, conv.time_pad(), conv.space_pad()));
-  return conv.forward(vae_norm(norm, x, silu, rt));
+  // x (moved in by a caller that needs it no more) goes as soon as the norm has read it, and the
+  // norm's output as soon as it is padded: the convolution's output never meets either.
+  if (rt.norm_pads && rt.fused_norm && x.is_cuda() && kernels_built() && conv.pads()) {
+    const torch::Tensor padded = group_norm_silu_padded(x, norm->weight, norm->bias, norm->options.num_groups(),
+                                                        norm->options.eps(), silu, conv.time_pad(), conv.space_pad());
+    x.reset();
+    return conv.conv(padded);
+  }
+  torch::Tensor normed = vae_norm(norm, x, silu, rt);
+  x.reset();
+  return conv.forward_consuming(std::move(normed));
 }
 
 torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {

@@ -42,11 +42,17 @@ class CausalConv3dImpl : public torch::nn::Module {
   bool pads() const { return pad_[0] > 0 || pad_[4] > 0; }
   int64_t time_pad() const { return pad_[4]; }
   int64_t space_pad() const { return pad_[0]; }
-  torch::Tensor forward(const torch::Tensor& x) {
+  torch::Tensor forward(const torch::Tensor& x) { return forward_consuming(x); }
+  /// forward that lets go of `x` once the padded copy exists: moved in (std::move), the caller's
+  /// activation is freed before the convolution allocates its output (one activation less at the
+  /// peak than a caller holding it, as diffusers' callers do).
+  torch::Tensor forward_consuming(torch::Tensor x) {
     if (pad_[0] == 0 && pad_[4] == 0) return conv(x);
     namespace F = torch::nn::functional;
-    if (x.is_contiguous()) return conv(F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate)));
-    return conv(vae_causal_pad(x, pad_[4], pad_[0]));
+    torch::Tensor padded = x.is_contiguous() ? F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate))
+                                             : vae_causal_pad(x, pad_[4], pad_[0]);
+    x.reset();
+    return conv(padded);
   }
   torch::nn::Conv3d conv{nullptr};
 
@@ -58,8 +64,10 @@ TORCH_MODULE(CausalConv3d);
 /// GroupNorm(+SiLU) then the causal convolution `conv`. With VaeRuntime::norm_pads (and the fused
 /// kernel on CUDA) the norm writes straight into the padded buffer the convolution reads
 /// (group_norm_silu_padded: one full read + write of the activation fewer); otherwise vae_norm, then
-/// conv's own padding. The same values either way.
-torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, const torch::Tensor& x, bool silu,
+/// conv's own padding. The same values either way. Moved in (std::move), `x` is freed once the norm
+/// has read it, and the norm's output once it is padded, so neither is held while the convolution
+/// writes its output.
+torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, torch::Tensor x, bool silu,
                             const VaeRuntime& rt);
 
 // GroupNorm -> SiLU -> conv, twice, plus a 1x1x1 shortcut when the channel count changes.
@@ -75,8 +83,10 @@ class VaeResnetImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {
     torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt);
-    h = vae_norm_conv(norm2, *conv2, h, true, rt);
-    return h + (conv_shortcut ? conv_shortcut(x) : x);
+    // conv1's output goes once norm2 has read it, before conv2 allocates (diffusers' rebinding
+    // of hidden_states frees it there too); the sum lands in conv2's output, which nothing else reads.
+    h = vae_norm_conv(norm2, *conv2, std::move(h), true, rt);
+    return h.add_(conv_shortcut ? conv_shortcut(x) : x);
   }
   torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
   CausalConv3d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};

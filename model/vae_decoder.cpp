@@ -108,8 +108,8 @@ class VaeDecoder3DImpl : public torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
     x = mid_block->forward(conv_in(x), rt);
-    for (const auto& block : *up_blocks) x = block->as<VaeUpBlockImpl>()->forward(x, rt);
-    return vae_norm_conv(conv_norm_out, *conv_out, x, true, rt);
+    for (const auto& block : *up_blocks) x = block->as<VaeUpBlockImpl>()->forward(std::move(x), rt);
+    return vae_norm_conv(conv_norm_out, *conv_out, std::move(x), true, rt);
   }
   CausalConv3d conv_in{nullptr}, conv_out{nullptr};
   VaeMidBlock mid_block{nullptr};

@@ -24,6 +24,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_frames import read_safetensors  # noqa: E402
 
 
+def cpu_peak_bytes_during(work):
+    """The CPU allocator's most bytes held above the start while `work` ran, from the profiler's
+    allocator events: the measure teletron bench-vae takes on the CPU (core/profiler's
+    cpu_peak_bytes_during), since the CPU keeps no allocation counters."""
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    totals = [e["args"]["Total Allocated"] for e in events
+              if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type", 0) == 0]
+    return max(totals, default=0)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("dump")
@@ -64,7 +80,10 @@ def main():
             if device.type == "cuda":
                 torch.cuda.synchronize()
             ms = 1000 * (time.perf_counter() - start) / args.steps
-        peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+            if device.type == "cuda":
+                peak = torch.cuda.max_memory_allocated() / 2**30
+            else:
+                peak = cpu_peak_bytes_during(lambda: vae._encode(x)) / 2**30
         return out.float().cpu(), ms, peak
 
     rows = []
