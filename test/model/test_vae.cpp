@@ -385,7 +385,7 @@ TEST_CASE("VAE encoder memory: at its peak the encoder holds about four activati
   // the convolution allocates, and the encoder's loop hands each block its input instead of
   // keeping it. The CPU's convolution adds one re-ordered copy of its padded input of its own.
   // Measured here: 4.4 activations whole and per window; 7.4 before those releases (diffusers'
-  // encoder, same measure, 33x64x96 whole: 6.2).
+  // encoder, same measure, 33x64x96 whole: 6.2). Bound 5.5: room for another CPU's buffers.
   torch::manual_seed(0);
   tt::HunyuanVae vae(tt::hunyuan_vae_preset("hunyuan"));
   vae->randomize_weights(3);
@@ -396,7 +396,7 @@ TEST_CASE("VAE encoder memory: at its peak the encoder holds about four activati
   const torch::Tensor whole = torch::randn({1, 3, 17, 64, 96});
   const double whole_peak = static_cast<double>(tt::cpu_peak_bytes_during([&] { (void)vae->moments(whole); }));
   INFO("whole 17x64x96: " << whole_peak / (17 * bytes_per_frame) << " activations of the first stage");
-  CHECK(whole_peak <= 5.0 * 17 * bytes_per_frame);
+  CHECK(whole_peak <= 5.5 * 17 * bytes_per_frame);  // margin for other CPUs' convolution buffers
   CHECK(whole_peak >= 3.0 * 17 * bytes_per_frame);  // the measure itself sees the pass
   // Frame windows: the peak is one 17-frame window's, whatever the clip's length.
   tt::VaeTiling windows;
@@ -404,5 +404,5 @@ TEST_CASE("VAE encoder memory: at its peak the encoder holds about four activati
   const double window_peak =
       static_cast<double>(tt::cpu_peak_bytes_during([&] { (void)vae->moments_tiled(clip, windows); }));
   INFO("33 frames in windows of 17: " << window_peak / (17 * bytes_per_frame) << " activations of a window");
-  CHECK(window_peak <= 5.0 * 17 * bytes_per_frame);
+  CHECK(window_peak <= 5.5 * 17 * bytes_per_frame);
 }
