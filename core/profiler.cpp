@@ -14,6 +14,7 @@
 #include <fstream>
 #include <utility>
 #include <functional>
+#include <optional>
 #include <unistd.h>
 #include <set>
 #include <thread>
@@ -152,10 +153,19 @@ std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace) {
   for (const nlohmann::json& e : *events) {
     if (!e.is_object() || e.value("name", std::string()) != "[memory]") continue;
     const auto args = e.find("args");
-    if (args == e.end() || !args->is_object() || !args->contains("Total Allocated")) continue;
-    const int64_t type = args->value("Device Type", int64_t{0});
-    const std::string device = type == 1 ? str_cat("cuda:", args->value("Device Id", int64_t{0})) : "cpu";
-    const int64_t total = (*args)["Total Allocated"].get<int64_t>();
+    if (args == e.end() || !args->is_object()) continue;
+    // Numbers only: a field of another type (a trace from elsewhere) leaves the event out.
+    auto number = [&](const char* key, int64_t fallback) -> std::optional<int64_t> {
+      const auto found = args->find(key);
+      if (found == args->end()) return fallback;
+      if (!found->is_number()) return std::nullopt;
+      return found->get<int64_t>();
+    };
+    const std::optional<int64_t> total_field = number("Total Allocated", -1), type = number("Device Type", 0),
+                                 id = number("Device Id", 0);
+    if (!total_field || *total_field < 0 || !type || !id) continue;
+    const std::string device = *type == 1 ? str_cat("cuda:", *id) : "cpu";
+    const int64_t total = *total_field;
     TraceMemory& m = out[device];
     if (m.events++ == 0) m.first_bytes = m.peak_bytes = total;
     m.peak_bytes = std::max(m.peak_bytes, total);

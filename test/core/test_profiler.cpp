@@ -92,7 +92,9 @@ TEST_CASE("a trace's allocator events give each device's first and highest alloc
       {"traceEvents",
        {{{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"ts", 0}, {"dur", 10}}, memory(1, 100, 1, 0),
         memory(2, 64, 0, -1), memory(3, 900, 1, 0), memory(4, 300, 1, 0), memory(5, 32, 0, -1),
-        memory(6, 5000, 1, 1), {{"ph", "i"}, {"name", "[memory]"}, {"ts", 7}}}}};
+        memory(6, 5000, 1, 1), {{"ph", "i"}, {"name", "[memory]"}, {"ts", 7}},
+        {{"ph", "i"}, {"name", "[memory]"}, {"ts", 8}, {"args", {{"Total Allocated", "lots"}}}},
+        {{"ph", "i"}, {"name", "[memory]"}, {"ts", 9}, {"args", {{"Total Allocated", 7}, {"Device Type", "gpu"}}}}}}};
   const std::map<std::string, tt::TraceMemory> m = tt::trace_memory(trace);
   REQUIRE(m.size() == 3);
   CHECK(m.at("cuda:0").events == 3);
