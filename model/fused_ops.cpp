@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "cuda/ops.h"
+#include "model/layers.h"
 
 namespace tt {
 
@@ -261,7 +262,8 @@ torch::Tensor rms_norm_rope_reference(const torch::Tensor& x, const torch::Tenso
   auto normed = rms_norm(x, weight, eps);
   if (rope_tokens == 0) return normed;
   if (rope_tokens == x.size(2)) return apply_rope(normed, *rope);
-  return torch::cat({apply_rope(normed.slice(2, 0, rope_tokens), *rope), normed.slice(2, rope_tokens)}, 2);
+  const auto [video, text] = split_at(normed, 2, rope_tokens);
+  return torch::cat({apply_rope(video, *rope), text}, 2);
 }
 
 torch::Tensor rms_norm_rope(const torch::Tensor& x, const torch::Tensor& weight, const RopeTable* rope,

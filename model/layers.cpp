@@ -136,6 +136,11 @@ torch::Tensor norm_modulate_reference(const torch::Tensor& x, const torch::Tenso
   return torch::addcmul(shift.unsqueeze(1), layer_norm_plain(x), 1 + scale.unsqueeze(1));
 }
 
+std::pair<torch::Tensor, torch::Tensor> split_at(const torch::Tensor& x, int64_t dim, int64_t index) {
+  const std::vector<torch::Tensor> parts = x.split_with_sizes({index, x.size(dim) - index}, dim);
+  return {parts[0], parts[1]};
+}
+
 torch::Tensor modulated_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& x,
                                const torch::Tensor& shift, const torch::Tensor& scale, bool fused) {
   if (!fused) return lora_linear(base, lora, norm_modulate(x, shift, scale));

@@ -129,8 +129,9 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   auto k = torch::cat({video_qkv[1], text_qkv[1]}, 2);
   auto v = torch::cat({video_qkv[2], text_qkv[2]}, 2);
   auto joint = attend_joint(q, k, v, keys);  // (B, N+L, hidden)
-  auto video_attn = attn_->output(joint.slice(1, 0, n));
-  auto text_attn = attn_->output_added(joint.slice(1, n));
+  const auto [joint_video, joint_text] = split_at(joint, 1, n);
+  auto video_attn = attn_->output(joint_video);
+  auto text_attn = attn_->output_added(joint_text);
 
   // Gated residuals, one kernel each: x + f(x) * gate.
   const bool fused = fused_kernels_;
@@ -159,11 +160,12 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
   auto m = norm_(vec);  // shift, scale, gate
   // (B, N+L, 3*hidden + mlp)
   auto fused = modulated_linear(linear1_, lora_linear1, x, m[0], m[1], fused_kernels_);
+  const auto [qkv_in, mlp_in] = split_at(fused, 2, 3 * hidden_);
   // QK-norm on every token, RoPE on the video tokens only.
-  auto qkv = attn_->split_and_normalize(fused.slice(2, 0, 3 * hidden_), &rope, video_tokens);
+  auto qkv = attn_->split_and_normalize(qkv_in, &rope, video_tokens);
   auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);
   // With fused kernels, GELU, concatenation and linear2 keep only attn and the MLP's input (a view).
-  auto out = gelu_then_linear(proj_out_, lora_proj_out, attn, fused.slice(2, 3 * hidden_), fused_kernels_);
+  auto out = gelu_then_linear(proj_out_, lora_proj_out, attn, mlp_in, fused_kernels_);
   return gated_residual(x, out, m[2], fused_kernels_);
 }
 

@@ -11,7 +11,12 @@ attributed to the innermost operator that allocated it.
 
 Rows: teletron with model.fused_kernels off and on, diffusers' HunyuanVideoTransformer3DModel
 eager and under torch.compile (default mode), the same architecture and input shapes, every text
-token valid (no mask work on either side), fp32 on the CPU. On the CPU this compares which tensors
+token valid (no mask work on either side), fp32 on the CPU.
+
+--lora R [--checkpointing]: instead, the peak of one whole LoRA training step (forward, backward,
+clipping, AdamW on the adapters; the allocator's most bytes above the step's start), teletron with
+model.lora.rank R against diffusers + peft with the same rank and targets (scripts/bench_lora_peer.py's),
+both with or both without gradient checkpointing of every block. On the CPU this compares which tensors
 each implementation keeps for backward; the GPU's bf16 autocast changes their dtypes (teletron's
 bench reports that split on CUDA: parameters, gradients, autocast copies, activations).
 """
@@ -62,6 +67,15 @@ def held_at_backward(trace_path, top=0):
     return sum(by_op.values()), by_op.most_common(top) if top else []
 
 
+def step_peak(trace_path):
+    """The CPU allocator's most bytes above the start of the trace (one step)."""
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    totals = [e["args"]["Total Allocated"] for e in events
+              if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type", 0) == 0]
+    return max(totals, default=0)
+
+
 def teletron_rows(args, work):
     config = os.path.join(work, "config.yaml")
     data = os.path.join(work, "data")
@@ -86,6 +100,14 @@ def teletron_rows(args, work):
                 tensors[key] = torch.ones_like(value)
         save_file(tensors, path)
     rows = []
+    if args.lora:
+        run = os.path.join(work, "run_lora")
+        subprocess.run([args.teletron, "train", config, "--output", run, "--device", args.device, "--profile",
+                        "3:1:memory", "--set", f"model.lora.rank={args.lora}", "--set", f"model.lora.alpha={args.lora}",
+                        "--set", f"model.activation_checkpointing={'true' if args.checkpointing else 'false'}"],
+                       check=True, capture_output=True)
+        trace = glob.glob(os.path.join(run, "profile", "trace_steps_3-3.json"))[0]
+        return [(f"teletron, LoRA rank {args.lora}", step_peak(trace), [])]
     for fused in ("false", "true"):
         run = os.path.join(work, f"run_fused_{fused}")
         subprocess.run([args.teletron, "train", config, "--output", run, "--device", args.device, "--profile",
@@ -131,6 +153,54 @@ def diffusers_rows(args, work):
     return rows
 
 
+def diffusers_lora_row(args, work):
+    import torch
+    from diffusers import HunyuanVideoTransformer3DModel
+    from peft import LoraConfig
+    from torch.profiler import ProfilerActivity, profile
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_lora_peer import TARGETS
+
+    config = dict(in_channels=16, out_channels=16, num_attention_heads=args.heads, attention_head_dim=args.head_dim,
+                  num_layers=args.doubles, num_single_layers=args.singles, num_refiner_layers=1, mlp_ratio=4.0,
+                  patch_size=2, patch_size_t=1, qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=64,
+                  pooled_projection_dim=32, rope_theta=256.0, rope_axes_dim=args.rope)
+    torch.manual_seed(0)
+    model = HunyuanVideoTransformer3DModel(**config)
+    model.requires_grad_(False)
+    model.add_adapter(LoraConfig(r=args.lora, lora_alpha=args.lora, target_modules=TARGETS,
+                                 init_lora_weights="gaussian"))
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        torch.nn.init.normal_(p, std=0.02)
+    if args.checkpointing:
+        model.enable_gradient_checkpointing()
+    model.train()
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    frames = (args.frames - 1) // 4 + 1
+    x = torch.randn(1, 16, frames, args.height // 8, args.width // 8)
+    target = torch.randn_like(x)
+    inputs = dict(hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, args.text, 64),
+                  encoder_attention_mask=torch.ones(1, args.text, dtype=torch.int64),
+                  pooled_projections=torch.randn(1, 32), guidance=torch.tensor([1000.0]), return_dict=False)
+
+    def step():
+        out = model(**inputs)[0]
+        torch.nn.functional.mse_loss(out.float(), target).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    trace = os.path.join(work, "diffusers_lora.json")
+    prof.export_chrome_trace(trace)
+    import diffusers
+    return [(f"diffusers {diffusers.__version__} + peft, LoRA rank {args.lora}", step_peak(trace), [])]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teletron", required=True)
@@ -146,14 +216,24 @@ def main():
     parser.add_argument("--text", type=int, default=32)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--top", type=int, default=0, help="also list the N operators holding the most")
+    parser.add_argument("--lora", type=int, default=0, help="compare one LoRA training step's peak at this rank")
+    parser.add_argument("--checkpointing", action="store_true", help="with --lora: every block checkpointed, both sides")
     parser.add_argument("--work")
     args = parser.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="tt_activation_memory_")
     os.makedirs(work, exist_ok=True)
-    rows = teletron_rows(args, work) + diffusers_rows(args, work)
     tokens = ((args.frames - 1) // 4 + 1) * (args.height // 16) * (args.width // 16)
     print(f"hidden {args.heads * args.head_dim} ({args.heads} heads x {args.head_dim}), {args.doubles} double + "
           f"{args.singles} single blocks, {tokens} video + {args.text} text tokens, fp32 on {args.device}")
+    if args.lora:
+        rows = teletron_rows(args, work) + diffusers_lora_row(args, work)
+        print(f"| run ({'every block checkpointed' if args.checkpointing else 'no checkpointing'}) | step peak MiB "
+              "| vs diffusers + peft |")
+        print("|---|---|---|")
+        for name, total, _ in rows:
+            print(f"| {name} | {total / 2**20:.2f} | {total / rows[-1][1]:.2f}x |")
+        return 0
+    rows = teletron_rows(args, work) + diffusers_rows(args, work)
     print("| run | held for backward MiB | vs diffusers eager |")
     print("|---|---|---|")
     eager = next(total for name, total, _ in rows if name.endswith("eager"))

@@ -47,3 +47,23 @@ TEST_CASE("norm_modulate's own backward gives autograd's gradients", "[model][la
     CHECK(max_error(ours.scale, theirs.scale) < tolerance * 4);  // a sum over tokens
   }
 }
+
+TEST_CASE("split_at: two views whose backward is one concatenation, with the slices' gradients", "[layers]") {
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({2, 5, 7}, torch::requires_grad());
+  const auto [front, back] = tt::split_at(x, 2, 3);
+  CHECK(front.sizes() == torch::IntArrayRef({2, 5, 3}));
+  CHECK(back.sizes() == torch::IntArrayRef({2, 5, 4}));
+  CHECK(torch::equal(front, x.slice(2, 0, 3)));
+  CHECK(torch::equal(back, x.slice(2, 3)));
+  CHECK(front.data_ptr() == x.data_ptr());  // views, no copy
+  // One node for both parts (two slices would each fill an x-sized zero gradient, then be summed).
+  REQUIRE(front.grad_fn());
+  CHECK(front.grad_fn() == back.grad_fn());
+  (front * 2).sum().add((back * 3).sum()).backward();
+  CHECK(torch::equal(x.grad(), torch::cat({torch::full({2, 5, 3}, 2.0), torch::full({2, 5, 4}, 3.0)}, 2)));
+  // A part no loss reads gets zeros.
+  const torch::Tensor y = torch::randn({4, 6}, torch::requires_grad());
+  tt::split_at(y, 0, 1).second.sum().backward();
+  CHECK(torch::equal(y.grad(), torch::cat({torch::zeros({1, 6}), torch::ones({3, 6})}, 0)));
+}
