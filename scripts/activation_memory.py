@@ -117,26 +117,36 @@ def teletron_rows(args, work):
     return rows
 
 
+def diffusers_config(args):
+    """HunyuanVideoTransformer3DModel's arguments for the architecture teletron's rows train."""
+    return dict(in_channels=16, out_channels=16, num_attention_heads=args.heads, attention_head_dim=args.head_dim,
+                num_layers=args.doubles, num_single_layers=args.singles, num_refiner_layers=1, mlp_ratio=4.0,
+                patch_size=2, patch_size_t=1, qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=64,
+                pooled_projection_dim=32, rope_theta=256.0, rope_axes_dim=args.rope)
+
+
+def diffusers_inputs(args, guidance):
+    """Latents of the clip's shape and the forward's keyword arguments (every text token valid)."""
+    import torch
+    frames = (args.frames - 1) // 4 + 1
+    x = torch.randn(1, 16, frames, args.height // 8, args.width // 8)
+    return x, dict(hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, args.text, 64),
+                   encoder_attention_mask=torch.ones(1, args.text, dtype=torch.int64),
+                   pooled_projections=torch.randn(1, 32), guidance=torch.tensor([guidance]), return_dict=False)
+
+
 def diffusers_rows(args, work):
     import torch
     from diffusers import HunyuanVideoTransformer3DModel
     from torch.profiler import ProfilerActivity, profile
 
-    config = dict(in_channels=16, out_channels=16, num_attention_heads=args.heads, attention_head_dim=args.head_dim,
-                  num_layers=args.doubles, num_single_layers=args.singles, num_refiner_layers=1, mlp_ratio=4.0,
-                  patch_size=2, patch_size_t=1, qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=64,
-                  pooled_projection_dim=32, rope_theta=256.0, rope_axes_dim=args.rope)
-    frames = (args.frames - 1) // 4 + 1
-    shape = (1, 16, frames, args.height // 8, args.width // 8)
+    config = diffusers_config(args)
     rows = []
     for compiled in ([False] if args.no_compile else [False, True]):
         torch.manual_seed(0)
         model = HunyuanVideoTransformer3DModel(**config)
         step_model = torch.compile(model) if compiled else model
-        x = torch.randn(shape)
-        inputs = dict(hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, args.text, 64),
-                      encoder_attention_mask=torch.ones(1, args.text, dtype=torch.int64),
-                      pooled_projections=torch.randn(1, 32), guidance=torch.tensor([6000.0]), return_dict=False)
+        x, inputs = diffusers_inputs(args, 6000.0)
 
         def step():
             out = step_model(**inputs)[0]
@@ -161,10 +171,7 @@ def diffusers_lora_row(args, work):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_lora_peer import TARGETS
 
-    config = dict(in_channels=16, out_channels=16, num_attention_heads=args.heads, attention_head_dim=args.head_dim,
-                  num_layers=args.doubles, num_single_layers=args.singles, num_refiner_layers=1, mlp_ratio=4.0,
-                  patch_size=2, patch_size_t=1, qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=64,
-                  pooled_projection_dim=32, rope_theta=256.0, rope_axes_dim=args.rope)
+    config = diffusers_config(args)
     torch.manual_seed(0)
     model = HunyuanVideoTransformer3DModel(**config)
     model.requires_grad_(False)
@@ -177,12 +184,8 @@ def diffusers_lora_row(args, work):
         model.enable_gradient_checkpointing()
     model.train()
     optimizer = torch.optim.AdamW(params, lr=1e-4)
-    frames = (args.frames - 1) // 4 + 1
-    x = torch.randn(1, 16, frames, args.height // 8, args.width // 8)
+    x, inputs = diffusers_inputs(args, 1000.0)
     target = torch.randn_like(x)
-    inputs = dict(hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, args.text, 64),
-                  encoder_attention_mask=torch.ones(1, args.text, dtype=torch.int64),
-                  pooled_projections=torch.randn(1, 32), guidance=torch.tensor([1000.0]), return_dict=False)
 
     def step():
         out = model(**inputs)[0]
