@@ -45,8 +45,9 @@ case "$part" in
       --set model.activation_checkpointing=true
     ;;
   lora13b_fused)
-    # The same with model.fused_kernels (on the CPU its autograd functions keep 0.72x diffusers eager's
-    # activations against 0.95x without, BENCHMARKS): less in the recomputed block, perhaps faster.
+    # The same with model.fused_kernels, for its speed. Its peak is expected higher: on the CPU one
+    # checkpointed LoRA step peaked at 60.5 MiB with it against 43.5 without (the base and the adapter
+    # each recompute the normalised and the MLP inputs in their own function; BENCHMARKS, the LoRA step).
     bench_row 13b_lora_ckpt_fused --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
       --set model.activation_checkpointing=true --set model.fused_kernels=true
     ;;
