@@ -92,11 +92,10 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   cursor_.step_samples = global_batch_of(config_).samples();
   dynamic_ = config_.batch_size_dynamic;
   if (dynamic_ && config_.dynamic_batch.mode == "token_budget" && !cursor_.row_bucket.empty()) {
-    // Video tokens per sample of each bucket (the latents patched as the model patches them).
+    // Video tokens per sample of each bucket: latents (C, T', H', W') patched as the model patches them.
     std::vector<int64_t> tokens;
     for (const std::vector<int64_t>& shape : dataset_->bucket_latent_shapes())
-      tokens.push_back((shape[1] / model_config_.patch_size_t) * (shape[2] / model_config_.patch_size) *
-                       (shape[3] / model_config_.patch_size));
+      tokens.push_back(StepShape{1, shape[1], shape[2], shape[3]}.video_tokens(model_config_));
     cursor_.bucket_samples = token_budget_samples(tokens, cursor_.step_samples);
   }
   check_memory_estimate();

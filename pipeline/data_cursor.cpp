@@ -71,6 +71,7 @@ std::vector<int64_t> DataCursor::next_bucketed(int64_t count, int64_t size, uint
                                               std::vector<int64_t>* epochs) {
   ready_bucketed(size, seed);
   const int64_t group = samples_of(row_bucket[static_cast<size_t>(dealt[static_cast<size_t>(position.index)])]);
+  if (count == 0) count = group;  // next_group: the whole group
   TT_ASSERT(count > 0 && group % count == 0, "micro-batch ", count, " does not divide the global batch ", group);
   TT_ASSERT(position.index % count == 0 || !bucket_samples.empty(), "bucket cursor at sample ", position.index,
             ", not a multiple of ", count);
@@ -82,10 +83,7 @@ std::vector<int64_t> DataCursor::next_bucketed(int64_t count, int64_t size, uint
 }
 
 std::vector<int64_t> DataCursor::next_group(int64_t size, uint64_t seed, std::vector<int64_t>* epochs) {
-  if (row_bucket.empty()) return next(step_samples, size, seed, epochs);
-  ready_bucketed(size, seed);
-  const int64_t bucket = row_bucket[static_cast<size_t>(dealt[static_cast<size_t>(position.index)])];
-  return next_bucketed(samples_of(bucket), size, seed, epochs);
+  return row_bucket.empty() ? next(step_samples, size, seed, epochs) : next_bucketed(0, size, seed, epochs);
 }
 
 std::vector<int64_t> token_budget_samples(const std::vector<int64_t>& tokens, int64_t global_batch) {

@@ -47,6 +47,7 @@ struct DataCursor {
   /// Bucket mode: deals the epoch's groups when the epoch changed and moves to the next epoch while
   /// the current one has nothing left (TT_ERR_DATA after two empty epochs).
   void ready_bucketed(int64_t size, uint64_t seed);
+  /// Bucket mode: the next `count` rows of the current group (0: the whole group).
   std::vector<int64_t> next_bucketed(int64_t count, int64_t size, uint64_t seed, std::vector<int64_t>* epochs);
 };
 
