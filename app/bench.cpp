@@ -1,23 +1,25 @@
 // Model step benchmark (see bench.h). The keys it reads are the schema's kReadBench column.
 #include "app/bench.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
-#include "core/autocast.h"
 #include "app/memory_estimate.h"
 #include "app/options.h"
 #include "core/adamw.h"
+#include "core/autocast.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "core/profiler.h"
 #include "model/flops.h"
 #include "model/lora.h"
 #include "model/text_padding.h"
@@ -79,6 +81,66 @@ int64_t bytes_of(const std::vector<torch::Tensor>& tensors, bool grads) {
   return bytes;
 }
 
+// --trace: `o.trace_steps` more forward+backward passes under the profiler; writes where the GPU's
+// time goes per pass (kernel time by kind; for the attention kernels and the GEMMs, the rate the
+// exact FLOP count implies; the longest kernels) into `text` and returns the same as JSON.
+template <typename Fn>
+nlohmann::json time_split(std::ostringstream& text, const BenchOptions& o, const torch::Device& device,
+                          const FlopBreakdown& flops, bool lora, Fn&& forward_backward) {
+  const nlohmann::json trace = trace_work(device, o.trace_path, /*shapes=*/false, [&] {
+    for (int64_t i = 0; i < o.trace_steps; ++i) forward_backward();
+  });
+  const TraceBusy busy = trace_busy(trace);
+  if (busy.kernels == 0) {
+    text << "\nTraced " << o.trace_steps << " forward+backward passes into " << o.trace_path
+         << " (the host's operators; no GPU kernels on this device)\n";
+    return {{"trace", o.trace_path}, {"passes", o.trace_steps}, {"kernels_per_pass", 0}};
+  }
+  const double per = 1.0 / static_cast<double>(o.trace_steps);
+  double kernel_total = 0;
+  for (const auto& [kind, seconds] : busy.kind_s) kernel_total += seconds;
+  // Attention's FLOPs (4 N^2 d per layer, x3) and the rest, all matmuls (GEMMs, the patch
+  // convolution); under LoRA the frozen base skips its weight gradients, so no rate is given.
+  const double attention_flop = 3.0 * flops.attention, gemm_flop = flops.training - attention_flop;
+  text
+      << "\nWhere the GPU time goes (" << o.trace_steps << " traced forward+backward passes, " << o.trace_path
+      << "): kernels busy " << 100.0 * busy.share() << " % of " << busy.wall_s * 1e3 * per
+      << " ms per pass\n| kernel kind | ms per pass | share of kernel time | achieved |\n|---|---|---|---|\n";
+  nlohmann::json kinds = nlohmann::json::object();
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [kind, seconds] : busy.kind_s) order.emplace_back(seconds, kind);
+  std::sort(order.rbegin(), order.rend());
+  for (const auto& [seconds, kind] : order) {
+    std::string achieved;
+    if (!lora && kind == "attention" && seconds > 0)
+      achieved =
+          str_cat(attention_flop / (seconds * per) / 1e12, " TFLOP/s (", attention_flop / 1e12, " TFLOP)");
+    if (!lora && kind == "GEMM" && seconds > 0)
+      achieved = str_cat(gemm_flop / (seconds * per) / 1e12, " TFLOP/s (", gemm_flop / 1e12,
+                         " TFLOP, the patch convolution's included)");
+    text << "| " << kind << " | " << seconds * per * 1e3 << " | " << 100.0 * seconds / kernel_total << " % | "
+         << achieved << " |\n";
+    kinds[kind] = seconds * per * 1e3;
+  }
+  text << "\n| longest kernels (summed per pass) | kind | launches per pass | ms per pass "
+          "|\n|---|---|---|---|\n";
+  nlohmann::json top = nlohmann::json::array();
+  for (const KernelTotal& k : kernel_totals(trace, 15)) {
+    const std::string name = k.name.size() > 110 ? k.name.substr(0, 107) + "..." : k.name;
+    text << "| `" << name << "` | " << k.kind << " | " << k.count * per << " | " << k.seconds * per * 1e3
+         << " |\n";
+    top.push_back(
+        {{"name", k.name}, {"kind", k.kind}, {"launches", k.count * per}, {"ms", k.seconds * per * 1e3}});
+  }
+  return {{"trace", o.trace_path},
+          {"passes", o.trace_steps},
+          {"busy_share", busy.share()},
+          {"wall_ms_per_pass", busy.wall_s * per * 1e3},
+          {"kernels_per_pass", static_cast<double>(busy.kernels) * per},
+          {"kernel_ms_by_kind", kinds},
+          {"top_kernels", top}};
+}
+
 }  // namespace
 
 void run_bench(const BenchOptions& options) {
@@ -101,17 +163,18 @@ void run_bench(const BenchOptions& options) {
     const double capacity =
         static_cast<double>(gpu_memory(device).total) * std::min(1.0, o.config.train.memory_cap);
     if (o.max_frames) {
-      o.frames = longest_clip_frames(probe_config, mc, o.height, o.width, o.batch, o.text_tokens, device, capacity,
-                                     &tried, o.max_frames_checks);
-      spdlog::info("bench: the longest clip at {}x{} that fits by the estimate: {} frames; measuring one step at it",
-                   o.height, o.width, o.frames);
+      o.frames = longest_clip_frames(probe_config, mc, o.height, o.width, o.batch, o.text_tokens, device,
+                                     capacity, &tried, o.max_frames_checks);
+      spdlog::info(
+          "bench: the longest clip at {}x{} that fits by the estimate: {} frames; measuring one step at it",
+          o.height, o.width, o.frames);
     }
     const auto started = std::chrono::steady_clock::now();
     // At a predicted longest clip only the configured checkpointing matters (the other mode's
     // probes there would cost minutes more).
-    estimate = estimate_step_memory(probe_config, mc,
-                                    step_shape_of_clip(o.frames, o.height, o.width, o.batch, o.text_tokens), device,
-                                    /*both_modes=*/!o.max_frames);
+    estimate = estimate_step_memory(
+        probe_config, mc, step_shape_of_clip(o.frames, o.height, o.width, o.batch, o.text_tokens), device,
+        /*both_modes=*/!o.max_frames);
     spdlog::info("bench: {} ({:.1f} s)", describe_estimate(*estimate, capacity),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
@@ -127,7 +190,8 @@ void run_bench(const BenchOptions& options) {
   // converted as it moves; the bench keeps fp32 master weights otherwise), then random weights drawn
   // there: the modulation and final layers too, so the timed graph is the trained one, not a zero
   // shortcut (drawn on the host, the 13B's 12.8 B values took minutes).
-  HunyuanVideoTransformer model(mc, device, o.config.model.lora_rank > 0 && autocast ? half : torch::kFloat32);
+  HunyuanVideoTransformer model(mc, device,
+                                o.config.model.lora_rank > 0 && autocast ? half : torch::kFloat32);
   model->set_activation_checkpointing(o.config.model.activation_checkpointing_every_n);
   {
     torch::NoGradGuard no_grad;
@@ -191,12 +255,14 @@ void run_bench(const BenchOptions& options) {
   const std::string attention = configure_attention_backend();
   spdlog::info("bench: attention backend {} (TELETRON_SDPA)", attention);
   spdlog::info("bench: {} | {} | batch {}, latents [{}, {}, {}, {}], {} video + {} text tokens ({} valid)",
-               describe_device(device), autocast ? str_cat(o.config.mixed_precision.dtype, " autocast, fp32 master weights") : "fp32",
+               describe_device(device),
+               autocast ? str_cat(o.config.mixed_precision.dtype, " autocast, fp32 master weights") : "fp32",
                o.batch, mc.in_channels, lt, lh, lw, video_tokens, o.text_tokens, o.text_valid);
   spdlog::info("model: {:.1f} M parameters; {}", model->parameter_count() / 1e6, describe_hunyuan_config(mc));
   if (lora)
-    spdlog::info("LoRA: rank {}, {} modules, {:.1f} M trainable parameters; the base frozen{}", lora->options.rank,
-                 lora->modules().size(), lora->parameter_count() / 1e6, autocast ? " in the autocast dtype" : "");
+    spdlog::info("LoRA: rank {}, {} modules, {:.1f} M trainable parameters; the base frozen{}",
+                 lora->options.rank, lora->modules().size(), lora->parameter_count() / 1e6,
+                 autocast ? " in the autocast dtype" : "");
   const double matmul_rate = measure_matmul_rate(device, half);
   const GpuMemory before = gpu_memory(device);  // parameters, inputs, target
   reset_peak_memory(device);
@@ -213,18 +279,25 @@ void run_bench(const BenchOptions& options) {
   const int64_t copy_bytes = autocast ? autocast_copy_bytes(*model) : 0;
   const int64_t activation_bytes = after.known ? after.peak - after.allocated - copy_bytes : 0;
   const int64_t input_bytes = before.known ? before.allocated - param_bytes : 0;
-  const int64_t other_bytes = after.known && before.known ? after.allocated - before.allocated - grad_bytes : 0;
+  const int64_t other_bytes =
+      after.known && before.known ? after.allocated - before.allocated - grad_bytes : 0;
+  const FlopBreakdown flops = transformer_flops(mc, o.batch, video_tokens, o.text_tokens);
+  nlohmann::json trace_summary;
+  std::ostringstream time_split_text;
+  if (!o.trace_path.empty())
+    trace_summary = time_split(time_split_text, o, device, flops, lora.has_value(), forward_backward);
   double step_s = 0.0;
   // One untimed full step first (AdamW allocates its state), none with --warmup 0.
   if (o.optimizer) step_s = time_it(device, std::min<int64_t>(1, o.warmup), o.steps, full_step);
   const double peak = peak_memory_gb(device);
 
-  FlopBreakdown flops = transformer_flops(mc, o.batch, video_tokens, o.text_tokens);
   const double tokens = static_cast<double>(o.batch * video_tokens);
   auto mfu = [&](double seconds, double rate) { return flops.training / seconds / rate; };
   std::cout << "| measure | value |\n|---|---|\n";
-  std::cout << "| matmul rate (" << (device.is_cuda() ? str_cat(o.config.mixed_precision.dtype, " 8192^3") : std::string("fp32 1024^3")) << ", measured) | "
-            << matmul_rate / 1e12 << " TFLOP/s |\n";
+  std::cout << "| matmul rate ("
+            << (device.is_cuda() ? str_cat(o.config.mixed_precision.dtype, " 8192^3")
+                                 : std::string("fp32 1024^3"))
+            << ", measured) | " << matmul_rate / 1e12 << " TFLOP/s |\n";
   std::cout << "| exact FLOPs per step (fwd+bwd) | " << flops.training / 1e12 << " TFLOP (attention "
             << 100.0 * flops.attention / flops.forward << " %) |\n";
   std::cout << "| forward+backward | " << fwd_bwd_s * 1e3 << " ms |\n";
@@ -241,58 +314,66 @@ void run_bench(const BenchOptions& options) {
     std::cout << "| of it: parameters | " << param_bytes / kGiB << " GiB |\n";
     std::cout << "| of it: gradients | " << grad_bytes / kGiB << " GiB |\n";
     std::cout << "| of it: autocast copies of the Linear/Conv weights | " << copy_bytes / kGiB << " GiB |\n";
-    std::cout << "| of it: inputs and other tensors held before the step | " << input_bytes / kGiB << " GiB |\n";
+    std::cout << "| of it: inputs and other tensors held before the step | " << input_bytes / kGiB
+              << " GiB |\n";
     std::cout << "| of it: other memory the step leaves allocated (GEMM workspaces) | " << other_bytes / kGiB
               << " GiB |\n";
-    std::cout << "| of it: activations (peak - held after the step - autocast copies) | " << activation_bytes / kGiB
-              << " GiB |\n";
+    std::cout << "| of it: activations (peak - held after the step - autocast copies) | "
+              << activation_bytes / kGiB << " GiB |\n";
   }
   if (o.optimizer) {
     std::cout << "| full step (fwd+bwd+clip+AdamW) | " << step_s * 1e3 << " ms |\n";
-    if (!lora) std::cout << "| MFU full step vs measured matmul | " << 100.0 * mfu(step_s, matmul_rate) << " % |\n";
+    if (!lora)
+      std::cout << "| MFU full step vs measured matmul | " << 100.0 * mfu(step_s, matmul_rate) << " % |\n";
     std::cout << "| peak memory full step | " << peak << " GiB |\n";
   }
   if (estimate) {
     const double estimated = estimate->peak_bytes / kGiB, measured = o.optimizer ? peak : fwd_bwd_peak;
     std::cout << "| estimated peak (before the model was built) | " << estimated << " GiB, "
-              << 100.0 * (estimated - measured) / measured << " % off the measured " << measured << " GiB |\n";
+              << 100.0 * (estimated - measured) / measured << " % off the measured " << measured
+              << " GiB |\n";
     for (const auto& [frames, bytes] : tried)
       std::cout << "| estimate at " << frames << "x" << o.height << "x" << o.width << " | " << bytes / kGiB
                 << " GiB |\n";
   }
+  std::cout << time_split_text.str();
   if (!o.json_path.empty()) {
-    nlohmann::json row = {{"device", describe_device(device)},
-                          {"attention_backend", attention},
-                          {"parameters", model->parameter_count()},
-                          {"batch", o.batch},
-                          {"video_tokens", video_tokens},
-                          {"text_tokens", o.text_tokens},
-                          {"text_valid", o.text_valid},
-                          {"matmul_tflops", matmul_rate / 1e12},
-                          {"step_tflop", flops.training / 1e12},
-                          {"fwd_bwd_ms", fwd_bwd_s * 1e3},
-                          {"tokens_per_s", tokens / fwd_bwd_s},
-                          {"mfu_measured", lora ? nlohmann::json() : nlohmann::json(mfu(fwd_bwd_s, matmul_rate))},
-                          {"mfu_datasheet", lora ? nlohmann::json() : nlohmann::json(mfu(fwd_bwd_s, kDatasheetBf16))},
-                          {"lora_rank", lora ? lora->options.rank : 0},
-                          {"trainable_parameters", lora ? lora->parameter_count() : model->parameter_count()},
-                          {"peak_gb_fwd_bwd", fwd_bwd_peak},
-                          {"parameter_bytes", param_bytes},
-                          {"gradient_bytes", grad_bytes},
-                          {"autocast_copy_bytes", copy_bytes},
-                          {"input_bytes", input_bytes},
-                          {"other_held_bytes", other_bytes},
-                          {"activation_bytes", activation_bytes},
-                          {"full_step_ms", step_s * 1e3},
-                          {"peak_gb", peak},
-                          {"frames", o.frames},
-                          {"estimated_peak_gb", estimate ? nlohmann::json(estimate->peak_bytes / kGiB) : nlohmann::json()},
-                          {"estimated_peak_gb_no_checkpointing",
-                           estimate && std::isfinite(estimate->peak_without_checkpointing)
-                               ? nlohmann::json(estimate->peak_without_checkpointing / kGiB) : nlohmann::json()},
-                          {"estimated_peak_gb_full_checkpointing",
-                           estimate && std::isfinite(estimate->peak_with_checkpointing)
-                               ? nlohmann::json(estimate->peak_with_checkpointing / kGiB) : nlohmann::json()}};
+    nlohmann::json row = {
+        {"device", describe_device(device)},
+        {"attention_backend", attention},
+        {"parameters", model->parameter_count()},
+        {"batch", o.batch},
+        {"video_tokens", video_tokens},
+        {"text_tokens", o.text_tokens},
+        {"text_valid", o.text_valid},
+        {"matmul_tflops", matmul_rate / 1e12},
+        {"step_tflop", flops.training / 1e12},
+        {"fwd_bwd_ms", fwd_bwd_s * 1e3},
+        {"tokens_per_s", tokens / fwd_bwd_s},
+        {"mfu_measured", lora ? nlohmann::json() : nlohmann::json(mfu(fwd_bwd_s, matmul_rate))},
+        {"mfu_datasheet", lora ? nlohmann::json() : nlohmann::json(mfu(fwd_bwd_s, kDatasheetBf16))},
+        {"lora_rank", lora ? lora->options.rank : 0},
+        {"trainable_parameters", lora ? lora->parameter_count() : model->parameter_count()},
+        {"peak_gb_fwd_bwd", fwd_bwd_peak},
+        {"parameter_bytes", param_bytes},
+        {"gradient_bytes", grad_bytes},
+        {"autocast_copy_bytes", copy_bytes},
+        {"input_bytes", input_bytes},
+        {"other_held_bytes", other_bytes},
+        {"activation_bytes", activation_bytes},
+        {"full_step_ms", step_s * 1e3},
+        {"peak_gb", peak},
+        {"frames", o.frames},
+        {"estimated_peak_gb", estimate ? nlohmann::json(estimate->peak_bytes / kGiB) : nlohmann::json()},
+        {"estimated_peak_gb_no_checkpointing",
+         estimate && std::isfinite(estimate->peak_without_checkpointing)
+             ? nlohmann::json(estimate->peak_without_checkpointing / kGiB)
+             : nlohmann::json()},
+        {"estimated_peak_gb_full_checkpointing",
+         estimate && std::isfinite(estimate->peak_with_checkpointing)
+             ? nlohmann::json(estimate->peak_with_checkpointing / kGiB)
+             : nlohmann::json()},
+        {"time_split", trace_summary}};
     std::ofstream out(o.json_path);
     out << row.dump(2) << "\n";
     TT_CHECK(out.good(), ErrorCode::kIo, "cannot write ", o.json_path);

@@ -33,6 +33,11 @@ struct BenchOptions {
   bool max_frames = false;
   /// With max_frames: estimates around the predicted crossing (0: the prediction alone).
   int64_t max_frames_checks = 8;
+  /// Also trace `trace_steps` forward+backward passes after the timed ones into this Chrome trace
+  /// and print where the GPU's time goes (kernel time by kind, the attention's and GEMMs' achieved
+  /// rates against the exact FLOP count, the longest kernels).
+  std::string trace_path;
+  int64_t trace_steps = 2;
 };
 
 void run_bench(const BenchOptions& options);

@@ -160,6 +160,9 @@ int run_bench_command(BenchArgs& args) {
   if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   args.options.config = args.config.empty() ? load_config_text("tele_tron: {}\n", "(defaults)", overrides)
                                             : load_config(args.config, overrides);
+  TT_CHECK_HINT(args.options.trace_path.empty() || args.suite == "model" || args.suite == "all", ErrorCode::kConfig,
+                "--suite train traces its rows itself (--profile-steps)",
+                "bench --trace times the Transformer's step: it needs --suite model (or all), not ", args.suite);
   if (args.suite == "pipeline" || args.suite == "all") {
     BenchPipelineOptions& pipeline = args.pipeline;
     pipeline.device = args.device.empty() ? "cuda" : args.device;
@@ -306,8 +309,9 @@ int run_cli(int argc, char** argv) {
   train_cmd->add_option("--profile", train.profile,
                         "Trace optimizer steps FIRST..FIRST+COUNT-1 with LibTorch's profiler into <output>/profile "
                         "(Chrome/Perfetto JSON) and log the GPU busy share; FIRST:COUNT:memory adds the "
-                        "allocator's events (bytes allocated over time, the peak logged)")
-      ->type_name("FIRST:COUNT[:memory]");
+                        "allocator's events (bytes allocated over time, the peak logged), :shapes each operator's input "
+                        "shapes and dtypes")
+      ->type_name("FIRST:COUNT[:memory][:shapes]");
 
   ConfigArgs config_args;
   auto* config_cmd = app.add_subcommand(
@@ -358,6 +362,12 @@ int run_cli(int argc, char** argv) {
                         "line's prediction; each probe of a long clip costs minutes)")
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--json", bench.options.json_path, "Also write the results as JSON here");
+  bench_cmd->add_option("--trace", bench.options.trace_path,
+                        "--suite model: also trace forward+backward passes into this Chrome trace and print where "
+                        "the GPU's time goes (kernel time by kind, attention's and GEMMs' achieved TFLOP/s, the "
+                        "longest kernels)");
+  bench_cmd->add_option("--trace-steps", bench.options.trace_steps, "--suite model: passes traced with --trace")
+      ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--suite", bench.suite,
                         "model: the Transformer step on synthetic tensors; train: the training loop on synthetic "
                         "cached latents (--warmup and --steps count optimizer steps); flow: the optical-flow "

@@ -1,23 +1,23 @@
 // StepProfiler and the trace's busy share (see profiler.h).
 #include "core/profiler.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
-#include <initializer_list>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <utility>
 #include <functional>
+#include <initializer_list>
 #include <optional>
-#include <unistd.h>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/errors.h"
@@ -36,14 +36,14 @@ using torch::profiler::impl::ProfilerState;
 
 ProfileWindow parse_profile_window(const std::string& text, const std::string& origin) {
   constexpr const char* kHint =
-      "write it as FIRST:COUNT, e.g. --profile 20:20 (steps 20..39), or FIRST:COUNT:memory for the allocator's events";
+      "write it as FIRST:COUNT, e.g. --profile 20:20 (steps 20..39), optionally followed by :memory (the "
+      "allocator's "
+      "events) and/or :shapes (each operator's input shapes and dtypes)";
   const size_t colon = text.find(':');
   TT_CHECK_HINT(colon != std::string::npos, ErrorCode::kConfig, kHint, origin, ": '", text, "' has no ':'");
   const size_t second = text.find(':', colon + 1);
-  const std::string count = second == std::string::npos ? text.substr(colon + 1) : text.substr(colon + 1, second - colon - 1);
-  const std::string extra = second == std::string::npos ? std::string() : text.substr(second + 1);
-  TT_CHECK_HINT(second == std::string::npos || extra == "memory", ErrorCode::kConfig, kHint, origin, ": '", extra,
-                "' in '", text, "' is not `memory`");
+  const std::string count =
+      second == std::string::npos ? text.substr(colon + 1) : text.substr(colon + 1, second - colon - 1);
   auto number = [&](const std::string& part) {
     char* end = nullptr;
     const long long value = std::strtoll(part.c_str(), &end, 10);
@@ -51,14 +51,27 @@ ProfileWindow parse_profile_window(const std::string& text, const std::string& o
                   "' in '", text, "' is not a whole number >= 1");
     return static_cast<int64_t>(value);
   };
-  return ProfileWindow{number(text.substr(0, colon)), number(count), extra == "memory"};
+  ProfileWindow window{number(text.substr(0, colon)), number(count)};
+  size_t start = second;
+  while (start != std::string::npos) {
+    const size_t next = text.find(':', start + 1);
+    const std::string extra =
+        text.substr(start + 1, next == std::string::npos ? std::string::npos : next - start - 1);
+    bool* flag = extra == "memory" ? &window.memory : extra == "shapes" ? &window.shapes : nullptr;
+    TT_CHECK_HINT(flag != nullptr && !*flag, ErrorCode::kConfig, kHint, origin, ": '", extra, "' in '", text,
+                  "' is not `memory` or `shapes` (each at most once)");
+    *flag = true;
+    start = next;
+  }
+  return window;
 }
 
 std::string kernel_kind(const std::string& name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   auto has = [&](std::initializer_list<const char*> parts) {
-    return std::any_of(parts.begin(), parts.end(), [&](const char* part) { return lower.find(part) != std::string::npos; });
+    return std::any_of(parts.begin(), parts.end(),
+                       [&](const char* part) { return lower.find(part) != std::string::npos; });
   };
   // Order matters: cuDNN's attention kernels also say cudnn, AdamW's multi-tensor kernels also say
   // elementwise-like things, our own kernels may mention norms.
@@ -68,8 +81,8 @@ std::string kernel_kind(const std::string& name) {
   if (has({"norm"})) return "norm";
   if (has({"gemm", "nvjet", "xmma", "cutlass", "cublas", "gemv", "matmul", "splitk"})) return "GEMM";
   if (has({"conv", "implicit_", "winograd", "cudnn"})) return "convolution";
-  if (has({"elementwise", "vectorized", "unrolled", "copy", "cast", "reduce", "index", "cat", "fill", "softmax",
-           "scatter", "gather", "where", "sum", "pow", "add", "mul"}))
+  if (has({"elementwise", "vectorized", "unrolled", "copy", "cast", "reduce", "index", "cat", "fill",
+           "softmax", "scatter", "gather", "where", "sum", "pow", "add", "mul"}))
     return "elementwise";
   return "other";
 }
@@ -130,6 +143,34 @@ TraceBusy trace_busy(const nlohmann::json& trace) {
   return busy;
 }
 
+std::vector<KernelTotal> kernel_totals(const nlohmann::json& trace, size_t top) {
+  std::map<std::string, KernelTotal> by_name;
+  const auto events = trace.find("traceEvents");
+  if (events != trace.end() && events->is_array()) {
+    for (const nlohmann::json& event : *events) {
+      if (!event.is_object() || event.value("ph", std::string()) != "X" ||
+          event.value("cat", std::string()) != "kernel")
+        continue;
+      const auto dur = event.find("dur");
+      if (dur == event.end() || !dur->is_number()) continue;
+      const std::string name = event.value("name", std::string());
+      KernelTotal& total = by_name[name];
+      total.name = name;
+      total.count += 1;
+      total.seconds += std::max(0.0, dur->get<double>()) * 1e-6;
+    }
+  }
+  std::vector<KernelTotal> out;
+  for (auto& [name, total] : by_name) {
+    total.kind = kernel_kind(name);
+    out.push_back(std::move(total));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const KernelTotal& a, const KernelTotal& b) { return a.seconds > b.seconds; });
+  if (out.size() > top) out.resize(top);
+  return out;
+}
+
 namespace {
 
 nlohmann::json read_trace(const std::string& path) {
@@ -138,6 +179,28 @@ nlohmann::json read_trace(const std::string& path) {
   nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   TT_CHECK(!trace.is_discarded(), ErrorCode::kIo, path, ": not a JSON trace");
   return trace;
+}
+
+// Runs `work` under the profiler (the host's operators, and the GPU's kernels on CUDA), waits for
+// the device and returns what it recorded.
+std::unique_ptr<kineto::ProfilerResult> profile(torch::Device device, bool shapes, bool memory,
+                                                const std::function<void()>& work) {
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (device.is_cuda()) activities.insert(ActivityType::CUDA);
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/shapes,
+                              /*profile_memory=*/memory);
+  kineto::prepareProfiler(config, activities);
+  kineto::enableProfiler(config, activities);
+  try {
+    work();
+#ifdef TELETRON_WITH_CUDA
+    if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? 0 : device.index());
+#endif
+  } catch (...) {
+    (void)kineto::disableProfiler();
+    throw;
+  }
+  return kineto::disableProfiler();
 }
 
 }  // namespace
@@ -174,18 +237,11 @@ std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace) {
 }
 
 int64_t cpu_peak_bytes_during(const std::function<void()>& work) {
-  const std::set<ActivityType> activities = {ActivityType::CPU};
-  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/false, /*profile_memory=*/true);
-  kineto::prepareProfiler(config, activities);
-  kineto::enableProfiler(config, activities);
-  try {
-    work();
-  } catch (...) {
-    (void)kineto::disableProfiler();
-    throw;
-  }
-  std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
-  const fs::path path = fs::temp_directory_path() / str_cat("tt_memory_", ::getpid(), "_", std::hash<std::thread::id>{}(std::this_thread::get_id()), ".json");
+  std::unique_ptr<kineto::ProfilerResult> result =
+      profile(torch::kCPU, /*shapes=*/false, /*memory=*/true, work);
+  const fs::path path =
+      fs::temp_directory_path() / str_cat("tt_memory_", ::getpid(), "_",
+                                          std::hash<std::thread::id>{}(std::this_thread::get_id()), ".json");
   result->save(path.string());
   const nlohmann::json trace = read_trace(path.string());
   std::error_code ignored;
@@ -194,6 +250,15 @@ int64_t cpu_peak_bytes_during(const std::function<void()>& work) {
   const auto cpu = memory.find("cpu");
   // The CPU's count starts at the first traced allocation: its value before that allocation is 0.
   return cpu == memory.end() ? 0 : cpu->second.peak_bytes;
+}
+
+nlohmann::json trace_work(torch::Device device, const std::string& path, bool shapes,
+                          const std::function<void()>& work) {
+  std::unique_ptr<kineto::ProfilerResult> result = profile(device, shapes, /*memory=*/false, work);
+  const fs::path folder = fs::path(path).parent_path();
+  if (!folder.empty()) fs::create_directories(folder);
+  result->save(path);
+  return read_trace(path);
 }
 
 StepProfiler::StepProfiler(ProfileWindow window, torch::Device device, std::string folder)
@@ -211,7 +276,8 @@ void StepProfiler::before_step(int64_t step) {
   if (!window_.active() || step != window_.first || running_) return;
   std::set<ActivityType> activities = {ActivityType::CPU};
   if (device_.is_cuda()) activities.insert(ActivityType::CUDA);
-  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/false, /*profile_memory=*/window_.memory);
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/window_.shapes,
+                              /*profile_memory=*/window_.memory);
   kineto::prepareProfiler(config, activities);
   kineto::enableProfiler(config, activities);
   running_ = true;
@@ -232,14 +298,15 @@ void StepProfiler::after_step(int64_t step, bool run_ends) {
   const TraceBusy busy = trace_busy(trace);
   if (window_.memory) {
     for (const auto& [device, m] : trace_memory(trace))
-      spdlog::info("profile: {} memory over the traced steps: {} allocator events, {:.1f} MiB allocated at the first, "
-                   "peak {:.1f} MiB ({:.1f} MiB above the first)",
-                   device, m.events, m.first_bytes / 1048576.0, m.peak_bytes / 1048576.0,
-                   m.peak_above_first() / 1048576.0);
+      spdlog::info(
+          "profile: {} memory over the traced steps: {} allocator events, {:.1f} MiB allocated at the first, "
+          "peak {:.1f} MiB ({:.1f} MiB above the first)",
+          device, m.events, m.first_bytes / 1048576.0, m.peak_bytes / 1048576.0,
+          m.peak_above_first() / 1048576.0);
   }
   if (device_.is_cuda()) {
-    spdlog::info("profile: {} ({} kernels; GPU busy {:.1f} % of {:.3f} s: union of kernel intervals)", trace_path_,
-                 busy.kernels, 100.0 * busy.share(), busy.wall_s);
+    spdlog::info("profile: {} ({} kernels; GPU busy {:.1f} % of {:.3f} s: union of kernel intervals)",
+                 trace_path_, busy.kernels, 100.0 * busy.share(), busy.wall_s);
   } else {
     spdlog::info("profile: {} ({:.3f} s traced on the CPU)", trace_path_, busy.wall_s);
   }

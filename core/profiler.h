@@ -4,8 +4,8 @@
 // "a kernel ran during this sample" utilisation).
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
 #include <torch/types.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -21,17 +21,20 @@ struct ProfileWindow {
   int64_t first = 0;  // 1-based step; 0 = no profiling
   int64_t count = 0;
   bool memory = false;  // ":memory": the allocator's events too (a memory timeline, CPU and CUDA)
+  bool shapes =
+      false;  // ":shapes": each operator's input shapes and dtypes (scripts/op_traffic.py reads them)
   bool active() const { return first > 0 && count > 0; }
   int64_t last() const { return first + count - 1; }
 };
 
-/// "FIRST:COUNT" (both >= 1), optionally ":memory"; anything else is TT_ERR_CONFIG naming `origin`.
+/// "FIRST:COUNT" (both >= 1), then optionally ":memory" and/or ":shapes"; anything else is TT_ERR_CONFIG
+/// naming `origin`.
 ProfileWindow parse_profile_window(const std::string& text, const std::string& origin);
 
 struct TraceBusy {
-  double wall_s = 0;       // first event start .. last event end, every event of the trace
-  double kernel_s = 0;     // union of the GPU kernel intervals
-  int64_t kernels = 0;     // kernel events counted
+  double wall_s = 0;    // first event start .. last event end, every event of the trace
+  double kernel_s = 0;  // union of the GPU kernel intervals
+  int64_t kernels = 0;  // kernel events counted
   /// Summed kernel durations (not their union) by kind (kernel_kind), in seconds: where the
   /// GPU's time goes.
   std::map<std::string, double> kind_s;
@@ -46,6 +49,16 @@ struct TraceBusy {
 /// kernels, namespace tt), "elementwise" (elementwise, copies, casts, reductions, indexing) or
 /// "other".
 std::string kernel_kind(const std::string& name);
+
+/// One GPU kernel's launches in a trace, summed by name.
+struct KernelTotal {
+  std::string name;
+  std::string kind;  // kernel_kind(name)
+  int64_t count = 0;
+  double seconds = 0;  // summed durations
+};
+/// The GPU kernels of a trace summed by name, the longest total first, at most `top` of them.
+std::vector<KernelTotal> kernel_totals(const nlohmann::json& trace, size_t top);
 
 /// Busy time of a Chrome trace (Kineto's JSON: traceEvents with ph "X", ts and dur in µs, GPU
 /// kernels under cat "kernel"): overlapping kernels (several streams) count once.
@@ -70,6 +83,12 @@ std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace);
 /// allocation counters of its own; this is its peak-memory measure for benchmarks. Not while
 /// another profiler runs in the process.
 int64_t cpu_peak_bytes_during(const std::function<void()>& work);
+
+/// Runs `work` under LibTorch's profiler (the host's operators and, on CUDA, the GPU's kernels; with
+/// `shapes` each operator's input shapes), waits for the device, writes the Chrome trace to `path`
+/// and returns it parsed. Not while another profiler runs in the process.
+nlohmann::json trace_work(torch::Device device, const std::string& path, bool shapes,
+                          const std::function<void()>& work);
 
 /// Starts the profiler before step `window.first` and stops it after `window.last()`, then writes
 /// the trace into `folder` and logs where it is and the busy share. One per training run (the

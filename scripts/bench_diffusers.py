@@ -2,9 +2,13 @@
 """Reference timing for `teletron bench`: the same HunyuanVideo Transformer configuration and input
 shape in diffusers (HunyuanVideoTransformer3DModel), bf16 weights, forward + backward (no
 optimizer), eager and torch.compile, on the same GPU in the same run. Prints one JSON object.
-The FLOP count is the exact one docs/ARCHITECTURE.md defines (the same formula as model/flops.cpp)."""
+The FLOP count is the exact one docs/ARCHITECTURE.md defines (the same formula as model/flops.cpp).
+--trace DIR also traces two passes of each (torch.profiler) and gives their kernel time by kind, sorted
+as `teletron bench --trace` sorts its own (core/profiler.cpp's kernel_kind, plus Inductor's Triton
+kernels), so the two step's time can be compared part by part."""
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -38,6 +42,53 @@ def exact_training_flops(c, batch, n, l):
     return 3.0 * f * batch
 
 
+def kernel_kind(name):
+    """core/profiler.cpp's kernel_kind, in the same order; Inductor's generated kernels are `triton`."""
+    lower = name.lower()
+    has = lambda *parts: any(p in lower for p in parts)
+    if has("sdpa", "fmha", "flash", "attention", "attn"):
+        return "attention"
+    if has("multi_tensor", "adam", "_amp_", "amp_update", "non_finite"):
+        return "optimizer"
+    if has("triton"):
+        return "triton"
+    if has("tt::", "teletron"):
+        return "teletron"
+    if has("norm"):
+        return "norm"
+    if has("gemm", "nvjet", "xmma", "cutlass", "cublas", "gemv", "matmul", "splitk"):
+        return "GEMM"
+    if has("conv", "implicit_", "winograd", "cudnn"):
+        return "convolution"
+    if has("elementwise", "vectorized", "unrolled", "copy", "cast", "reduce", "index", "cat", "fill", "softmax",
+           "scatter", "gather", "where", "sum", "pow", "add", "mul"):
+        return "elementwise"
+    return "other"
+
+
+def time_split(fn, passes, path):
+    """Kernel time by kind (ms per pass) and the longest kernels of `passes` calls of fn, traced."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(passes):
+            fn()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    kinds, names = {}, {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") != "kernel":
+            continue
+        ms = e.get("dur", 0) / 1e3 / passes
+        kind = kernel_kind(e.get("name", ""))
+        kinds[kind] = kinds.get(kind, 0.0) + ms
+        names[e["name"]] = names.get(e["name"], 0.0) + ms
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:15]
+    return dict(trace=path, passes=passes, kernel_ms_by_kind=kinds,
+                top_kernels=[dict(name=n, kind=kernel_kind(n), ms=ms) for n, ms in top])
+
+
 def timed(fn, warmup, steps):
     for _ in range(warmup):
         fn()
@@ -61,6 +112,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--trace", metavar="DIR", help="also trace two passes of each variant here")
     args = parser.parse_args()
 
     import diffusers
@@ -125,6 +177,9 @@ def main():
                   eager_peak_gb=torch.cuda.max_memory_allocated() / gib,
                   parameter_gb=weight_bytes / gib, gradient_gb=grad_bytes / gib,
                   eager_activation_gb=(torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()) / gib)
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
+        result.update(eager_time_split=time_split(step(model), 2, os.path.join(args.trace, "diffusers_eager.json")))
     if not args.no_compile:
         compiled = torch.compile(model)
         torch.cuda.reset_peak_memory_stats()
@@ -133,6 +188,9 @@ def main():
                       compiled_mfu_datasheet=flops / compiled_s / 989e12,
                       compiled_peak_gb=torch.cuda.max_memory_allocated() / gib,
                       compiled_activation_gb=(torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()) / gib)
+        if args.trace:
+            result.update(compiled_time_split=time_split(step(compiled), 2,
+                                                         os.path.join(args.trace, "diffusers_compiled.json")))
     print(json.dumps(result))
 
 

@@ -9,13 +9,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh"
 if [ -d .wheels ]; then
   python3 -m pip install -q --no-index --find-links .wheels diffusers >"$out/pip.log" 2>&1 || tail -5 "$out/pip.log"
 fi
-"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b.json" "$@" >"$out/teletron_bench.log" 2>&1 ||
+"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b.json" --trace "$out/traces/teletron.json" "$@" \
+  >"$out/teletron_bench.log" 2>&1 ||
   { tail -20 "$out/teletron_bench.log"; exit 1; }
 # The same with model.fused_kernels (fused kernels, GELU + down-projection and modulated LayerNorm +
 # Linear keeping fewer activations).
-"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b_fused.json" --set model.fused_kernels=true "$@" \
+"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b_fused.json" --set model.fused_kernels=true \
+  --trace "$out/traces/teletron_fused.json" "$@" \
   >"$out/teletron_bench_fused.log" 2>&1 || { tail -20 "$out/teletron_bench_fused.log"; exit 1; }
-python3 scripts/bench_diffusers.py --preset 1b "$@" >"$out/diffusers_1b.json" 2>"$out/diffusers_bench.log" ||
+python3 scripts/bench_diffusers.py --preset 1b --trace "$out/traces" "$@" >"$out/diffusers_1b.json" 2>"$out/diffusers_bench.log" ||
   { tail -20 "$out/diffusers_bench.log"; exit 1; }
 cat "$out/teletron_bench.log"
 python3 - "$out" <<'PY'
@@ -40,6 +42,24 @@ for name, r in (("teletron", t), ("teletron, model.fused_kernels", f)):
     print(f"\n{name} speed-up: {d['eager_ms']/r['fwd_bwd_ms']:.2f}x vs eager"
           + (f", {d['compiled_ms']/r['fwd_bwd_ms']:.2f}x vs compiled" if "compiled_ms" in d else ""))
 print(f"teletron full step with clip + AdamW: {t['full_step_ms']:.1f} ms, peak {t['peak_gb']:.1f} GiB")
+# Where each variant's GPU time goes: kernel time per forward+backward by kind, from the traces.
+splits = [("teletron", t.get("time_split")), ("teletron, fused", f.get("time_split")),
+          ("diffusers eager", d.get("eager_time_split")), ("diffusers compiled", d.get("compiled_time_split"))]
+splits = [(name, s) for name, s in splits if s and s.get("kernel_ms_by_kind")]
+if splits:
+    kinds = sorted({k for _, s in splits for k in s["kernel_ms_by_kind"]},
+                   key=lambda k: -max(s["kernel_ms_by_kind"].get(k, 0) for _, s in splits))
+    print("\nKernel time per forward+backward by kind (ms, two traced passes each):")
+    print("| kind | " + " | ".join(name for name, _ in splits) + " |")
+    print("|---|" + "---|" * len(splits))
+    for k in kinds + ["all kernels"]:
+        cells = [sum(s["kernel_ms_by_kind"].values()) if k == "all kernels" else s["kernel_ms_by_kind"].get(k, 0)
+                 for _, s in splits]
+        print(f"| {k} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+    for name, s in splits:
+        print(f"\n{name}: longest kernels (ms per pass)")
+        for k in s["top_kernels"][:8]:
+            print(f"  {k['ms']:8.2f}  {k['kind']:12s} {k['name'][:120]}")
 gib = 2 ** 30
 print("\nActivation memory (peak during fwd+bwd minus what the step holds after it and, for teletron, the weights'"
       " autocast copies):")
@@ -53,3 +73,4 @@ if "compiled_activation_gb" in d:
     print(f"| diffusers + torch.compile | {d['parameter_gb']:.2f} | {d['gradient_gb']:.2f} | 0 | "
           f"{d['compiled_activation_gb']:.2f} |")
 PY
+gzip -f "$out"/traces/*.json 2>/dev/null || true  # the traces come back smaller

@@ -183,6 +183,25 @@ TEST_CASE("bench with model.lora times the LoRA step: only the adapters train, n
   CHECK(row["full_step_ms"].get<double>() > 0);
 }
 
+TEST_CASE("bench --trace writes a trace of forward+backward passes; only the model suite takes it", "[cli][bench]") {
+  TempDir dir("tt_bench_trace");
+  const std::string trace = dir / "traces/model.json";
+  auto result = run_teletron("bench --device cpu --preset tiny --frames 5 --height 64 --width 64 --text-tokens 8 "
+                             "--warmup 1 --steps 1 --no-optimizer --trace " + trace + " --trace-steps 3");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("Traced 3 forward+backward passes into " + trace));
+  std::ifstream in(trace);
+  const nlohmann::json events = nlohmann::json::parse(in)["traceEvents"];
+  int64_t backward_ops = 0;  // the traced passes ran backward: one MSE loss backward per pass
+  for (const auto& e : events)
+    if (e.value("name", std::string()) == "autograd::engine::evaluate_function: MseLossBackward0") ++backward_ops;
+  CHECK(backward_ops == 3);
+  auto wrong = run_teletron("bench --suite flow --device cpu --trace " + (dir / "flow.json"));
+  CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(wrong.output, ContainsSubstring("bench --trace times the Transformer's step: it needs --suite model"));
+}
+
 TEST_CASE("bench --suite train --rows runs the rows named, in that order, and writes no checkpoint", "[cli][bench]") {
   tt::test::TempDir dir("tt_bench_rows");
   const std::string work = dir / "work";
@@ -401,10 +420,11 @@ TEST_CASE("bench on the GPU splits its fwd+bwd peak into parameters, gradients, 
   // 1,024 video tokens: the tiny model's activations (tens of MB) well above its 9 MB of gradients,
   // which the activations' lower bound counts as held at the peak.
   auto result = run_teletron("bench --preset tiny --device cuda --frames 13 --height 256 --width 256 --text-tokens 16 "
-                             "--warmup 1 --steps 2 --no-optimizer --json " + json);
+                             "--warmup 1 --steps 2 --no-optimizer --json " + json + " --trace " + (dir / "trace.json"));
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK_THAT(result.output, ContainsSubstring("| of it: activations (peak - held after the step - autocast copies) |"));
+  CHECK_THAT(result.output, ContainsSubstring("Where the GPU time goes (2 traced forward+backward passes"));
   std::ifstream in(json);
   const nlohmann::json row = nlohmann::json::parse(in);
   INFO(row.dump());
@@ -425,4 +445,13 @@ TEST_CASE("bench on the GPU splits its fwd+bwd peak into parameters, gradients, 
                                            copies + row["input_bytes"].get<int64_t>() + other +
                                            row["activation_bytes"].get<int64_t>());
   CHECK(std::abs(parts / (1024.0 * 1024.0 * 1024.0) - row["peak_gb_fwd_bwd"].get<double>()) < 1e-3);
+  // --trace: the traced passes' kernel time by kind, within the traced wall time per pass.
+  const nlohmann::json& split = row["time_split"];
+  CHECK(split["passes"] == 2);
+  CHECK(split["kernel_ms_by_kind"]["attention"].get<double>() > 0);
+  CHECK(split["kernel_ms_by_kind"]["GEMM"].get<double>() > 0);
+  double kernel_ms = 0;
+  for (const auto& [kind, ms] : split["kernel_ms_by_kind"].items()) kernel_ms += ms.get<double>();
+  CHECK(kernel_ms <= split["wall_ms_per_pass"].get<double>() * 1.01);
+  CHECK(split["top_kernels"].size() == 15);
 }

@@ -23,7 +23,11 @@ TEST_CASE("the profile window is FIRST:COUNT; anything else is TT_ERR_CONFIG", "
   CHECK(with_memory.first == 3);
   CHECK(with_memory.count == 2);
   CHECK(with_memory.memory);
-  for (const char* bad : {"20", "20:", ":5", "0:5", "20:0", "a:5", "20:5x", "-1:3", "3:2:", "3:2:mem", "3::memory"}) {
+  CHECK_FALSE(with_memory.shapes);
+  const tt::ProfileWindow both = tt::parse_profile_window("3:2:shapes:memory", "--profile");
+  CHECK((both.memory && both.shapes && both.count == 2));
+  for (const char* bad : {"20", "20:", ":5", "0:5", "20:0", "a:5", "20:5x", "-1:3", "3:2:", "3:2:mem",
+                          "3::memory", "3:2:memory:memory", "3:2:shapes:"}) {
     INFO(bad);
     CHECK(tt::test::expect_error([&] { tt::parse_profile_window(bad, "--profile"); }).code() ==
           tt::ErrorCode::kConfig);
@@ -57,44 +61,90 @@ TEST_CASE("a trace's GPU busy share is the union of its kernel intervals over it
 
 TEST_CASE("kernels are sorted into kinds by name, and a trace says where its kernel time went", "[profile]") {
   // Names as Kineto writes them for LibTorch's and cuBLAS/cuDNN's kernels on the H200.
-  CHECK(tt::kernel_kind("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1") ==
-        "attention");
-  CHECK(tt::kernel_kind("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>") ==
+  CHECK(
+      tt::kernel_kind("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1") ==
+      "attention");
+  CHECK(tt::kernel_kind(
+            "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>") ==
         "attention");
   CHECK(tt::kernel_kind("fmha_cutlassB_bf16_aligned_64x64_k128_sm80") == "attention");
   CHECK(tt::kernel_kind("nvjet_tst_192x192_64x3_2x1_v_bz_coopB_TNT") == "GEMM");
-  CHECK(tt::kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1") == "GEMM");
-  CHECK(tt::kernel_kind("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>") ==
+  CHECK(tt::kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1") ==
+        "GEMM");
+  CHECK(tt::kernel_kind(
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>") ==
         "norm");
-  CHECK(tt::kernel_kind("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>") ==
-        "elementwise");
-  CHECK(tt::kernel_kind("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>") ==
+  CHECK(
+      tt::kernel_kind("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>") ==
+      "elementwise");
+  CHECK(tt::kernel_kind(
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>") ==
         "optimizer");
   CHECK(tt::kernel_kind("void tt::cuda::gated_residual_kernel<__nv_bfloat16>(...)") == "teletron");
-  CHECK(tt::kernel_kind("sm90_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32_nhwckrsc_nhwc") == "GEMM");
+  CHECK(tt::kernel_kind("sm90_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32_nhwckrsc_nhwc") ==
+        "GEMM");
   CHECK(tt::kernel_kind("cudnn::conv3d_fprop_kernel") == "convolution");
   CHECK(tt::kernel_kind("mystery") == "other");
   const nlohmann::json trace = {
       {"traceEvents",
        {{{"ph", "X"}, {"cat", "kernel"}, {"name", "fmha_cutlassF_bf16"}, {"ts", 0}, {"dur", 600}},
         {{"ph", "X"}, {"cat", "kernel"}, {"name", "nvjet_tst_128x256"}, {"ts", 600}, {"dur", 300}},
-        {{"ph", "X"}, {"cat", "kernel"}, {"name", "vectorized_elementwise_kernel"}, {"ts", 900}, {"dur", 100}}}}};
+        {{"ph", "X"},
+         {"cat", "kernel"},
+         {"name", "vectorized_elementwise_kernel"},
+         {"ts", 900},
+         {"dur", 100}}}}};
   const tt::TraceBusy busy = tt::trace_busy(trace);
   CHECK(busy.kinds_text() == "attention 60 %, GEMM 30 %, elementwise 10 %");
 }
 
+TEST_CASE("a trace's kernels summed by name, the longest first", "[profile]") {
+  const nlohmann::json trace = {
+      {"traceEvents",
+       {{{"ph", "X"}, {"cat", "kernel"}, {"name", "nvjet_a"}, {"ts", 0}, {"dur", 100}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "elementwise_b"}, {"ts", 100}, {"dur", 30}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "nvjet_a"}, {"ts", 200}, {"dur", 50}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "elementwise_b"}, {"ts", 300}, {"dur", 30}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "elementwise_b"}, {"ts", 400}, {"dur", 30}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "flash_c"}, {"ts", 500}, {"dur", 10}},
+        {{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"ts", 0}, {"dur", 1000}}}}};
+  const std::vector<tt::KernelTotal> all = tt::kernel_totals(trace, 10);
+  REQUIRE(all.size() == 3);  // the host's operator is not a kernel
+  CHECK(all[0].name == "nvjet_a");
+  CHECK(all[0].kind == "GEMM");
+  CHECK(all[0].count == 2);
+  CHECK_THAT(all[0].seconds, WithinAbs(150e-6, 1e-12));
+  CHECK(all[1].name == "elementwise_b");
+  CHECK(all[1].count == 3);
+  CHECK_THAT(all[1].seconds, WithinAbs(90e-6, 1e-12));
+  CHECK(all[2].kind == "attention");
+  CHECK(tt::kernel_totals(trace, 1).size() == 1);
+  CHECK(tt::kernel_totals(nlohmann::json::object(), 5).empty());
+}
+
 TEST_CASE("a trace's allocator events give each device's first and highest allocated bytes", "[profile]") {
   auto memory = [](double ts, int64_t total, int64_t type, int64_t id) {
-    return nlohmann::json{{"ph", "i"}, {"cat", "cpu_instant_event"}, {"name", "[memory]"}, {"ts", ts},
+    return nlohmann::json{{"ph", "i"},
+                          {"cat", "cpu_instant_event"},
+                          {"name", "[memory]"},
+                          {"ts", ts},
                           {"args", {{"Total Allocated", total}, {"Device Type", type}, {"Device Id", id}}}};
   };
   const nlohmann::json trace = {
       {"traceEvents",
-       {{{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"ts", 0}, {"dur", 10}}, memory(1, 100, 1, 0),
-        memory(2, 64, 0, -1), memory(3, 900, 1, 0), memory(4, 300, 1, 0), memory(5, 32, 0, -1),
-        memory(6, 5000, 1, 1), {{"ph", "i"}, {"name", "[memory]"}, {"ts", 7}},
+       {{{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"ts", 0}, {"dur", 10}},
+        memory(1, 100, 1, 0),
+        memory(2, 64, 0, -1),
+        memory(3, 900, 1, 0),
+        memory(4, 300, 1, 0),
+        memory(5, 32, 0, -1),
+        memory(6, 5000, 1, 1),
+        {{"ph", "i"}, {"name", "[memory]"}, {"ts", 7}},
         {{"ph", "i"}, {"name", "[memory]"}, {"ts", 8}, {"args", {{"Total Allocated", "lots"}}}},
-        {{"ph", "i"}, {"name", "[memory]"}, {"ts", 9}, {"args", {{"Total Allocated", 7}, {"Device Type", "gpu"}}}}}}};
+        {{"ph", "i"},
+         {"name", "[memory]"},
+         {"ts", 9},
+         {"args", {{"Total Allocated", 7}, {"Device Type", "gpu"}}}}}}};
   const std::map<std::string, tt::TraceMemory> m = tt::trace_memory(trace);
   REQUIRE(m.size() == 3);
   CHECK(m.at("cuda:0").events == 3);
