@@ -81,64 +81,24 @@ int64_t bytes_of(const std::vector<torch::Tensor>& tensors, bool grads) {
   return bytes;
 }
 
-// --trace: `o.trace_steps` more forward+backward passes under the profiler; writes where the GPU's
-// time goes per pass (kernel time by kind; for the attention kernels and the GEMMs, the rate the
-// exact FLOP count implies; the longest kernels) into `text` and returns the same as JSON.
+// --trace: `o.trace_steps` more forward+backward passes under the profiler; where the GPU's time
+// went into `text` (core/profiler.h's write_time_split), returned as JSON. The rates: attention's
+// FLOPs (4 N^2 d per layer, x3) and the rest, all matmuls (GEMMs and the patch convolution); under
+// LoRA the frozen base skips its weight gradients, so none is given.
 template <typename Fn>
 nlohmann::json time_split(std::ostringstream& text, const BenchOptions& o, const torch::Device& device,
                           const FlopBreakdown& flops, bool lora, Fn&& forward_backward) {
   const nlohmann::json trace = trace_work(device, o.trace_path, /*shapes=*/false, [&] {
     for (int64_t i = 0; i < o.trace_steps; ++i) forward_backward();
   });
-  const TraceBusy busy = trace_busy(trace);
-  if (busy.kernels == 0) {
-    text << "\nTraced " << o.trace_steps << " forward+backward passes into " << o.trace_path
-         << " (the host's operators; no GPU kernels on this device)\n";
-    return {{"trace", o.trace_path}, {"passes", o.trace_steps}, {"kernels_per_pass", 0}};
+  std::vector<KindWork> work;
+  if (!lora) {
+    const double attention_flop = 3.0 * flops.attention;
+    work = {
+        {{"attention"}, attention_flop, "4 N^2 d per attention layer, x3"},
+        {{"GEMM"}, flops.training - attention_flop, "every other matmul, the patch convolution's included"}};
   }
-  const double per = 1.0 / static_cast<double>(o.trace_steps);
-  double kernel_total = 0;
-  for (const auto& [kind, seconds] : busy.kind_s) kernel_total += seconds;
-  // Attention's FLOPs (4 N^2 d per layer, x3) and the rest, all matmuls (GEMMs, the patch
-  // convolution); under LoRA the frozen base skips its weight gradients, so no rate is given.
-  const double attention_flop = 3.0 * flops.attention, gemm_flop = flops.training - attention_flop;
-  text
-      << "\nWhere the GPU time goes (" << o.trace_steps << " traced forward+backward passes, " << o.trace_path
-      << "): kernels busy " << 100.0 * busy.share() << " % of " << busy.wall_s * 1e3 * per
-      << " ms per pass\n| kernel kind | ms per pass | share of kernel time | achieved |\n|---|---|---|---|\n";
-  nlohmann::json kinds = nlohmann::json::object();
-  std::vector<std::pair<double, std::string>> order;
-  for (const auto& [kind, seconds] : busy.kind_s) order.emplace_back(seconds, kind);
-  std::sort(order.rbegin(), order.rend());
-  for (const auto& [seconds, kind] : order) {
-    std::string achieved;
-    if (!lora && kind == "attention" && seconds > 0)
-      achieved =
-          str_cat(attention_flop / (seconds * per) / 1e12, " TFLOP/s (", attention_flop / 1e12, " TFLOP)");
-    if (!lora && kind == "GEMM" && seconds > 0)
-      achieved = str_cat(gemm_flop / (seconds * per) / 1e12, " TFLOP/s (", gemm_flop / 1e12,
-                         " TFLOP, the patch convolution's included)");
-    text << "| " << kind << " | " << seconds * per * 1e3 << " | " << 100.0 * seconds / kernel_total << " % | "
-         << achieved << " |\n";
-    kinds[kind] = seconds * per * 1e3;
-  }
-  text << "\n| longest kernels (summed per pass) | kind | launches per pass | ms per pass "
-          "|\n|---|---|---|---|\n";
-  nlohmann::json top = nlohmann::json::array();
-  for (const KernelTotal& k : kernel_totals(trace, 15)) {
-    const std::string name = k.name.size() > 110 ? k.name.substr(0, 107) + "..." : k.name;
-    text << "| `" << name << "` | " << k.kind << " | " << k.count * per << " | " << k.seconds * per * 1e3
-         << " |\n";
-    top.push_back(
-        {{"name", k.name}, {"kind", k.kind}, {"launches", k.count * per}, {"ms", k.seconds * per * 1e3}});
-  }
-  return {{"trace", o.trace_path},
-          {"passes", o.trace_steps},
-          {"busy_share", busy.share()},
-          {"wall_ms_per_pass", busy.wall_s * per * 1e3},
-          {"kernels_per_pass", static_cast<double>(busy.kernels) * per},
-          {"kernel_ms_by_kind", kinds},
-          {"top_kernels", top}};
+  return write_time_split(text, trace, o.trace_path, o.trace_steps, "forward+backward passes", work);
 }
 
 }  // namespace

@@ -1,20 +1,22 @@
 // `teletron bench-vae` (see bench_vae.h).
 #include "app/bench_vae.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <memory>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <vector>
 
+#include "app/bench.h"
 #include "app/config_schema.h"
 #include "core/device.h"
 #include "core/errors.h"
@@ -22,7 +24,6 @@
 #include "core/gpu_timer.h"
 #include "core/profiler.h"
 #include "core/safetensors.h"
-#include "app/bench.h"
 #include "model/vae.h"
 #include "model/vae_flops.h"
 
@@ -100,9 +101,12 @@ VaeRuntime named_runtime(const std::string& name) {
   if (name == "fast-batched") return rt;
   rt.tile_batch = 1;
   if (name == "fast") return rt;
-  if (name == "channels-last") rt.fused_norm = false;
-  else if (name == "fused") rt.channels_last = false;
-  else if (name == "plain") rt.channels_last = rt.fused_norm = false;
+  if (name == "channels-last")
+    rt.fused_norm = false;
+  else if (name == "fused")
+    rt.channels_last = false;
+  else if (name == "plain")
+    rt.channels_last = rt.fused_norm = false;
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
                 "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-graphs or fast-batched");
@@ -113,8 +117,11 @@ VaeRuntime named_runtime(const std::string& name) {
 // default framewise encoding: windows of 16 + 1 frames; training's vae.tiling auto), tiled (windows
 // and 256-px tiles; vae.tiling on); off = whole, on = tiled, both = whole,tiled.
 std::vector<std::string> tiling_modes(const std::string& option) {
-  const std::vector<std::string> modes = config_text::split(
-      option == "both" ? "whole,tiled" : option == "off" ? "whole" : option == "on" ? "tiled" : option, ',');
+  const std::vector<std::string> modes = config_text::split(option == "both"  ? "whole,tiled"
+                                                            : option == "off" ? "whole"
+                                                            : option == "on"  ? "tiled"
+                                                                              : option,
+                                                            ',');
   for (const std::string& mode : modes)
     TT_CHECK_HINT(mode == "whole" || mode == "frames" || mode == "tiled", ErrorCode::kConfig,
                   "use whole, frames, tiled (comma-separated), or off/on/both", "--tiling: unknown ", mode);
@@ -130,8 +137,9 @@ VaeTiling tiling_of(const std::string& mode) {
 
 // --stages: `o.steps` encodes with the stage hook, a table per stage (ms per clip, share, matmul
 // TFLOP, TFLOP/s, MFU) and the time outside the passes; returns the rows as JSON.
-nlohmann::json time_stages(HunyuanVae& vae, const std::function<torch::Tensor()>& encode, const BenchVaeOptions& o,
-                           const torch::Device& device, const VaeTiling& tiles, double matmul_rate) {
+nlohmann::json time_stages(HunyuanVae& vae, const std::function<torch::Tensor()>& encode,
+                           const BenchVaeOptions& o, const torch::Device& device, const VaeTiling& tiles,
+                           double matmul_rate) {
   StageClock clock(device);
   vae->set_stage_hook([&](const char* stage) { clock.mark(stage); });
   sync(device);
@@ -152,9 +160,10 @@ nlohmann::json time_stages(HunyuanVae& vae, const std::function<torch::Tensor()>
     const double ms = found == totals.end() ? 0.0 : found->second / steps;
     staged += ms;
     const double rate = ms > 0 ? count.matmul() / (ms / 1000.0) : 0.0;
-    std::printf("  | %s | %.2f | %.1f %% | %.4g | %.4g | %.1f %% |\n", stage.c_str(), ms, 100.0 * ms / wall_ms,
-                count.matmul() / 1e12, rate / 1e12, 100.0 * rate / matmul_rate);
-    rows.push_back({{"stage", stage}, {"ms", ms}, {"matmul_flops", count.matmul()}, {"mfu", rate / matmul_rate}});
+    std::printf("  | %s | %.2f | %.1f %% | %.4g | %.4g | %.1f %% |\n", stage.c_str(), ms,
+                100.0 * ms / wall_ms, count.matmul() / 1e12, rate / 1e12, 100.0 * rate / matmul_rate);
+    rows.push_back(
+        {{"stage", stage}, {"ms", ms}, {"matmul_flops", count.matmul()}, {"mfu", rate / matmul_rate}});
   }
   const double outside = std::max(0.0, wall_ms - staged);
   std::printf("  | outside the passes (crops, batching, blends, host) | %.2f | %.1f %% | | | |\n", outside,
@@ -171,17 +180,26 @@ void run_bench_vae(const BenchVaeOptions& o) {
     (void)vae_latent_shape(config, o.frames, o.height, o.width);
     for (const std::string& tiling : tiling_modes(o.tiling)) {
       const VaeFlops f = vae_encoder_flops(config, 1, o.frames, o.height, o.width, tiling_of(tiling));
-      std::printf("bench-vae flops %s %dx%dx%d (%s): %d pass(es); matmul %.6e (conv %.6e, attention projections %.6e, "
-                  "attention %.6e); GroupNorm %.6e, SiLU and adds %.6e\n",
-                  tiling.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height), static_cast<int>(o.width),
-                  o.preset.c_str(), static_cast<int>(f.passes), f.matmul(), f.conv, f.attention_linear,
-                  f.attention_scores, f.norm, f.elementwise);
+      std::printf(
+          "bench-vae flops %s %dx%dx%d (%s): %d pass(es); matmul %.6e (conv %.6e, attention projections "
+          "%.6e, "
+          "attention %.6e); GroupNorm %.6e, SiLU and adds %.6e\n",
+          tiling.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height), static_cast<int>(o.width),
+          o.preset.c_str(), static_cast<int>(f.passes), f.matmul(), f.conv, f.attention_linear,
+          f.attention_scores, f.norm, f.elementwise);
       if (!o.json.empty()) {
         std::ofstream out(o.json, std::ios::app);
-        out << nlohmann::json({{"variant", tiling}, {"preset", o.preset}, {"frames", o.frames}, {"height", o.height},
-                               {"width", o.width}, {"passes", f.passes}, {"matmul_flops", f.matmul()},
-                               {"conv_flops", f.conv}, {"attention_linear_flops", f.attention_linear},
-                               {"attention_score_flops", f.attention_scores}, {"norm_ops", f.norm},
+        out << nlohmann::json({{"variant", tiling},
+                               {"preset", o.preset},
+                               {"frames", o.frames},
+                               {"height", o.height},
+                               {"width", o.width},
+                               {"passes", f.passes},
+                               {"matmul_flops", f.matmul()},
+                               {"conv_flops", f.conv},
+                               {"attention_linear_flops", f.attention_linear},
+                               {"attention_score_flops", f.attention_scores},
+                               {"norm_ops", f.norm},
                                {"elementwise_ops", f.elementwise}})
                    .dump()
             << "\n";
@@ -228,12 +246,15 @@ void run_bench_vae(const BenchVaeOptions& o) {
   // The rate an MFU divides by, measured now on this device (bf16 on CUDA, fp32 on the CPU).
   const double matmul_rate = measure_matmul_rate(device, torch::kBFloat16);
   nlohmann::json results = nlohmann::json::array();
-  std::map<std::string, torch::Tensor> last_moments;   // per tiling: the last runtime's output (dumped)
-  std::map<std::string, torch::Tensor> first_moments;  // per tiling: the first runtime's, to compare the others with
+  std::map<std::string, torch::Tensor> last_moments;  // per tiling: the last runtime's output (dumped)
+  std::map<std::string, torch::Tensor>
+      first_moments;  // per tiling: the first runtime's, to compare the others with
   for (const Variant& variant : variants) {
     vae->set_runtime(named_runtime(variant.runtime));
     const VaeTiling tiles = tiling_of(variant.tiling);
-    auto encode = [&] { return variant.tiling == "whole" ? vae->moments(input) : vae->moments_tiled(input, tiles); };
+    auto encode = [&] {
+      return variant.tiling == "whole" ? vae->moments(input) : vae->moments_tiled(input, tiles);
+    };
     torch::Tensor moments;
     // The CPU keeps no allocation counters: its peak is traced over one encode (the allocator's
     // events), the last warm-up one when there is one, so that no encode runs only to be measured.
@@ -250,14 +271,16 @@ void run_bench_vae(const BenchVaeOptions& o) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < o.steps; ++i) moments = encode();
     sync(device);
-    const double ms = 1000.0 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+    const double ms = 1000.0 *
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
                       static_cast<double>(std::max<int64_t>(1, o.steps));
     // CUDA: the caching allocator's peak over the timed encodes (weights and input included). CPU:
     // the traced encode's most bytes above what was held before it (without warm-up, one more
     // encode traced; the process high-water mark would only ever grow across variants).
     if (!device.is_cuda() && cpu_peak_bytes < 0)
       cpu_peak_bytes = static_cast<double>(cpu_peak_bytes_during([&] { moments = encode(); }));
-    const double peak = device.is_cuda() ? peak_memory_gb(device) : cpu_peak_bytes / (1024.0 * 1024.0 * 1024.0);
+    const double peak =
+        device.is_cuda() ? peak_memory_gb(device) : cpu_peak_bytes / (1024.0 * 1024.0 * 1024.0);
     last_moments[variant.tiling] = moments;
     const torch::Tensor output = moments.to(torch::kFloat32);
     if (!first_moments.count(variant.tiling)) first_moments[variant.tiling] = output;
@@ -266,20 +289,47 @@ void run_bench_vae(const BenchVaeOptions& o) {
     // "whole" is a tiling that splits nothing: one pass.
     const VaeFlops flops = vae_encoder_flops(vae->config(), 1, o.frames, o.height, o.width, tiles);
     const double achieved = flops.matmul() / (ms / 1000.0);
-    std::printf("bench-vae %s, runtime %s, %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB, max|diff|/max vs "
-                "runtime %s %.2e; %.3f TFLOP of convolutions and attention in %d pass(es): %.1f TFLOP/s, MFU %.1f %% of "
-                "the measured %.1f TFLOP/s matmul rate\n",
-                variant.name.c_str(), variant.runtime.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height),
-                static_cast<int>(o.width), device.str().c_str(), dtype == torch::kBFloat16 ? "bf16" : "fp32", ms, peak,
-                runtimes.front().c_str(), vs_first, flops.matmul() / 1e12, static_cast<int>(flops.passes),
-                achieved / 1e12, 100.0 * achieved / matmul_rate, matmul_rate / 1e12);
-    results.push_back({{"variant", variant.tiling}, {"runtime", variant.runtime}, {"ms", ms},
-                       {"peak_gb", peak}, {"frames", o.frames}, {"height", o.height}, {"width", o.width},
-                       {"preset", o.preset}, {"cudnn_benchmark", o.cudnn_benchmark},
-                       {"relative_diff_vs_first_runtime", vs_first}, {"matmul_flops", flops.matmul()},
-                       {"passes", flops.passes}, {"tflops_per_s", achieved / 1e12},
-                       {"matmul_tflops_measured", matmul_rate / 1e12}, {"mfu", achieved / matmul_rate}});
+    std::printf(
+        "bench-vae %s, runtime %s, %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB, max|diff|/max vs "
+        "runtime %s %.2e; %.3f TFLOP of convolutions and attention in %d pass(es): %.1f TFLOP/s, MFU %.1f %% "
+        "of "
+        "the measured %.1f TFLOP/s matmul rate\n",
+        variant.name.c_str(), variant.runtime.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height),
+        static_cast<int>(o.width), device.str().c_str(), dtype == torch::kBFloat16 ? "bf16" : "fp32", ms,
+        peak, runtimes.front().c_str(), vs_first, flops.matmul() / 1e12, static_cast<int>(flops.passes),
+        achieved / 1e12, 100.0 * achieved / matmul_rate, matmul_rate / 1e12);
+    results.push_back({{"variant", variant.tiling},
+                       {"runtime", variant.runtime},
+                       {"ms", ms},
+                       {"peak_gb", peak},
+                       {"frames", o.frames},
+                       {"height", o.height},
+                       {"width", o.width},
+                       {"preset", o.preset},
+                       {"cudnn_benchmark", o.cudnn_benchmark},
+                       {"relative_diff_vs_first_runtime", vs_first},
+                       {"matmul_flops", flops.matmul()},
+                       {"passes", flops.passes},
+                       {"tflops_per_s", achieved / 1e12},
+                       {"matmul_tflops_measured", matmul_rate / 1e12},
+                       {"mfu", achieved / matmul_rate}});
     if (o.stages) results.back()["stages"] = time_stages(vae, encode, o, device, tiles, matmul_rate);
+    if (!o.trace.empty()) {
+      constexpr int64_t kPasses = 2;
+      const std::string path = o.trace + "/" + variant.tiling + "_" + variant.runtime + ".json";
+      const nlohmann::json trace = trace_work(device, path, /*shapes=*/false, [&] {
+        for (int64_t i = 0; i < kPasses; ++i) moments = encode();
+      });
+      // cuDNN's convolutions are implicit GEMMs by name (kind GEMM) or say conv (convolution).
+      const std::vector<KindWork> work = {
+          {{"GEMM", "convolution"},
+           flops.conv + flops.attention_linear,
+           "the convolutions and the mid block's attention projections"},
+          {{"attention"}, flops.attention_scores, "the mid block's attention, 4 N^2 C"}};
+      std::ostringstream text;
+      results.back()["time_split"] = write_time_split(text, trace, path, kPasses, "encodes", work);
+      std::fputs(text.str().c_str(), stdout);
+    }
   }
   if (!o.json.empty()) {
     std::ofstream out(o.json, std::ios::app);
@@ -288,7 +338,8 @@ void run_bench_vae(const BenchVaeOptions& o) {
   if (!o.dump.empty()) {
     std::filesystem::create_directories(o.dump);
     safetensors::TensorMap weights;
-    for (const auto& [name, tensor] : vae->diffusers_parameters()) weights[name] = tensor.to(torch::kFloat32).cpu();
+    for (const auto& [name, tensor] : vae->diffusers_parameters())
+      weights[name] = tensor.to(torch::kFloat32).cpu();
     safetensors::save(o.dump + "/diffusion_pytorch_model.safetensors", weights);
     write_text_synced(o.dump + "/config.json", diffusers_config(vae->config()).dump(2) + "\n");
     safetensors::TensorMap io = {{"input", input.to(torch::kFloat32).cpu()}};

@@ -16,7 +16,8 @@ struct BenchVaeOptions {
   std::string device = "cuda";
   int64_t frames = 33, height = 480, width = 832;
   // Which encodes to time, comma-separated: whole, frames (framewise windows, diffusers' default and
-  // training's vae.tiling auto), tiled (windows + spatial tiles); off = whole, on = tiled, both = whole,tiled.
+  // training's vae.tiling auto), tiled (windows + spatial tiles); off = whole, on = tiled, both =
+  // whole,tiled.
   std::string tiling = "both";
   // How the encoder runs (VaeRuntime), comma-separated, each timed side by side: plain (NCDHW,
   // LibTorch GroupNorm, one tile at a time), channels-last, fused (GroupNorm+SiLU kernel), fast (both),
@@ -27,13 +28,17 @@ struct BenchVaeOptions {
   std::string runtimes = "fast-auto";
   bool cudnn_benchmark = true;  // let cuDNN time its convolution algorithms per shape
   int64_t warmup = 2, steps = 5;
-  std::string dump;  // folder for the diffusers comparison ("" = none)
-  std::string json;  // append results here
+  std::string dump;         // folder for the diffusers comparison ("" = none)
+  std::string json;         // append results here
   bool count_only = false;  // print each mode's FLOP count (model/vae_flops.h) and time nothing
   // After each timed row, `steps` more encodes with the encoder's stage hook: time per stage (GPU
   // intervals between the stages on CUDA, wall time on the CPU) beside its FLOPs, TFLOP/s and MFU,
   // and the time outside the passes (crops, batching, blends).
   bool stages = false;
+  // After each timed row, 2 more encodes traced into <trace>/<tiling>_<runtime>.json and where the
+  // GPU's time went printed (kernel time by kind, the convolutions' achieved rate, the longest
+  // kernels; "" = none).
+  std::string trace;
 };
 
 void run_bench_vae(const BenchVaeOptions& options);

@@ -585,6 +585,10 @@ int run_cli(int argc, char** argv) {
   bench_vae_cmd->add_option("--json", bench_vae.json, "Append results as JSON lines here");
   bench_vae_cmd->add_flag("--stages", bench_vae.stages,
                           "Also time each encoder stage (conv_in, down blocks, mid, out, quant) with its FLOPs and MFU");
+  bench_vae_cmd->add_option("--trace", bench_vae.trace,
+                            "After each timed row, trace 2 encodes into DIR/<tiling>_<runtime>.json and print where "
+                            "the GPU's time goes (kernel time by kind, the convolutions' TFLOP/s, the longest kernels)")
+      ->type_name("DIR");
 
   BenchVideoOptions bench_video;
   auto* bench_video_cmd = app.add_subcommand(

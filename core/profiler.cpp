@@ -15,6 +15,7 @@
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <thread>
 #include <utility>
@@ -169,6 +170,64 @@ std::vector<KernelTotal> kernel_totals(const nlohmann::json& trace, size_t top) 
             [](const KernelTotal& a, const KernelTotal& b) { return a.seconds > b.seconds; });
   if (out.size() > top) out.resize(top);
   return out;
+}
+
+nlohmann::json write_time_split(std::ostream& text, const nlohmann::json& trace, const std::string& path,
+                                int64_t passes, const std::string& what, const std::vector<KindWork>& work) {
+  const TraceBusy busy = trace_busy(trace);
+  if (busy.kernels == 0) {
+    text << "\nTraced " << passes << " " << what << " into " << path
+         << " (the host's operators; no GPU kernels on this device)\n";
+    return {{"trace", path}, {"passes", passes}, {"kernels_per_pass", 0}};
+  }
+  const double per = 1.0 / static_cast<double>(passes);
+  double kernel_total = 0;
+  for (const auto& [kind, seconds] : busy.kind_s) kernel_total += seconds;
+  text << "\nWhere the GPU time goes (" << passes << " traced " << what << ", " << path << "): kernels busy "
+       << 100.0 * busy.share() << " % of " << busy.wall_s * 1e3 * per
+       << " ms per pass\n| kernel kind | ms per pass | share of kernel time |\n|---|---|---|\n";
+  nlohmann::json kinds = nlohmann::json::object();
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [kind, seconds] : busy.kind_s) order.emplace_back(seconds, kind);
+  std::sort(order.rbegin(), order.rend());
+  for (const auto& [seconds, kind] : order) {
+    text << "| " << kind << " | " << seconds * per * 1e3 << " | " << 100.0 * seconds / kernel_total
+         << " % |\n";
+    kinds[kind] = seconds * per * 1e3;
+  }
+  nlohmann::json achieved = nlohmann::json::array();
+  for (const KindWork& group : work) {
+    double seconds = 0;
+    std::string names;
+    for (const std::string& kind : group.kinds) {
+      const auto found = busy.kind_s.find(kind);
+      if (found != busy.kind_s.end()) seconds += found->second;
+      names += (names.empty() ? "" : " + ") + kind;
+    }
+    if (seconds <= 0 || group.flop <= 0) continue;
+    const double rate = group.flop / (seconds * per);
+    text << "achieved by " << names << " kernels: " << rate / 1e12 << " TFLOP/s (" << group.flop / 1e12
+         << " TFLOP per pass: " << group.what << ")\n";
+    achieved.push_back({{"kinds", group.kinds}, {"tflop", group.flop / 1e12}, {"tflops", rate / 1e12}});
+  }
+  text << "\n| longest kernels (summed per pass) | kind | launches per pass | ms per pass "
+          "|\n|---|---|---|---|\n";
+  nlohmann::json top = nlohmann::json::array();
+  for (const KernelTotal& k : kernel_totals(trace, 15)) {
+    const std::string name = k.name.size() > 110 ? k.name.substr(0, 107) + "..." : k.name;
+    text << "| `" << name << "` | " << k.kind << " | " << k.count * per << " | " << k.seconds * per * 1e3
+         << " |\n";
+    top.push_back(
+        {{"name", k.name}, {"kind", k.kind}, {"launches", k.count * per}, {"ms", k.seconds * per * 1e3}});
+  }
+  return {{"trace", path},
+          {"passes", passes},
+          {"busy_share", busy.share()},
+          {"wall_ms_per_pass", busy.wall_s * per * 1e3},
+          {"kernels_per_pass", static_cast<double>(busy.kernels) * per},
+          {"kernel_ms_by_kind", kinds},
+          {"achieved_tflops", achieved},
+          {"top_kernels", top}};
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <string>
@@ -83,6 +84,21 @@ std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace);
 /// allocation counters of its own; this is its peak-memory measure for benchmarks. Not while
 /// another profiler runs in the process.
 int64_t cpu_peak_bytes_during(const std::function<void()>& work);
+
+/// FLOPs a group of kernel kinds did per pass, for the "achieved" column of write_time_split.
+struct KindWork {
+  std::vector<std::string> kinds;  // e.g. {"GEMM", "convolution"}
+  double flop = 0;
+  std::string what;  // e.g. "the convolutions and attention projections"
+};
+
+/// Where the GPU's time went in a trace of `passes` equal passes (`what`, e.g. "forward+backward
+/// passes"), written as markdown to `text`: the kernels' busy share, kernel time per pass by kind
+/// with its share, the rate each `work` group achieved, and the 15 longest kernels. Returns the same
+/// as JSON (trace, passes, busy_share, wall_ms_per_pass, kernels_per_pass, kernel_ms_by_kind,
+/// achieved_tflops, top_kernels). A trace without GPU kernels (the CPU) gives one line saying so.
+nlohmann::json write_time_split(std::ostream& text, const nlohmann::json& trace, const std::string& path,
+                                int64_t passes, const std::string& what, const std::vector<KindWork>& work);
 
 /// Runs `work` under LibTorch's profiler (the host's operators and, on CUDA, the GPU's kernels; with
 /// `shapes` each operator's input shapes), waits for the device, writes the Chrome trace to `path`

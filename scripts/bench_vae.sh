@@ -18,10 +18,13 @@ device=${VAE_DEVICE:-cuda}
   --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched,fast-padded,fast-graphs,fast-auto}" \
   --warmup 2 --steps 5 --dump /tmp/vae_dump --json "$json" 2>&1 | grep -E "^bench-vae|TT_ERR|error"
 # Where the default runtime's time goes: each encoder stage's GPU time, FLOPs and MFU, and the time
-# outside the passes (--stages; not appended to the comparison's JSON).
+# outside the passes (--stages; not appended to the comparison's JSON); then two encodes traced per
+# mode (--trace): kernel time by kind, the convolutions' achieved TFLOP/s, the longest kernels.
 "$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
   --width "$width" --tiling whole,frames,tiled --runtimes fast-auto --warmup 1 --steps 3 --stages \
-  --json "$out/bench_vae_stages.jsonl" 2>&1 | grep -E "^bench-vae|^  \||TT_ERR|error"
+  --trace "$out/vae_traces" --json "$out/bench_vae_stages.jsonl" 2>&1 |
+  grep -E "^bench-vae|^  \||^\| |^Where|^achieved|TT_ERR|error"
+gzip -f "$out"/vae_traces/*.json 2>/dev/null || true  # the traces (kernel time by kind above) come back smaller
 python3 scripts/bench_vae_diffusers.py /tmp/vae_dump --device "$device" --warmup 2 --steps 5 --json "$json" \
   --cudnn-benchmark off,on 2>&1 | grep -E "^diffusers|Error"
 python3 - "$json" <<'PY'

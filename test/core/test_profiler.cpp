@@ -4,7 +4,10 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
+
+#include <sstream>
 
 #include "core/errors.h"
 #include "test/test_util.h"
@@ -155,4 +158,50 @@ TEST_CASE("a trace's allocator events give each device's first and highest alloc
   CHECK(m.at("cpu").peak_bytes == 64);
   CHECK(m.at("cuda:1").peak_above_first() == 0);
   CHECK(tt::trace_memory(nlohmann::json::object()).empty());
+}
+
+TEST_CASE("the time split of a trace: kernel time per pass by kind, achieved rates, the longest kernels",
+          "[profile]") {
+  // Two passes: per pass 300 µs of GEMM, 100 µs of attention, 100 µs of elementwise, over 1000 µs.
+  const nlohmann::json trace = {
+      {"traceEvents",
+       {{{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"ts", 0}, {"dur", 2000}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "nvjet_a"}, {"ts", 0}, {"dur", 300}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "flash_fwd"}, {"ts", 300}, {"dur", 100}},
+        {{"ph", "X"},
+         {"cat", "kernel"},
+         {"name", "vectorized_elementwise_kernel"},
+         {"ts", 400},
+         {"dur", 100}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "nvjet_a"}, {"ts", 1000}, {"dur", 300}},
+        {{"ph", "X"}, {"cat", "kernel"}, {"name", "flash_fwd"}, {"ts", 1300}, {"dur", 100}},
+        {{"ph", "X"},
+         {"cat", "kernel"},
+         {"name", "vectorized_elementwise_kernel"},
+         {"ts", 1400},
+         {"dur", 100}}}}};
+  std::ostringstream text;
+  // 3e11 FLOP of GEMM per pass in 300 µs: 1000 TFLOP/s; the attention group's kinds are absent
+  // from the convolution group, which names a kind the trace lacks and gives no rate.
+  const nlohmann::json split = tt::write_time_split(text, trace, "t.json", 2, "passes",
+                                                    {{{"GEMM"}, 3e11, "the GEMMs"},
+                                                     {{"attention", "elementwise"}, 4e10, "both"},
+                                                     {{"convolution"}, 1e9, "none"}});
+  INFO(text.str());
+  CHECK_THAT(split["busy_share"].get<double>(), WithinAbs(0.5, 1e-9));  // 1000 of 2000 µs
+  CHECK_THAT(split["wall_ms_per_pass"].get<double>(), WithinAbs(1.0, 1e-9));
+  CHECK_THAT(split["kernel_ms_by_kind"]["GEMM"].get<double>(), WithinAbs(0.3, 1e-9));
+  CHECK_THAT(split["kernel_ms_by_kind"]["attention"].get<double>(), WithinAbs(0.1, 1e-9));
+  REQUIRE(split["achieved_tflops"].size() == 2);
+  CHECK_THAT(split["achieved_tflops"][0]["tflops"].get<double>(), WithinAbs(1000.0, 1e-6));
+  CHECK_THAT(split["achieved_tflops"][1]["tflops"].get<double>(), WithinAbs(200.0, 1e-6));  // 4e10 in 200 µs
+  CHECK(split["top_kernels"][0]["name"] == "nvjet_a");
+  CHECK_THAT(split["top_kernels"][0]["launches"].get<double>(), WithinAbs(1.0, 1e-12));
+  CHECK_THAT(text.str(), Catch::Matchers::ContainsSubstring("| GEMM | 0.3 | 60 % |"));
+  CHECK_THAT(text.str(),
+             Catch::Matchers::ContainsSubstring("achieved by attention + elementwise kernels: 200 TFLOP/s"));
+  std::ostringstream none;
+  CHECK(tt::write_time_split(none, nlohmann::json::object(), "c.json", 3, "passes", {})["kernels_per_pass"] ==
+        0);
+  CHECK_THAT(none.str(), Catch::Matchers::ContainsSubstring("no GPU kernels on this device"));
 }
