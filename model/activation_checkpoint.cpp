@@ -10,6 +10,16 @@
 namespace tt {
 namespace {
 
+// Per thread: autograd runs a CUDA backward on its device's worker thread, and the recompute runs
+// there, inside CheckpointFunction::backward (a second rank's threads have their own).
+thread_local bool recomputing = false;
+
+struct RecomputeScope {
+  RecomputeScope() : previous(recomputing) { recomputing = true; }
+  ~RecomputeScope() { recomputing = previous; }
+  bool previous;
+};
+
 // Carries the block function and both autocast states (CUDA, and the CPU's of a bf16-master-weight
 // run there) from forward to backward inside the context: the recomputation must cast as the
 // forward did, or its activations differ from the ones the gradients assume.
@@ -33,7 +43,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     holder->autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
     holder->autocast_cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
     ctx->saved_data["block"] = c10::IValue::make_capsule(holder);
-    std::vector<torch::Tensor> block_inputs(inputs.begin(), inputs.begin() + static_cast<int64_t>(holder->input_count));
+    std::vector<torch::Tensor> block_inputs(inputs.begin(),
+                                            inputs.begin() + static_cast<int64_t>(holder->input_count));
     ctx->save_for_backward(block_inputs);
     // Autograd is off inside Function::forward: nothing of the block is recorded.
     return holder->fn(block_inputs);
@@ -54,6 +65,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       torch::AutoGradMode grad_on(true);
       AutocastScope autocast_cuda(holder->autocast_cuda, holder->autocast_cuda_dtype, at::kCUDA);
       AutocastScope autocast_cpu(holder->autocast_cpu, holder->autocast_cpu_dtype, at::kCPU);
+      RecomputeScope recompute;
       outputs = holder->fn(inputs);
     }
     // Backpropagate through the recomputed block: parameter grads accumulate as usual; the
@@ -76,6 +88,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 };
 
 }  // namespace
+
+bool recomputing_for_backward() {
+  return recomputing;
+}
 
 std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs,
                                         const std::vector<torch::Tensor>& parameters) {

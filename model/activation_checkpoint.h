@@ -21,4 +21,9 @@ using BlockFunction = std::function<std::vector<torch::Tensor>(const std::vector
 std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs,
                                         const std::vector<torch::Tensor>& parameters = {});
 
+/// True on this thread while a checkpointed block runs again for its backward: what it computes
+/// then serves only the gradients (the recomputed outputs are roots of that backward, their values
+/// never read), so a block may skip a result that no gradient needs (DoubleBlock, SingleBlock).
+bool recomputing_for_backward();
+
 }  // namespace tt

@@ -93,8 +93,9 @@ struct LinearGrads {
   torch::Tensor input, weight, bias;
 };
 // weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped.
-LinearGrads linear_backward(const torch::Tensor& grad_out, const torch::Tensor& input, const torch::Tensor& weight,
-                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype, bool weight_grad) {
+LinearGrads linear_backward(const torch::Tensor& grad_out, const torch::Tensor& input,
+                            const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias,
+                            torch::ScalarType dtype, bool weight_grad) {
   const int64_t in = input.size(-1), out = weight.size(0);
   const torch::Tensor grad = grad_out.to(dtype).reshape({-1, out});
   LinearGrads g;
@@ -127,14 +128,23 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
  public:
   // a: an empty tensor when there is none; bias: an empty tensor when there is none (autograd
   // functions take no undefined inputs).
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& u,
-                               const torch::Tensor& weight, const torch::Tensor& bias, bool has_a, bool has_bias) {
+  // compute_output false: the result's values are never read (see linear_output_unread): the GELU
+  // and the GEMM are skipped, the backward is the same.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a,
+                               const torch::Tensor& u, const torch::Tensor& weight, const torch::Tensor& bias,
+                               bool has_a, bool has_bias, bool compute_output) {
     const torch::ScalarType dtype = linear_dtype(u);
     // The casts below are the ones autocast would make; it must not make them again.
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const torch::Tensor h = gelu_input(a, u, has_a);
-    const torch::Tensor out =
-        torch::linear(h.to(dtype), weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor());
+    torch::Tensor out;
+    if (compute_output) {
+      const torch::Tensor h = gelu_input(a, u, has_a);
+      out = torch::linear(h.to(dtype), weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor());
+    } else {
+      std::vector<int64_t> sizes = u.sizes().vec();
+      sizes.back() = weight.size(0);
+      out = torch::empty(sizes, u.options().dtype(dtype));
+    }
     ctx->save_for_backward({a, u, weight, bias});
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["has_a"] = has_a;
@@ -149,7 +159,8 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_a = ctx->saved_data["has_a"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
     const torch::Tensor h = gelu_input(a, u, has_a);  // recomputed
-    const LinearGrads g = linear_backward(grads[0], h, weight, bias, has_bias, dtype, ctx->needs_input_grad(2));
+    const LinearGrads g =
+        linear_backward(grads[0], h, weight, bias, has_bias, dtype, ctx->needs_input_grad(2));
     const torch::Tensor& grad_h = g.input;
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
@@ -158,7 +169,42 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
       grad_mlp = grad_h.slice(-1, a_width);
     }
     const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()).contiguous(), u);
-    return {grad_a, grad_u, g.weight, g.bias, torch::Tensor(), torch::Tensor()};
+    return {grad_a, grad_u, g.weight, g.bias, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// A Linear whose result nobody reads (see linear_output_unread in fused_ops.h): no GEMM in forward,
+// the input's gradient (and the weight's and bias's where they need one) in backward.
+class UnreadLinear : public torch::autograd::Function<UnreadLinear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias) {
+    const torch::ScalarType dtype = linear_dtype(x);
+    const bool weight_grad = weight.requires_grad() || (has_bias && bias.requires_grad());
+    // The input only for the weight's gradient; otherwise its shape is all the backward needs.
+    ctx->save_for_backward({weight_grad ? x : torch::empty({0}, x.options()), weight, bias});
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["has_bias"] = has_bias;
+    ctx->saved_data["weight_grad"] = weight_grad;
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = weight.size(0);
+    return torch::empty(sizes, x.options().dtype(dtype));
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    if (ctx->saved_data["weight_grad"].toBool()) {
+      const LinearGrads g = linear_backward(grads[0], x, weight, bias, has_bias, dtype, true);
+      return {g.input, g.weight, g.bias, torch::Tensor()};
+    }
+    const torch::Tensor grad = grads[0].to(dtype).reshape({-1, weight.size(0)});
+    return {grad.mm(weight.to(dtype)).view(sizes), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -176,8 +222,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> modulated
 class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& shift, const torch::Tensor& scale, const torch::Tensor& weight,
-                               const torch::Tensor& bias, bool has_bias) {
+                               const torch::Tensor& shift, const torch::Tensor& scale,
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias) {
     const torch::ScalarType dtype = linear_dtype(x);
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const torch::Tensor m = std::get<0>(modulated(x, shift, scale));
@@ -192,18 +238,20 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &shift = saved[1], &scale = saved[2], &weight = saved[3], &bias = saved[4];
+    const torch::Tensor &x = saved[0], &shift = saved[1], &scale = saved[2], &weight = saved[3],
+                        &bias = saved[4];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const auto [m, normed, mean, rstd] = modulated(x, shift, scale);  // recomputed
-    const LinearGrads g = linear_backward(grads[0], m, weight, bias, has_bias, dtype, ctx->needs_input_grad(3));
+    const LinearGrads g =
+        linear_backward(grads[0], m, weight, bias, has_bias, dtype, ctx->needs_input_grad(3));
     const torch::Tensor grad_m = g.input.to(m.scalar_type());
     // norm_modulate's backward (model/layers.cpp).
     const torch::Tensor grad_shift = grad_m.sum(1).to(shift.scalar_type());
     const torch::Tensor grad_scale = (grad_m * normed).sum(1).to(scale.scalar_type());
     const torch::Tensor grad_normed = (grad_m * (1 + scale.unsqueeze(1))).to(x.scalar_type());
-    const torch::Tensor grad_x = std::get<0>(
-        at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
+    const torch::Tensor grad_x = std::get<0>(at::native_layer_norm_backward(
+        grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
     return {grad_x, grad_shift, grad_scale, g.weight, g.bias, torch::Tensor()};
   }
 };
@@ -283,14 +331,20 @@ torch::Tensor gelu_tanh_reference(const torch::Tensor& x) {
 }
 
 torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
-                          const torch::Tensor& bias) {
+                          const torch::Tensor& bias, bool output_unread) {
   const torch::Tensor none = torch::empty({0}, u.options());
   return GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none, a.defined(),
-                           bias.defined());
+                           bias.defined(), !output_unread);
 }
 
-torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
-                                    const torch::Tensor& bias) {
+torch::Tensor linear_output_unread(const torch::Tensor& x, const torch::Tensor& weight,
+                                   const torch::Tensor& bias) {
+  return UnreadLinear::apply(x, weight, bias.defined() ? bias : torch::empty({0}, x.options()),
+                             bias.defined());
+}
+
+torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor& u,
+                                    const torch::Tensor& weight, const torch::Tensor& bias) {
   torch::Tensor h = gelu_tanh_reference(u);
   if (a.defined()) h = torch::cat({a, h}, -1);
   return torch::linear(h, weight, bias);
@@ -298,8 +352,8 @@ torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor&
 
 torch::Tensor modulate_linear(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                               const torch::Tensor& weight, const torch::Tensor& bias) {
-  return ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : torch::empty({0}, x.options()),
-                               bias.defined());
+  return ModulateLinear::apply(x, shift, scale, weight,
+                               bias.defined() ? bias : torch::empty({0}, x.options()), bias.defined());
 }
 
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {

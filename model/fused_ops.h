@@ -63,11 +63,22 @@ torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused);
 /// and the concatenation in backward, saving (tokens x in) of the linear's input per call. Under
 /// autocast the GEMMs run in autocast's dtype, the weight cast in forward and again in backward.
 /// The GELU is the CUDA kernel where fused_kernels_take(u), else ATen's.
+/// output_unread: the caller never reads the result's values, only backpropagates through it (a
+/// block recomputed for its backward, model/activation_checkpoint.h): the GELU and the GEMM are
+/// skipped and the result is uninitialised memory of its shape; the gradients are the same.
 torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
-                          const torch::Tensor& bias);
+                          const torch::Tensor& bias, bool output_unread = false);
+
+/// torch::linear(x, weight, bias) for a caller that never reads the result's values, only
+/// backpropagates through it: no GEMM in forward (the result is uninitialised memory of its shape,
+/// in the dtype the Linear would give under autocast); backward gives x's gradient, and the
+/// weight's and bias's where they need one, as the Linear's. Keeps x only for the weight's
+/// gradient.
+torch::Tensor linear_output_unread(const torch::Tensor& x, const torch::Tensor& weight,
+                                   const torch::Tensor& bias);
 /// The composition autograd keeps everything of: linear(cat(a, gelu(u))) (a undefined: no cat).
-torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
-                                    const torch::Tensor& bias);
+torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor& u,
+                                    const torch::Tensor& weight, const torch::Tensor& bias);
 
 /// A Linear on the modulated LayerNorm of x, linear(norm_modulate(x, shift, scale)), as one
 /// autograd function keeping x, shift and scale (and the weights) only: the modulated input, which

@@ -51,17 +51,18 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivati
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return after_projection(lora_linear(proj_, lora_proj, x));
+  return after_projection(lora_linear(proj_, lora_proj, x), false);
 }
 
 torch::Tensor FeedForwardImpl::forward_modulated(const torch::Tensor& x, const torch::Tensor& shift,
-                                                 const torch::Tensor& scale) {
-  return after_projection(modulated_linear(proj_, lora_proj, x, shift, scale, fused_kernels_));
+                                                 const torch::Tensor& scale, bool output_unread) {
+  return after_projection(modulated_linear(proj_, lora_proj, x, shift, scale, fused_kernels_), output_unread);
 }
 
-torch::Tensor FeedForwardImpl::after_projection(torch::Tensor h) {
+torch::Tensor FeedForwardImpl::after_projection(torch::Tensor h, bool output_unread) {
   // With fused kernels, the GELU and the down-projection keep only the up-projection's output.
-  if (activation_ == FeedForwardActivation::kGeluTanh) return gelu_then_linear(out_, lora_out, {}, h, fused_kernels_);
+  if (activation_ == FeedForwardActivation::kGeluTanh)
+    return gelu_then_linear(out_, lora_out, {}, h, fused_kernels_, output_unread);
   return lora_linear(out_, lora_out, torch::silu(h));
 }
 
@@ -118,16 +119,15 @@ class NormModulate : public torch::autograd::Function<NormModulate> {
     torch::Tensor grad_shift = grad.sum(1).to(shift_dtype);
     torch::Tensor grad_scale = (grad * normed).sum(1).to(scale.scalar_type());
     const torch::Tensor grad_normed = (grad * (1 + scale.unsqueeze(1))).to(x.scalar_type());
-    torch::Tensor grad_x = std::get<0>(
-        at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
+    torch::Tensor grad_x = std::get<0>(at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean,
+                                                                      rstd, {}, {}, {true, false, false}));
     return {grad_x, grad_shift, grad_scale};
   }
 };
 
 }  // namespace
 
-torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
-                            const torch::Tensor& scale) {
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
   return NormModulate::apply(x, shift, scale);
 }
 
@@ -153,12 +153,15 @@ torch::Tensor modulated_linear(torch::nn::Linear& base, const LoraAdapter& lora,
 }
 
 torch::Tensor gelu_then_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& a,
-                               const torch::Tensor& u, bool fused) {
+                               const torch::Tensor& u, bool fused, bool output_unread) {
   if (!fused) {
     const torch::Tensor g = gelu_tanh(u, false);
-    return lora_linear(base, lora, a.defined() ? torch::cat({a, g}, -1) : g);
+    const torch::Tensor h = a.defined() ? torch::cat({a, g}, -1) : g;
+    if (!output_unread) return lora_linear(base, lora, h);
+    const torch::Tensor out = linear_output_unread(h, base->weight, base->bias);
+    return lora ? lora->add_up(out, lora->down(h)) : out;
   }
-  const torch::Tensor out = gelu_linear(a, u, base->weight, base->bias);
+  const torch::Tensor out = gelu_linear(a, u, base->weight, base->bias, output_unread);
   if (!lora) return out;
   torch::Tensor down;
   if (lora->has_dropout()) {
@@ -215,16 +218,19 @@ std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) 
   return heads_and_norm(lora_linear(add_qkv_, lora_added_qkv, x), norm_added_q_, norm_added_k_, nullptr, 0);
 }
 
-std::vector<torch::Tensor> AttentionImpl::project_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+std::vector<torch::Tensor> AttentionImpl::project_modulated(const torch::Tensor& x,
+                                                            const torch::Tensor& shift,
                                                             const torch::Tensor& scale, const RopeTable* rope,
                                                             int64_t rope_tokens) {
   const torch::Tensor qkv = modulated_linear(to_qkv_, lora_qkv, x, shift, scale, options_.fused_kernels);
   return heads_and_norm(qkv, norm_q_, norm_k_, rope, rope_tokens);
 }
 
-std::vector<torch::Tensor> AttentionImpl::project_added_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+std::vector<torch::Tensor> AttentionImpl::project_added_modulated(const torch::Tensor& x,
+                                                                  const torch::Tensor& shift,
                                                                   const torch::Tensor& scale) {
-  const torch::Tensor qkv = modulated_linear(add_qkv_, lora_added_qkv, x, shift, scale, options_.fused_kernels);
+  const torch::Tensor qkv =
+      modulated_linear(add_qkv_, lora_added_qkv, x, shift, scale, options_.fused_kernels);
   return heads_and_norm(qkv, norm_added_q_, norm_added_k_, nullptr, 0);
 }
 
@@ -233,7 +239,9 @@ std::vector<torch::Tensor> AttentionImpl::split_and_normalize(const torch::Tenso
   return heads_and_norm(qkv, norm_q_, norm_k_, rope, rope_tokens);
 }
 
-torch::Tensor AttentionImpl::output(const torch::Tensor& x) { return lora_linear(to_out_, lora_out, x); }
+torch::Tensor AttentionImpl::output(const torch::Tensor& x) {
+  return lora_linear(to_out_, lora_out, x);
+}
 torch::Tensor AttentionImpl::output_added(const torch::Tensor& x) {
   return lora_linear(to_add_out_, lora_added_out, x);
 }

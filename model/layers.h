@@ -36,8 +36,9 @@ class FeedForwardImpl : public torch::nn::Module {
   FeedForwardImpl(int64_t dim, int64_t inner, FeedForwardActivation activation, bool fused_kernels = false);
   torch::Tensor forward(const torch::Tensor& x);  // (B, N, dim) -> (B, N, dim)
   /// forward(norm_modulate(x, shift, scale)); with fused kernels the modulated input is not kept
-  /// (modulate_linear, model/fused_ops.h).
-  torch::Tensor forward_modulated(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
+  /// (modulate_linear, model/fused_ops.h). output_unread: as gelu_then_linear's.
+  torch::Tensor forward_modulated(const torch::Tensor& x, const torch::Tensor& shift,
+                                  const torch::Tensor& scale, bool output_unread = false);
 
   /// LoRA adapters on net.0.proj and net.2 (model/lora.h); empty: none.
   LoraAdapter lora_proj{nullptr}, lora_out{nullptr};
@@ -45,7 +46,7 @@ class FeedForwardImpl : public torch::nn::Module {
   int64_t inner() const { return proj_->weight.size(0); }
 
  private:
-  torch::Tensor after_projection(torch::Tensor h);
+  torch::Tensor after_projection(torch::Tensor h, bool output_unread);
   FeedForwardActivation activation_;
   bool fused_kernels_ = false;
   torch::nn::Linear proj_{nullptr}, out_{nullptr};
@@ -84,8 +85,7 @@ TORCH_MODULE(Modulation);
 /// Affine-free LayerNorm (eps 1e-6) then `x * (1 + scale) + shift` with per-sample (B, C) vectors;
 /// x (B, N, C). Its backward keeps x and the per-token statistics instead of the normalised
 /// activation (one (B, N, C) tensor fewer per call) and recomputes the latter.
-torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift,
-                            const torch::Tensor& scale);
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 /// The same through autograd's own composition: the reference the tests compare against.
 torch::Tensor norm_modulate_reference(const torch::Tensor& x, const torch::Tensor& shift,
                                       const torch::Tensor& scale);
@@ -103,9 +103,12 @@ std::pair<torch::Tensor, torch::Tensor> split_at(const torch::Tensor& x, int64_t
 torch::Tensor modulated_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& x,
                                const torch::Tensor& shift, const torch::Tensor& scale, bool fused);
 /// base(cat(a, gelu_tanh(u))) (a undefined: base(gelu_tanh(u))) with the host's adapter; `fused`:
-/// through gelu_linear (model/fused_ops.h), which keeps only a and u.
+/// through gelu_linear (model/fused_ops.h), which keeps only a and u. output_unread: the caller
+/// only backpropagates through the result, never reads it (a recomputed block's last Linear when
+/// its gate needs no gradient): the base's GEMM is skipped (and, fused, its GELU), the adapters'
+/// down-projection still runs; the gradients are the same.
 torch::Tensor gelu_then_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& a,
-                               const torch::Tensor& u, bool fused);
+                               const torch::Tensor& u, bool fused, bool output_unread = false);
 
 struct AttentionOptions {
   int64_t heads = 24;

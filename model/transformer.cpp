@@ -48,8 +48,8 @@ TokenRefinerBlockImpl::TokenRefinerBlockImpl(int64_t heads, int64_t head_dim, do
   norm1_ = register_module("norm1", torch::nn::LayerNorm(norm_options));
   attn_ = register_module("attn", Attention(attention_options(heads, head_dim, false, true, false, true)));
   norm2_ = register_module("norm2", torch::nn::LayerNorm(norm_options));
-  ff_ = register_module("ff", FeedForward(hidden, static_cast<int64_t>(hidden * mlp_ratio),
-                                          FeedForwardActivation::kSilu));
+  ff_ = register_module(
+      "ff", FeedForward(hidden, static_cast<int64_t>(hidden * mlp_ratio), FeedForwardActivation::kSilu));
   norm_out_ = register_module("norm_out", Modulation(hidden, 2));
 }
 
@@ -80,11 +80,12 @@ TokenRefinerImpl::TokenRefinerImpl(int64_t text_dim, int64_t heads, int64_t head
 torch::Tensor TokenRefinerImpl::forward(const torch::Tensor& text, const torch::Tensor& timestep,
                                         const torch::Tensor& mask, bool all_valid) {
   // Masked mean over valid tokens, in fp32.
-  auto mask_f = mask.to(torch::kFloat32).unsqueeze(-1);                     // (B, L, 1)
+  auto mask_f = mask.to(torch::kFloat32).unsqueeze(-1);  // (B, L, 1)
   // An all-zero mask (rejected at load, but the model does not rely on it) averages to 0, not 0/0.
   auto pooled = (text.to(torch::kFloat32) * mask_f).sum(1) / mask_f.sum(1).clamp_min(1.0);  // (B, text_dim)
   pooled = pooled.to(text.scalar_type());
-  auto temb = timestep_embedder_(timestep_sinusoid(timestep).to(pooled.scalar_type())) + text_embedder_(pooled);
+  auto temb =
+      timestep_embedder_(timestep_sinusoid(timestep).to(pooled.scalar_type())) + text_embedder_(pooled);
   auto h = proj_in_(text);
   // Pairwise mask: token i may see token j when both are valid; the first key column is forced
   // on so that rows of padding tokens are never fully masked (no NaN from softmax). Without
@@ -137,8 +138,15 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   const bool fused = fused_kernels_;
   auto video_out = gated_residual(video, video_attn, m[2], fused);
   auto text_out = gated_residual(text, text_attn, c[2], fused);
-  video_out = gated_residual(video_out, ff_->forward_modulated(video_out, m[3], m[4]), m[5], fused);
-  text_out = gated_residual(text_out, ff_context_->forward_modulated(text_out, c[3], c[4]), c[5], fused);
+  // Recomputed for backward: an MLP output whose gate needs no gradient is never read (only its
+  // input's gradient is wanted), so its down-projection's GEMM is skipped.
+  const bool recompute = skip_unread_ && recomputing_for_backward();
+  video_out = gated_residual(
+      video_out, ff_->forward_modulated(video_out, m[3], m[4], recompute && !m[5].requires_grad()), m[5],
+      fused);
+  text_out = gated_residual(
+      text_out, ff_context_->forward_modulated(text_out, c[3], c[4], recompute && !c[5].requires_grad()),
+      c[5], fused);
   return {video_out, text_out};
 }
 
@@ -154,9 +162,8 @@ SingleBlockImpl::SingleBlockImpl(int64_t heads, int64_t head_dim, int64_t mlp_hi
   hidden_ = hidden;
 }
 
-torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tokens,
-                                       const torch::Tensor& vec, const JointKeys& keys,
-                                       const RopeTable& rope) {
+torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tokens, const torch::Tensor& vec,
+                                       const JointKeys& keys, const RopeTable& rope) {
   auto m = norm_(vec);  // shift, scale, gate
   // (B, N+L, 3*hidden + mlp)
   auto fused = modulated_linear(linear1_, lora_linear1, x, m[0], m[1], fused_kernels_);
@@ -165,7 +172,9 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
   auto qkv = attn_->split_and_normalize(qkv_in, &rope, video_tokens);
   auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);
   // With fused kernels, GELU, concatenation and linear2 keep only attn and the MLP's input (a view).
-  auto out = gelu_then_linear(proj_out_, lora_proj_out, attn, mlp_in, fused_kernels_);
+  // Recomputed for backward with a gate that needs no gradient, linear2's result is never read.
+  const bool unread = skip_unread_ && recomputing_for_backward() && !m[2].requires_grad();
+  auto out = gelu_then_linear(proj_out_, lora_proj_out, attn, mlp_in, fused_kernels_, unread);
   return gated_residual(x, out, m[2], fused_kernels_);
 }
 
@@ -174,8 +183,8 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
 HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config)
     : HunyuanVideoTransformerImpl(config, torch::kCPU, torch::kFloat32) {}
 
-HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config, const torch::Device& device,
-                                                         torch::Dtype dtype)
+HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config,
+                                                         const torch::Device& device, torch::Dtype dtype)
     : config_(config) {
   const bool move = device != torch::Device(torch::kCPU) || dtype != torch::kFloat32;
   validate_hunyuan_config(config, "tele_tron.model.");
@@ -189,13 +198,13 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
       "proj", torch::nn::Conv3d(torch::nn::Conv3dOptions(config.in_channels, hidden, patch).stride(patch)));
 
   context_embedder_ = register_module(
-      "context_embedder", TokenRefiner(config.text_embed_dim, heads, head_dim,
-                                       config.num_refiner_layers, kRefinerMlpRatio));
+      "context_embedder",
+      TokenRefiner(config.text_embed_dim, heads, head_dim, config.num_refiner_layers, kRefinerMlpRatio));
 
   auto time_text_embed = register_module("time_text_embed", Holder());
   timestep_embedder_ = time_text_embed->register_module("timestep_embedder", MlpEmbedder(256, hidden));
-  text_embedder_ = time_text_embed->register_module("text_embedder",
-                                                    MlpEmbedder(config.pooled_projection_dim, hidden));
+  text_embedder_ =
+      time_text_embed->register_module("text_embedder", MlpEmbedder(config.pooled_projection_dim, hidden));
   if (config.guidance_embeds) {
     guidance_embedder_ = time_text_embed->register_module("guidance_embedder", MlpEmbedder(256, hidden));
   }
@@ -226,6 +235,11 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
   rope_cache_ = std::make_shared<RopeCache>(config.rope_axes_dim, config.rope_theta);
 }
 
+void HunyuanVideoTransformerImpl::set_recompute_skips_unread(bool on) {
+  for (auto& block : double_blocks_) block->set_recompute_skips_unread(on);
+  for (auto& block : single_blocks_) block->set_recompute_skips_unread(on);
+}
+
 int64_t HunyuanVideoTransformerImpl::parameter_count() const {
   int64_t count = 0;
   for (const auto& p : parameters()) count += p.numel();
@@ -250,8 +264,12 @@ std::map<std::string, torch::Tensor> HunyuanVideoTransformerImpl::diffusers_view
   };
   const std::vector<Fused> fused = {
       {"attn.to_qkv", {"attn.to_q", "attn.to_k", "attn.to_v"}, {hidden, hidden, hidden}},
-      {"attn.add_qkv_proj", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}, {hidden, hidden, hidden}},
-      {"linear1", {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}, {hidden, hidden, hidden, config_.mlp_hidden()}},
+      {"attn.add_qkv_proj",
+       {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"},
+       {hidden, hidden, hidden}},
+      {"linear1",
+       {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"},
+       {hidden, hidden, hidden, config_.mlp_hidden()}},
   };
   std::map<std::string, torch::Tensor> out;
   for (const auto& item : named_parameters(/*recurse=*/true)) {
@@ -261,7 +279,8 @@ std::map<std::string, torch::Tensor> HunyuanVideoTransformerImpl::diffusers_view
     for (const auto& f : fused) {
       for (const char* kind : {".weight", ".bias"}) {
         const std::string tail = std::string(f.suffix) + kind;
-        if (name.size() < tail.size() || name.compare(name.size() - tail.size(), tail.size(), tail) != 0) continue;
+        if (name.size() < tail.size() || name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+          continue;
         const std::string prefix = name.substr(0, name.size() - tail.size());
         int64_t begin = 0;
         for (size_t i = 0; i < f.parts.size(); ++i) {
@@ -314,7 +333,8 @@ std::vector<HunyuanVideoTransformerImpl::LoraHost> HunyuanVideoTransformerImpl::
   for (size_t i = 0; i < double_blocks_.size(); ++i) {
     DoubleBlockImpl& b = *double_blocks_[i];
     const std::string p = "transformer_blocks." + std::to_string(i) + ".";
-    host(p, hidden, {{"attn.to_q", hidden}, {"attn.to_k", hidden}, {"attn.to_v", hidden}}, &b.attn_->lora_qkv);
+    host(p, hidden, {{"attn.to_q", hidden}, {"attn.to_k", hidden}, {"attn.to_v", hidden}},
+         &b.attn_->lora_qkv);
     host(p, hidden, {{"attn.add_q_proj", hidden}, {"attn.add_k_proj", hidden}, {"attn.add_v_proj", hidden}},
          &b.attn_->lora_added_qkv);
     host(p, hidden, {{"attn.to_out.0", hidden}}, &b.attn_->lora_out);
@@ -349,13 +369,14 @@ LoraSet HunyuanVideoTransformerImpl::attach_lora(const LoraOptions& options) {
     bool found = false;
     for (const LoraHost& h : hosts)
       for (const LoraPart& part : h.parts) found = found || lora_target_matches({target}, part.module);
-    TT_CHECK_HINT(found, ErrorCode::kConfig,
-                  "name a Linear of the double or single blocks by its diffusers name or suffix: to_q, to_k, to_v, "
-                  "to_out.0, add_q_proj, add_k_proj, add_v_proj, to_add_out, ff.net.0.proj, ff.net.2, "
-                  "ff_context.net.0.proj, ff_context.net.2, norm1.linear, norm1_context.linear (double blocks); "
-                  "to_q, to_k, to_v, proj_mlp, proj_out, norm.linear (single blocks); or a regular expression "
-                  "matching the whole name, e.g. single_transformer_blocks\\.[0-9]+\\.proj_out",
-                  "tele_tron.model.lora.targets: '", target, "' names no module that takes a LoRA adapter");
+    TT_CHECK_HINT(
+        found, ErrorCode::kConfig,
+        "name a Linear of the double or single blocks by its diffusers name or suffix: to_q, to_k, to_v, "
+        "to_out.0, add_q_proj, add_k_proj, add_v_proj, to_add_out, ff.net.0.proj, ff.net.2, "
+        "ff_context.net.0.proj, ff_context.net.2, norm1.linear, norm1_context.linear (double blocks); "
+        "to_q, to_k, to_v, proj_mlp, proj_out, norm.linear (single blocks); or a regular expression "
+        "matching the whole name, e.g. single_transformer_blocks\\.[0-9]+\\.proj_out",
+        "tele_tron.model.lora.targets: '", target, "' names no module that takes a LoRA adapter");
   }
   const torch::Device device = patch_embed_->weight.device();
   for (LoraHost& h : hosts) {
@@ -378,8 +399,8 @@ LoraSet HunyuanVideoTransformerImpl::attach_lora(const LoraOptions& options) {
 
 torch::Tensor HunyuanVideoTransformerImpl::condition_vector(const TransformerInputs& in) {
   auto pooled = in.pooled_projections;
-  auto vec = timestep_embedder_(timestep_sinusoid(in.timestep).to(pooled.scalar_type())) +
-             text_embedder_(pooled);
+  auto vec =
+      timestep_embedder_(timestep_sinusoid(in.timestep).to(pooled.scalar_type())) + text_embedder_(pooled);
   if (config_.guidance_embeds) {
     TT_ASSERT(in.guidance.defined(), "guidance input missing for a model with guidance_embeds");
     vec = vec + guidance_embedder_(timestep_sinusoid(in.guidance).to(pooled.scalar_type()));
@@ -393,14 +414,14 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
             config_.in_channels, ", T, H, W), got ", x.sizes());
   const int64_t batch = x.size(0);
   const int64_t pt = config_.patch_size_t, p = config_.patch_size;
-  TT_CHECK(x.size(2) % pt == 0 && x.size(3) % p == 0 && x.size(4) % p == 0, ErrorCode::kData,
-           "latent shape ", x.sizes(), " is not divisible by the patch size [", pt, ",", p, ",", p, "]");
+  TT_CHECK(x.size(2) % pt == 0 && x.size(3) % p == 0 && x.size(4) % p == 0, ErrorCode::kData, "latent shape ",
+           x.sizes(), " is not divisible by the patch size [", pt, ",", p, ",", p, "]");
   const int64_t t = x.size(2) / pt, h = x.size(3) / p, w = x.size(4) / p;
 
   auto vec = condition_vector(in);
   auto video = patch_embed_(x).flatten(2).transpose(1, 2);  // (B, N, hidden)
-  auto text = context_embedder_(in.encoder_hidden_states, in.timestep, in.encoder_attention_mask,
-                                in.text_all_valid);
+  auto text =
+      context_embedder_(in.encoder_hidden_states, in.timestep, in.encoder_attention_mask, in.text_all_valid);
   const int64_t n = video.size(1);
 
   // Keys: every video token, valid text tokens only (no mask at all when every token is valid);
@@ -440,7 +461,8 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
   const RopeTable* rope_table = &rope;
 
   // Block graphs, when active, take every block that is not checkpointed (same block function).
-  const bool graphed = block_graphs_ && block_graphs_->active() && is_training() && torch::GradMode::is_enabled();
+  const bool graphed =
+      block_graphs_ && block_graphs_->active() && is_training() && torch::GradMode::is_enabled();
   for (auto& block : double_blocks_) {
     const int64_t index = block_index;
     const bool recompute = checkpoint_this();
@@ -449,8 +471,9 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
         auto result = impl->forward(in_[0], in_[1], in_[2], keys_from(in_, 3), *rope_table);
         return std::vector<torch::Tensor>{result.first, result.second};
       };
-      auto outputs = recompute ? checkpointed(fn, with_keys({video, text, vec}), block->graph_tensors())
-                               : block_graphs_->run(index, fn, with_keys({video, text, vec}), block->graph_tensors());
+      auto outputs =
+          recompute ? checkpointed(fn, with_keys({video, text, vec}), block->graph_tensors())
+                    : block_graphs_->run(index, fn, with_keys({video, text, vec}), block->graph_tensors());
       video = outputs[0];
       text = outputs[1];
     } else {
@@ -462,7 +485,8 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
     const int64_t index = block_index;
     const bool recompute = checkpoint_this();
     if (recompute || graphed) {
-      BlockFunction fn = [impl = block.ptr(), n, rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
+      BlockFunction fn = [impl = block.ptr(), n, rope_table,
+                          keys_from](const std::vector<torch::Tensor>& in_) {
         return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
       };
       joint = recompute ? checkpointed(fn, with_keys({joint, vec}), block->graph_tensors())[0]

@@ -71,12 +71,18 @@ class DoubleBlockImpl : public torch::nn::Module {
                                                   const RopeTable& rope);
   /// Its parameters and its LoRA adapters' (no submodules): what a block graph differentiates.
   std::vector<torch::Tensor> graph_tensors();
+  /// Recomputed for its backward (model/activation_checkpoint.h) with gates that need no gradient (a
+  /// frozen base under LoRA), the block's last Linears (the MLPs' down-projections) feed only gated
+  /// residuals whose values nobody reads: their base GEMMs are skipped (gelu_then_linear's
+  /// output_unread). On by default; the gradients are the same either way.
+  void set_recompute_skips_unread(bool on) { skip_unread_ = on; }
 
  private:
   Modulation norm1_{nullptr}, norm1_context_{nullptr};  // 6 chunks each
   Attention attn_{nullptr};
   FeedForward ff_{nullptr}, ff_context_{nullptr};
   bool fused_kernels_ = false;
+  bool skip_unread_ = true;
 };
 TORCH_MODULE(DoubleBlock);
 
@@ -94,6 +100,8 @@ class SingleBlockImpl : public torch::nn::Module {
   LoraAdapter lora_linear1{nullptr}, lora_proj_out{nullptr};
   /// Its parameters and its LoRA adapters' (no submodules): what a block graph differentiates.
   std::vector<torch::Tensor> graph_tensors();
+  /// As DoubleBlockImpl's: here proj_out (linear2) is the Linear skipped.
+  void set_recompute_skips_unread(bool on) { skip_unread_ = on; }
 
  private:
   friend class HunyuanVideoTransformerImpl;  // lora_hosts()
@@ -102,6 +110,7 @@ class SingleBlockImpl : public torch::nn::Module {
   torch::nn::Linear linear1_{nullptr}, proj_out_{nullptr};
   int64_t hidden_ = 0;
   bool fused_kernels_ = false;
+  bool skip_unread_ = true;
 };
 TORCH_MODULE(SingleBlock);
 
@@ -127,7 +136,8 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   /// as soon as it is made, so the host never holds more than one block in fp32 (the 13B's fp32
   /// weights are 51 GB) and the device never an fp32 copy of a model it keeps in bf16. The same
   /// initial values as building on the host and moving afterwards.
-  HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config, const torch::Device& device, torch::Dtype dtype);
+  HunyuanVideoTransformerImpl(const HunyuanVideoConfig& config, const torch::Device& device,
+                              torch::Dtype dtype);
   /// Returns the prediction (B, out_channels, T, H, W) (flow-matching velocity eps - x0).
   torch::Tensor forward(const TransformerInputs& inputs);
 
@@ -150,6 +160,8 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   /// Recompute every n-th block (double and single, counted together) in backward instead of
   /// keeping its activations; 0 = off.
   void set_activation_checkpointing(int64_t every_n) { checkpoint_every_n_ = every_n; }
+  /// Every block's set_recompute_skips_unread (on by default; off: the recompute runs every GEMM).
+  void set_recompute_skips_unread(bool on);
   /// Blocks not checkpointed run through these (CUDA graphs of single blocks, core/block_graphs.h)
   /// while they are active; nullptr = always eagerly.
   void set_block_graphs(std::shared_ptr<BlockGraphs> graphs) { block_graphs_ = std::move(graphs); }
