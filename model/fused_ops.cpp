@@ -226,10 +226,12 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
                                const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias) {
     const torch::ScalarType dtype = linear_dtype(x);
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const torch::Tensor m = std::get<0>(modulated(x, shift, scale));
+    const auto [m, normed, mean, rstd] = modulated(x, shift, scale);
     const torch::Tensor out =
         torch::linear(m.to(dtype), weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor());
-    ctx->save_for_backward({x, shift, scale, weight, bias});
+    // The statistics too (B, N, 1 fp32 each): x's gradient needs no recomputation then.
+    ctx->save_for_backward({x, shift, scale, weight, bias, mean, rstd});
+    ctx->saved_data["m_dtype"] = static_cast<int64_t>(m.scalar_type());
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["has_bias"] = has_bias;
     return out;
@@ -242,16 +244,27 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
                         &bias = saved[4];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    const auto [m, normed, mean, rstd] = modulated(x, shift, scale);  // recomputed
+    const torch::Tensor &mean = saved[5], &rstd = saved[6];
+    // The modulated input only for the weight's gradient, x̂ only for the scale's (both recomputed,
+    // with the forward's kernels); a frozen base under LoRA with a frozen modulation needs neither.
+    const bool weight_grad = ctx->needs_input_grad(3);
+    torch::Tensor m, normed;
+    if (weight_grad || ctx->needs_input_grad(2))
+      std::tie(m, normed, std::ignore, std::ignore) = modulated(x, shift, scale);
+    // Without the weight's gradient the input serves for its shape only, which x shares.
     const LinearGrads g =
-        linear_backward(grads[0], m, weight, bias, has_bias, dtype, ctx->needs_input_grad(3));
-    const torch::Tensor grad_m = g.input.to(m.scalar_type());
+        linear_backward(grads[0], weight_grad ? m : x, weight, bias, has_bias, dtype, weight_grad);
+    const torch::Tensor grad_m =
+        g.input.to(static_cast<torch::ScalarType>(ctx->saved_data["m_dtype"].toInt()));
     // norm_modulate's backward (model/layers.cpp).
-    const torch::Tensor grad_shift = grad_m.sum(1).to(shift.scalar_type());
-    const torch::Tensor grad_scale = (grad_m * normed).sum(1).to(scale.scalar_type());
-    const torch::Tensor grad_normed = (grad_m * (1 + scale.unsqueeze(1))).to(x.scalar_type());
-    const torch::Tensor grad_x = std::get<0>(at::native_layer_norm_backward(
-        grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
+    torch::Tensor grad_shift, grad_scale, grad_x;
+    if (ctx->needs_input_grad(1)) grad_shift = grad_m.sum(1).to(shift.scalar_type());
+    if (ctx->needs_input_grad(2)) grad_scale = (grad_m * normed).sum(1).to(scale.scalar_type());
+    if (ctx->needs_input_grad(0)) {
+      const torch::Tensor grad_normed = (grad_m * (1 + scale.unsqueeze(1))).to(x.scalar_type());
+      grad_x = std::get<0>(at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {},
+                                                          {true, false, false}));
+    }
     return {grad_x, grad_shift, grad_scale, g.weight, g.bias, torch::Tensor()};
   }
 };

@@ -114,13 +114,25 @@ class NormModulate : public torch::autograd::Function<NormModulate> {
     const torch::Tensor& rstd = saved[2];
     const torch::Tensor& scale = saved[3];  // (B, C)
     const torch::Tensor& grad = grads[0];   // (B, N, C)
-    const torch::Tensor normed = ((x.to(mean.scalar_type()) - mean) * rstd).to(x.scalar_type());
-    const auto shift_dtype = static_cast<c10::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
-    torch::Tensor grad_shift = grad.sum(1).to(shift_dtype);
-    torch::Tensor grad_scale = (grad * normed).sum(1).to(scale.scalar_type());
-    const torch::Tensor grad_normed = (grad * (1 + scale.unsqueeze(1))).to(x.scalar_type());
-    torch::Tensor grad_x = std::get<0>(at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean,
-                                                                      rstd, {}, {}, {true, false, false}));
+    // Shift and scale need gradients unless they come from a frozen modulation (LoRA's default
+    // targets): then neither the sums over tokens nor x̂ are made.
+    torch::Tensor grad_shift, grad_scale;
+    if (ctx->needs_input_grad(1)) {
+      const auto shift_dtype = static_cast<c10::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
+      grad_shift = grad.sum(1).to(shift_dtype);
+    }
+    if (ctx->needs_input_grad(2)) {
+      // x̂ again from the same LayerNorm kernel: the forward's bit for bit, in one pass over x (the
+      // statistics' arithmetic in fp32 took four elementwise passes).
+      const torch::Tensor normed = std::get<0>(at::native_layer_norm(x, {x.size(-1)}, {}, {}, 1e-6));
+      grad_scale = (grad * normed).sum(1).to(scale.scalar_type());
+    }
+    torch::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) {
+      const torch::Tensor grad_normed = (grad * (1 + scale.unsqueeze(1))).to(x.scalar_type());
+      grad_x = std::get<0>(at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {},
+                                                          {true, false, false}));
+    }
     return {grad_x, grad_shift, grad_scale};
   }
 };
