@@ -30,14 +30,20 @@ class GatedResidual : public torch::autograd::Function<GatedResidual> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& y, const torch::Tensor& gate) {
-    ctx->save_for_backward({y, gate});
+    // y serves the gate's gradient only: a frozen gate (a modulation without adapters under LoRA)
+    // keeps none.
+    const bool gate_grad = gate.requires_grad();
+    ctx->save_for_backward({gate_grad ? y : torch::empty({0}, y.options()), gate});
+    ctx->saved_data["gate_grad"] = gate_grad;
     return gated_residual_forward(x, y, gate);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor& grad = grads[0];  // (B, N, C), x's dtype
+    const torch::Tensor& grad = grads[0];        // (B, N, C), x's dtype
+    if (!ctx->saved_data["gate_grad"].toBool())  // dy = grad * gate, one rounding as the kernel's
+      return {grad, (grad * saved[1].unsqueeze(1)).to(grad.scalar_type()), torch::Tensor()};
     auto [grad_y, grad_gate] = gated_residual_backward(grad, saved[0], saved[1]);
     return {grad, grad_y, grad_gate};
   }

@@ -21,7 +21,7 @@ bool fused_kernels_take(const torch::Tensor& x);
 // ---- gated residual: x + gate.unsqueeze(1) * y ----
 
 /// x, y (B, N, C), gate (B, C), one dtype -> (B, N, C). Backward: dx = g, dy = g * gate, dgate =
-/// sum_N g * y (fp32 accumulation); keeps y and gate.
+/// sum_N g * y (fp32 accumulation); keeps y and gate (y only when the gate needs a gradient).
 torch::Tensor gated_residual_fused(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate);
 /// torch::addcmul(x, y, gate.unsqueeze(1)).
 torch::Tensor gated_residual_reference(const torch::Tensor& x, const torch::Tensor& y,

@@ -120,6 +120,18 @@ Fn gated_reference() {
   return
       [](const std::vector<torch::Tensor>& in) { return tt::gated_residual_reference(in[0], in[1], in[2]); };
 }
+// The gate frozen (a modulation without adapters, as under LoRA): it gets no gradient and the
+// fused function keeps no y.
+Fn gated_fused_frozen_gate() {
+  return [](const std::vector<torch::Tensor>& in) {
+    return tt::gated_residual_fused(in[0], in[1], in[2].detach());
+  };
+}
+Fn gated_reference_frozen_gate() {
+  return [](const std::vector<torch::Tensor>& in) {
+    return tt::gated_residual_reference(in[0], in[1], in[2].detach());
+  };
+}
 Fn gelu_fused() {
   return [](const std::vector<torch::Tensor>& in) { return tt::gelu_tanh_fused(in[0]); };
 }
@@ -141,10 +153,11 @@ TEST_CASE("gated residual: own backward gives autograd's gradients of addcmul", 
   torch::manual_seed(21);
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     INFO("dtype " << dtype);
-    compare(gated_fused(), gated_reference(),
-            {torch::randn({2, 9, 24}).to(dtype), torch::randn({2, 9, 24}).to(dtype),
-             torch::randn({2, 24}).to(dtype)},
-            tolerance_for(dtype));
+    const std::vector<torch::Tensor> inputs = {torch::randn({2, 9, 24}).to(dtype),
+                                               torch::randn({2, 9, 24}).to(dtype),
+                                               torch::randn({2, 24}).to(dtype)};
+    compare(gated_fused(), gated_reference(), inputs, tolerance_for(dtype));
+    compare(gated_fused_frozen_gate(), gated_reference_frozen_gate(), inputs, tolerance_for(dtype));
   }
   check_finite_differences(
       gated_fused(), {torch::randn({2, 3, 4}, torch::kFloat64), torch::randn({2, 3, 4}, torch::kFloat64),
@@ -176,8 +189,10 @@ Fn gelu_linear_fn(bool ours, bool with_a, bool autocast) {
   };
 }
 
-TEST_CASE("GELU + down-projection (gelu_linear): own backward gives autograd's gradients of the composition, with "
-          "and without the attention beside it, in fp32, bf16 and under autocast", "[model][fused]") {
+TEST_CASE(
+    "GELU + down-projection (gelu_linear): own backward gives autograd's gradients of the composition, with "
+    "and without the attention beside it, in fp32, bf16 and under autocast",
+    "[model][fused]") {
   torch::manual_seed(26);
   const int64_t attn = 6, mlp = 10, out = 7;
   for (const bool with_a : {false, true}) {
@@ -202,19 +217,23 @@ TEST_CASE("GELU + down-projection (gelu_linear): own backward gives autograd's g
       });
     };
     INFO("with a: " << with_a);
-    compare(sliced(gelu_linear_fn(true, with_a, false), with_a), sliced(gelu_linear_fn(false, with_a, false), with_a),
-            inputs(torch::kFloat32, torch::kFloat32), tolerance_for(torch::kFloat32));
-    compare(sliced(gelu_linear_fn(true, with_a, false), with_a), sliced(gelu_linear_fn(false, with_a, false), with_a),
-            inputs(torch::kBFloat16, torch::kBFloat16), tolerance_for(torch::kBFloat16));
+    compare(sliced(gelu_linear_fn(true, with_a, false), with_a),
+            sliced(gelu_linear_fn(false, with_a, false), with_a), inputs(torch::kFloat32, torch::kFloat32),
+            tolerance_for(torch::kFloat32));
+    compare(sliced(gelu_linear_fn(true, with_a, false), with_a),
+            sliced(gelu_linear_fn(false, with_a, false), with_a), inputs(torch::kBFloat16, torch::kBFloat16),
+            tolerance_for(torch::kBFloat16));
     // As the model runs it: bf16 activations, fp32 weights, CPU autocast to bf16.
-    compare(sliced(gelu_linear_fn(true, with_a, true), with_a), sliced(gelu_linear_fn(false, with_a, true), with_a),
-            inputs(torch::kBFloat16, torch::kFloat32), tolerance_for(torch::kBFloat16));
+    compare(sliced(gelu_linear_fn(true, with_a, true), with_a),
+            sliced(gelu_linear_fn(false, with_a, true), with_a), inputs(torch::kBFloat16, torch::kFloat32),
+            tolerance_for(torch::kBFloat16));
     // No bias.
     std::vector<torch::Tensor> without_bias = inputs(torch::kFloat32, torch::kFloat32);
     without_bias.pop_back();
     compare(
         [&](const std::vector<torch::Tensor>& v) {
-          return tt::gelu_linear(with_a ? v[0] : torch::Tensor(), v[with_a ? 1 : 0].slice(2, 3), v[with_a ? 2 : 1], {});
+          return tt::gelu_linear(with_a ? v[0] : torch::Tensor(), v[with_a ? 1 : 0].slice(2, 3),
+                                 v[with_a ? 2 : 1], {});
         },
         [&](const std::vector<torch::Tensor>& v) {
           return tt::gelu_linear_reference(with_a ? v[0] : torch::Tensor(), v[with_a ? 1 : 0].slice(2, 3),
@@ -223,9 +242,10 @@ TEST_CASE("GELU + down-projection (gelu_linear): own backward gives autograd's g
         without_bias, tolerance_for(torch::kFloat32));
   }
   // fp64 central differences through the function, with a.
-  check_finite_differences(gelu_linear_fn(true, true, false),
-                           {torch::randn({1, 3, 2}, torch::kFloat64), torch::randn({1, 3, 4}, torch::kFloat64),
-                            torch::randn({3, 6}, torch::kFloat64), torch::randn({3}, torch::kFloat64)});
+  check_finite_differences(
+      gelu_linear_fn(true, true, false),
+      {torch::randn({1, 3, 2}, torch::kFloat64), torch::randn({1, 3, 4}, torch::kFloat64),
+       torch::randn({3, 6}, torch::kFloat64), torch::randn({3}, torch::kFloat64)});
 }
 
 // in: [x, shift, scale, weight, bias]: linear(norm_modulate(x, shift, scale)).
@@ -237,8 +257,10 @@ Fn modulate_linear_fn(bool ours, bool autocast) {
   };
 }
 
-TEST_CASE("modulated LayerNorm + Linear (modulate_linear): own backward gives autograd's gradients of the "
-          "composition in fp32, bf16 and under autocast", "[model][fused]") {
+TEST_CASE(
+    "modulated LayerNorm + Linear (modulate_linear): own backward gives autograd's gradients of the "
+    "composition in fp32, bf16 and under autocast",
+    "[model][fused]") {
   torch::manual_seed(27);
   const int64_t channels = 12, out = 9;
   auto x = torch::randn({2, 5, channels}) * 2 + 0.5, shift = torch::randn({2, channels}),
@@ -248,13 +270,13 @@ TEST_CASE("modulated LayerNorm + Linear (modulate_linear): own backward gives au
     return std::vector<torch::Tensor>{x.to(dtype), shift.to(dtype), scale.to(dtype), weight.to(weights),
                                       bias.to(weights)};
   };
-  compare(modulate_linear_fn(true, false), modulate_linear_fn(false, false), inputs(torch::kFloat32, torch::kFloat32),
-          tolerance_for(torch::kFloat32));
+  compare(modulate_linear_fn(true, false), modulate_linear_fn(false, false),
+          inputs(torch::kFloat32, torch::kFloat32), tolerance_for(torch::kFloat32));
   compare(modulate_linear_fn(true, false), modulate_linear_fn(false, false),
           inputs(torch::kBFloat16, torch::kBFloat16), tolerance_for(torch::kBFloat16));
   // As the model runs it: bf16 activations and modulation, fp32 weights, CPU autocast to bf16.
-  compare(modulate_linear_fn(true, true), modulate_linear_fn(false, true), inputs(torch::kBFloat16, torch::kFloat32),
-          tolerance_for(torch::kBFloat16));
+  compare(modulate_linear_fn(true, true), modulate_linear_fn(false, true),
+          inputs(torch::kBFloat16, torch::kFloat32), tolerance_for(torch::kBFloat16));
   check_finite_differences(modulate_linear_fn(true, false),
                            {torch::randn({1, 3, 4}, torch::kFloat64), torch::randn({1, 4}, torch::kFloat64),
                             torch::randn({1, 4}, torch::kFloat64), torch::randn({3, 4}, torch::kFloat64),
@@ -347,10 +369,11 @@ TEST_CASE("fused ops on CUDA give the composition's outputs and gradients", "[gp
     const double tolerance = dtype == torch::kBFloat16 ? 1.0 / 32 : 1e-5;
     {
       INFO("gated residual");
-      compare(gated_fused(), gated_reference(),
-              on_gpu({torch::randn({2, 300, 72}).to(dtype), torch::randn({2, 300, 72}).to(dtype),
-                      torch::randn({2, 72}).to(dtype)}),
-              tolerance);
+      const std::vector<torch::Tensor> inputs =
+          on_gpu({torch::randn({2, 300, 72}).to(dtype), torch::randn({2, 300, 72}).to(dtype),
+                  torch::randn({2, 72}).to(dtype)});
+      compare(gated_fused(), gated_reference(), inputs, tolerance);
+      compare(gated_fused_frozen_gate(), gated_reference_frozen_gate(), inputs, tolerance);
     }
     {
       INFO("GELU-tanh on a column slice");
