@@ -98,14 +98,16 @@ torch::ScalarType linear_dtype(const torch::Tensor& x) {
 struct LinearGrads {
   torch::Tensor input, weight, bias;
 };
-// weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped.
-LinearGrads linear_backward(const torch::Tensor& grad_out, const torch::Tensor& input,
-                            const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias,
-                            torch::ScalarType dtype, bool weight_grad) {
-  const int64_t in = input.size(-1), out = weight.size(0);
+// weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped,
+// and `input` is not read (undefined is fine: its shape is `input_sizes`).
+LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
+                            const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype,
+                            bool weight_grad) {
+  const int64_t in = input_sizes.back(), out = weight.size(0);
   const torch::Tensor grad = grad_out.to(dtype).reshape({-1, out});
   LinearGrads g;
-  g.input = grad.mm(weight.to(dtype)).view(input.sizes());
+  g.input = grad.mm(weight.to(dtype)).view(input_sizes);
   if (!weight_grad) return g;
   g.weight = grad.t().mm(input.to(dtype).reshape({-1, in})).to(weight.scalar_type());
   if (has_bias) g.bias = grad.sum(0).to(bias.scalar_type());
@@ -164,9 +166,12 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     const torch::Tensor &a = saved[0], &u = saved[1], &weight = saved[2], &bias = saved[3];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_a = ctx->saved_data["has_a"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
-    const torch::Tensor h = gelu_input(a, u, has_a);  // recomputed
-    const LinearGrads g =
-        linear_backward(grads[0], h, weight, bias, has_bias, dtype, ctx->needs_input_grad(2));
+    // The linear's input again only for the weight's gradient (a frozen base needs none).
+    const bool weight_grad = ctx->needs_input_grad(2);
+    std::vector<int64_t> h_sizes = u.sizes().vec();
+    h_sizes.back() = weight.size(1);
+    const torch::Tensor h = weight_grad ? gelu_input(a, u, has_a) : torch::Tensor();
+    const LinearGrads g = linear_backward(grads[0], h_sizes, h, weight, bias, has_bias, dtype, weight_grad);
     const torch::Tensor& grad_h = g.input;
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
@@ -205,12 +210,9 @@ class UnreadLinear : public torch::autograd::Function<UnreadLinear> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    if (ctx->saved_data["weight_grad"].toBool()) {
-      const LinearGrads g = linear_backward(grads[0], x, weight, bias, has_bias, dtype, true);
-      return {g.input, g.weight, g.bias, torch::Tensor()};
-    }
-    const torch::Tensor grad = grads[0].to(dtype).reshape({-1, weight.size(0)});
-    return {grad.mm(weight.to(dtype)).view(sizes), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const LinearGrads g = linear_backward(grads[0], sizes, x, weight, bias, has_bias, dtype,
+                                          ctx->saved_data["weight_grad"].toBool());
+    return {g.input, g.weight, g.bias, torch::Tensor()};
   }
 };
 
@@ -257,9 +259,7 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     torch::Tensor m, normed;
     if (weight_grad || ctx->needs_input_grad(2))
       std::tie(m, normed, std::ignore, std::ignore) = modulated(x, shift, scale);
-    // Without the weight's gradient the input serves for its shape only, which x shares.
-    const LinearGrads g =
-        linear_backward(grads[0], weight_grad ? m : x, weight, bias, has_bias, dtype, weight_grad);
+    const LinearGrads g = linear_backward(grads[0], x.sizes(), m, weight, bias, has_bias, dtype, weight_grad);
     const torch::Tensor grad_m =
         g.input.to(static_cast<torch::ScalarType>(ctx->saved_data["m_dtype"].toInt()));
     // norm_modulate's backward (model/layers.cpp).

@@ -102,12 +102,16 @@ def teletron_rows(args, work):
     rows = []
     if args.lora:
         run = os.path.join(work, "run_lora")
-        subprocess.run([args.teletron, "train", config, "--output", run, "--device", args.device, "--profile",
-                        "3:1:memory", "--set", f"model.lora.rank={args.lora}", "--set", f"model.lora.alpha={args.lora}",
-                        "--set", f"model.activation_checkpointing={'true' if args.checkpointing else 'false'}"],
-                       check=True, capture_output=True)
-        trace = glob.glob(os.path.join(run, "profile", "trace_steps_3-3.json"))[0]
-        return [(f"teletron, LoRA rank {args.lora}", step_peak(trace), [])]
+        rows = []
+        for fused in ("false", "true"):
+            subprocess.run([args.teletron, "train", config, "--output", f"{run}_fused_{fused}", "--device", args.device,
+                            "--profile", "3:1:memory", "--set", f"model.lora.rank={args.lora}", "--set",
+                            f"model.lora.alpha={args.lora}", "--set", f"model.fused_kernels={fused}", "--set",
+                            f"model.activation_checkpointing={'true' if args.checkpointing else 'false'}"],
+                           check=True, capture_output=True)
+            trace = glob.glob(os.path.join(f"{run}_fused_{fused}", "profile", "trace_steps_3-3.json"))[0]
+            rows.append((f"teletron, LoRA rank {args.lora}, model.fused_kernels {fused}", step_peak(trace), []))
+        return rows
     for fused in ("false", "true"):
         run = os.path.join(work, f"run_fused_{fused}")
         subprocess.run([args.teletron, "train", config, "--output", run, "--device", args.device, "--profile",
