@@ -135,44 +135,66 @@ torch::Tensor gelu_input(const torch::Tensor& a, const torch::Tensor& u, bool ha
 class GeluLinear : public torch::autograd::Function<GeluLinear> {
  public:
   // a: an empty tensor when there is none; bias: an empty tensor when there is none (autograd
-  // functions take no undefined inputs).
-  // compute_output false: the result's values are never read (see linear_output_unread): the GELU
-  // and the GEMM are skipped, the backward is the same.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a,
-                               const torch::Tensor& u, const torch::Tensor& weight, const torch::Tensor& bias,
-                               bool has_a, bool has_bias, bool compute_output) {
+  // functions take no undefined inputs). down (has_down): a second, bias-free weight on the same
+  // input (the LoRA adapters' stacked A), a second output; the input is made and remade once for
+  // both. compute_output false: the first result's values are never read (see
+  // linear_output_unread): its GEMM is skipped (and the GELU, without `down`); the backward is
+  // the same.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a,
+                                                const torch::Tensor& u, const torch::Tensor& weight,
+                                                const torch::Tensor& bias, const torch::Tensor& down,
+                                                bool has_a, bool has_bias, bool has_down,
+                                                bool compute_output) {
     const torch::ScalarType dtype = linear_dtype(u);
     // The casts below are the ones autocast would make; it must not make them again.
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    torch::Tensor out;
+    torch::autograd::variable_list outputs;
+    const torch::Tensor h = compute_output || has_down ? gelu_input(a, u, has_a).to(dtype) : torch::Tensor();
     if (compute_output) {
-      const torch::Tensor h = gelu_input(a, u, has_a);
-      out = torch::linear(h.to(dtype), weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor());
+      outputs.push_back(torch::linear(h, weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor()));
     } else {
       std::vector<int64_t> sizes = u.sizes().vec();
       sizes.back() = weight.size(0);
-      out = torch::empty(sizes, u.options().dtype(dtype));
+      outputs.push_back(torch::empty(sizes, u.options().dtype(dtype)));
     }
-    ctx->save_for_backward({a, u, weight, bias});
+    if (has_down) outputs.push_back(torch::linear(h, down.to(dtype)));
+    ctx->save_for_backward({a, u, weight, bias, down});
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["has_a"] = has_a;
     ctx->saved_data["has_bias"] = has_bias;
-    return out;
+    ctx->saved_data["has_down"] = has_down;
+    return outputs;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &a = saved[0], &u = saved[1], &weight = saved[2], &bias = saved[3];
+    const torch::Tensor &a = saved[0], &u = saved[1], &weight = saved[2], &bias = saved[3], &down = saved[4];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_a = ctx->saved_data["has_a"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
-    // The linear's input again only for the weight's gradient (a frozen base needs none).
+    const bool has_down = ctx->saved_data["has_down"].toBool();
+    // The linear's input again only for a weight's gradient (a frozen base needs none), once.
     const bool weight_grad = ctx->needs_input_grad(2);
+    const bool down_grad = has_down && ctx->needs_input_grad(4) && grads[1].defined();
     std::vector<int64_t> h_sizes = u.sizes().vec();
     h_sizes.back() = weight.size(1);
-    const torch::Tensor h = weight_grad ? gelu_input(a, u, has_a) : torch::Tensor();
+    torch::Tensor h = weight_grad || down_grad ? gelu_input(a, u, has_a) : torch::Tensor();
+    // The adapters' part first, then the base's; h and each part's input gradient are let go as soon
+    // as they have served, and the two input gradients are summed in place (the peak of this
+    // backward is a LoRA step's, with checkpointing).
+    torch::Tensor grad_down, grad_h_down;
+    if (has_down && grads[1].defined()) {
+      LinearGrads d = linear_backward(grads[1], h_sizes, h, down, {}, false, dtype, down_grad);
+      grad_down = std::move(d.weight);
+      grad_h_down = std::move(d.input);
+    }
     const LinearGrads g = linear_backward(grads[0], h_sizes, h, weight, bias, has_bias, dtype, weight_grad);
-    const torch::Tensor& grad_h = g.input;
+    h = torch::Tensor();
+    torch::Tensor grad_h = g.input;
+    if (grad_h_down.defined()) {
+      grad_h.add_(grad_h_down);
+      grad_h_down = torch::Tensor();
+    }
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
       const int64_t a_width = a.size(-1);
@@ -180,7 +202,8 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
       grad_mlp = grad_h.slice(-1, a_width);
     }
     const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()).contiguous(), u);
-    return {grad_a, grad_u, g.weight, g.bias, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_a,          grad_u,          g.weight,        g.bias,         grad_down,
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -229,39 +252,61 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> modulated
 // linear(norm_modulate(x, shift, scale)) keeping x, shift, scale (see modulate_linear in fused_ops.h).
 class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& shift, const torch::Tensor& scale,
-                               const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias) {
+  // down (has_down): a second, bias-free weight on the same modulated input (the LoRA adapters'
+  // stacked A), a second output; the input is made and remade once for both.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& shift, const torch::Tensor& scale,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& down, bool has_bias, bool has_down) {
     const torch::ScalarType dtype = linear_dtype(x);
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto [m, normed, mean, rstd] = modulated(x, shift, scale);
-    const torch::Tensor out =
-        torch::linear(m.to(dtype), weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor());
+    const torch::Tensor md = m.to(dtype);
+    torch::autograd::variable_list outputs = {
+        torch::linear(md, weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor())};
+    if (has_down) outputs.push_back(torch::linear(md, down.to(dtype)));
     // The statistics too (B, N, 1 fp32 each): x's gradient needs no recomputation then.
-    ctx->save_for_backward({x, shift, scale, weight, bias, mean, rstd});
+    ctx->save_for_backward({x, shift, scale, weight, bias, down, mean, rstd});
     ctx->saved_data["m_dtype"] = static_cast<int64_t>(m.scalar_type());
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["has_bias"] = has_bias;
-    return out;
+    ctx->saved_data["has_down"] = has_down;
+    return outputs;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &shift = saved[1], &scale = saved[2], &weight = saved[3],
-                        &bias = saved[4];
+                        &bias = saved[4], &down = saved[5], &mean = saved[6], &rstd = saved[7];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    const torch::Tensor &mean = saved[5], &rstd = saved[6];
-    // The modulated input only for the weight's gradient, x̂ only for the scale's (both recomputed,
-    // with the forward's kernels); a frozen base under LoRA with a frozen modulation needs neither.
+    const bool has_bias = ctx->saved_data["has_bias"].toBool(),
+               has_down = ctx->saved_data["has_down"].toBool();
+    // The modulated input only for a weight's gradient, x̂ only for the scale's (both recomputed,
+    // once, with the forward's kernels); a frozen base under LoRA with a frozen modulation and no
+    // adapter needs neither.
     const bool weight_grad = ctx->needs_input_grad(3);
+    const bool down_grad = has_down && ctx->needs_input_grad(5) && grads[1].defined();
     torch::Tensor m, normed;
-    if (weight_grad || ctx->needs_input_grad(2))
+    if (weight_grad || down_grad || ctx->needs_input_grad(2))
       std::tie(m, normed, std::ignore, std::ignore) = modulated(x, shift, scale);
+    // The adapters' part first, then the base's; m and the adapters' input gradient are let go as
+    // soon as they have served (x̂ stays for the scale's gradient), the input gradients summed in place.
+    torch::Tensor grad_down, grad_m_down;
+    if (has_down && grads[1].defined()) {
+      LinearGrads d = linear_backward(grads[1], x.sizes(), m, down, {}, false, dtype, down_grad);
+      grad_down = std::move(d.weight);
+      grad_m_down = std::move(d.input);
+    }
     const LinearGrads g = linear_backward(grads[0], x.sizes(), m, weight, bias, has_bias, dtype, weight_grad);
+    m = torch::Tensor();
+    torch::Tensor grad_m_dtype = g.input;
+    if (grad_m_down.defined()) {
+      grad_m_dtype.add_(grad_m_down);
+      grad_m_down = torch::Tensor();
+    }
     const torch::Tensor grad_m =
-        g.input.to(static_cast<torch::ScalarType>(ctx->saved_data["m_dtype"].toInt()));
+        grad_m_dtype.to(static_cast<torch::ScalarType>(ctx->saved_data["m_dtype"].toInt()));
     // norm_modulate's backward (model/layers.cpp).
     torch::Tensor grad_shift, grad_scale, grad_x;
     if (ctx->needs_input_grad(1)) grad_shift = grad_m.sum(1).to(shift.scalar_type());
@@ -271,7 +316,7 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
       grad_x = std::get<0>(at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {},
                                                           {true, false, false}));
     }
-    return {grad_x, grad_shift, grad_scale, g.weight, g.bias, torch::Tensor()};
+    return {grad_x, grad_shift, grad_scale, g.weight, g.bias, grad_down, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -352,10 +397,19 @@ torch::Tensor gelu_tanh_reference(const torch::Tensor& x) {
 torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
                           const torch::Tensor& bias, bool output_unread) {
   const torch::Tensor none = torch::empty({0}, u.options());
-  return GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none, a.defined(),
-                           bias.defined(), !output_unread);
+  return GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none, none, a.defined(),
+                           bias.defined(), false, !output_unread)[0];
 }
 
+std::pair<torch::Tensor, torch::Tensor> gelu_linear_with_down(const torch::Tensor& a, const torch::Tensor& u,
+                                                              const torch::Tensor& weight,
+                                                              const torch::Tensor& bias,
+                                                              const torch::Tensor& down, bool output_unread) {
+  const torch::Tensor none = torch::empty({0}, u.options());
+  const auto outputs = GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none,
+                                         down, a.defined(), bias.defined(), true, !output_unread);
+  return {outputs[0], outputs[1]};
+}
 torch::Tensor linear_output_unread(const torch::Tensor& x, const torch::Tensor& weight,
                                    const torch::Tensor& bias) {
   return UnreadLinear::apply(x, weight, bias.defined() ? bias : torch::empty({0}, x.options()),
@@ -371,10 +425,19 @@ torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor&
 
 torch::Tensor modulate_linear(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                               const torch::Tensor& weight, const torch::Tensor& bias) {
-  return ModulateLinear::apply(x, shift, scale, weight,
-                               bias.defined() ? bias : torch::empty({0}, x.options()), bias.defined());
+  const torch::Tensor none = torch::empty({0}, x.options());
+  return ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : none, none, bias.defined(),
+                               false)[0];
 }
 
+std::pair<torch::Tensor, torch::Tensor> modulate_linear_with_down(
+    const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+    const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& down) {
+  const torch::Tensor none = torch::empty({0}, x.options());
+  const auto outputs = ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : none, down,
+                                             bias.defined(), true);
+  return {outputs[0], outputs[1]};
+}
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {
   if (fused && fused_kernels_take(x)) return gelu_tanh_fused(x);
   return gelu_tanh_reference(x);

@@ -11,6 +11,8 @@
 
 #include <torch/types.h>
 
+#include <utility>
+
 #include "model/rope.h"
 
 namespace tt {
@@ -69,6 +71,16 @@ torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused);
 torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
                           const torch::Tensor& bias, bool output_unread = false);
 
+/// gelu_linear and, in the same function, linear(cat(a, gelu_tanh(u)), down) with a second, bias-free
+/// weight (the LoRA adapters' stacked A): the GELU and the concatenation are made once in forward
+/// and at most once in backward (for the weights' gradients), where two functions made them twice.
+/// Returns (gelu_linear's result, the second). output_unread concerns the first only.
+std::pair<torch::Tensor, torch::Tensor> gelu_linear_with_down(const torch::Tensor& a, const torch::Tensor& u,
+                                                              const torch::Tensor& weight,
+                                                              const torch::Tensor& bias,
+                                                              const torch::Tensor& down,
+                                                              bool output_unread = false);
+
 /// torch::linear(x, weight, bias) for a caller that never reads the result's values, only
 /// backpropagates through it: no GEMM in forward (the result is uninitialised memory of its shape,
 /// in the dtype the Linear would give under autocast); backward gives x's gradient, and the
@@ -87,5 +99,12 @@ torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor&
 /// the GEMMs run in autocast's dtype, as the Linear would.
 torch::Tensor modulate_linear(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                               const torch::Tensor& weight, const torch::Tensor& bias);
+
+/// modulate_linear and, in the same function, linear(norm_modulate(x, shift, scale), down) with a
+/// second, bias-free weight (the LoRA adapters' stacked A): the modulated input is made once in
+/// forward and at most once in backward. Returns (modulate_linear's result, the second).
+std::pair<torch::Tensor, torch::Tensor> modulate_linear_with_down(
+    const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+    const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& down);
 
 }  // namespace tt

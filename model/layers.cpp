@@ -156,11 +156,14 @@ std::pair<torch::Tensor, torch::Tensor> split_at(const torch::Tensor& x, int64_t
 torch::Tensor modulated_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& x,
                                const torch::Tensor& shift, const torch::Tensor& scale, bool fused) {
   if (!fused) return lora_linear(base, lora, norm_modulate(x, shift, scale));
-  const torch::Tensor out = modulate_linear(x, shift, scale, base->weight, base->bias);
-  if (!lora) return out;
-  // Dropout needs the modulated input itself; without it the adapters recompute it as the base does.
-  const torch::Tensor down = lora->has_dropout() ? lora->down(norm_modulate(x, shift, scale))
-                                                 : modulate_linear(x, shift, scale, lora->down_weight(), {});
+  if (!lora) return modulate_linear(x, shift, scale, base->weight, base->bias);
+  if (lora->has_dropout()) {  // dropout needs the modulated input itself
+    const torch::Tensor out = modulate_linear(x, shift, scale, base->weight, base->bias);
+    return lora->add_up(out, lora->down(norm_modulate(x, shift, scale)));
+  }
+  // Base and adapters in one function: the modulated input made, and remade in backward, once.
+  const auto [out, down] =
+      modulate_linear_with_down(x, shift, scale, base->weight, base->bias, lora->down_weight());
   return lora->add_up(out, down);
 }
 
@@ -173,15 +176,16 @@ torch::Tensor gelu_then_linear(torch::nn::Linear& base, const LoraAdapter& lora,
     const torch::Tensor out = linear_output_unread(h, base->weight, base->bias);
     return lora ? lora->add_up(out, lora->down(h)) : out;
   }
-  const torch::Tensor out = gelu_linear(a, u, base->weight, base->bias, output_unread);
-  if (!lora) return out;
-  torch::Tensor down;
-  if (lora->has_dropout()) {
+  if (!lora) return gelu_linear(a, u, base->weight, base->bias, output_unread);
+  if (lora->has_dropout()) {  // dropout needs the GELU's output itself
+    const torch::Tensor out = gelu_linear(a, u, base->weight, base->bias, output_unread);
     const torch::Tensor g = gelu_tanh(u, true);
-    down = lora->down(a.defined() ? torch::cat({a, g}, -1) : g);
-  } else {
-    down = gelu_linear(a, u, lora->down_weight(), {});
+    return lora->add_up(out, lora->down(a.defined() ? torch::cat({a, g}, -1) : g));
   }
+  // Base and adapters in one function: the GELU (and the concatenation) made, and remade in
+  // backward, once.
+  const auto [out, down] =
+      gelu_linear_with_down(a, u, base->weight, base->bias, lora->down_weight(), output_unread);
   return lora->add_up(out, down);
 }
 

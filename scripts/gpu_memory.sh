@@ -45,9 +45,9 @@ case "$part" in
       --set model.activation_checkpointing=true
     ;;
   lora13b_fused)
-    # The same with model.fused_kernels, for its speed. Its peak is expected higher: on the CPU one
-    # checkpointed LoRA step peaked at 60.5 MiB with it against 43.5 without (the base and the adapter
-    # each recompute the normalised and the MLP inputs in their own function; BENCHMARKS, the LoRA step).
+    # The same with model.fused_kernels, for its speed. On the CPU one checkpointed LoRA step peaks
+    # at 44.83 MiB with it against 43.47 without and diffusers + peft's 44.87 (BENCHMARKS, the LoRA
+    # step: base and adapters in one function each).
     bench_row 13b_lora_ckpt_fused --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
       --set model.activation_checkpointing=true --set model.fused_kernels=true
     ;;
