@@ -153,6 +153,7 @@ void run_bench(const BenchOptions& options) {
   HunyuanVideoTransformer model(mc, device,
                                 o.config.model.lora_rank > 0 && autocast ? half : torch::kFloat32);
   model->set_activation_checkpointing(o.config.model.activation_checkpointing_every_n);
+  model->set_recompute_skips_unread(!o.recompute_all);
   {
     torch::NoGradGuard no_grad;
     for (auto& p : model->parameters()) p.normal_(0.0, 0.02);

@@ -38,6 +38,9 @@ struct BenchOptions {
   /// rates against the exact FLOP count, the longest kernels).
   std::string trace_path;
   int64_t trace_steps = 2;
+  /// Checkpointed blocks recompute every GEMM, also those whose results nobody reads (off: the
+  /// model's default skip; on, to measure what the skip buys side by side).
+  bool recompute_all = false;
 };
 
 void run_bench(const BenchOptions& options);

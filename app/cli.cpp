@@ -368,6 +368,9 @@ int run_cli(int argc, char** argv) {
                         "longest kernels)");
   bench_cmd->add_option("--trace-steps", bench.options.trace_steps, "--suite model: passes traced with --trace")
       ->check(CLI::PositiveNumber);
+  bench_cmd->add_flag("--recompute-all", bench.options.recompute_all,
+                      "--suite model with activation checkpointing: recompute every GEMM, also those whose results "
+                      "nobody reads (under LoRA the blocks' last Linears), to time what skipping them buys");
   bench_cmd->add_option("--suite", bench.suite,
                         "model: the Transformer step on synthetic tensors; train: the training loop on synthetic "
                         "cached latents (--warmup and --steps count optimizer steps); flow: the optical-flow "

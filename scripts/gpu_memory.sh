@@ -10,11 +10,13 @@
 #                                    step time and peak beside diffusers + peft's)
 #   scripts/gpu_memory.sh lora13b_fused   the 13B LoRA row again with model.fused_kernels
 #   scripts/gpu_memory.sh peer       scripts/bench_lora_peer.py at the same 13B LoRA shape (eager)
+#   scripts/gpu_memory.sh skip1b     the 1b LoRA step, every block checkpointed, with and without the
+#                                    recompute's skipped GEMMs (bench --recompute-all), side by side
 #   scripts/gpu_memory.sh longest    the longest 720p clip (4n+1 frames) the 13B LoRA step fits with
 #                                    full checkpointing, by the estimate, and one measured step at it
 # Env: TELETRON_BUILD_TARGETS (default teletron), STEPS (3), PARTS_TIMEOUT (s per bench, 240).
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b lora13b_fused full1b estimate peer longest)"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b lora13b_fused skip1b full1b estimate peer longest)"; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
@@ -50,6 +52,22 @@ case "$part" in
     # step: base and adapters in one function each).
     bench_row 13b_lora_ckpt_fused --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
       --set model.activation_checkpointing=true --set model.fused_kernels=true
+    ;;
+  skip1b)
+    # What a recomputed block's skipped GEMMs buy (the MLP down-projections and linear2 under LoRA,
+    # model/activation_checkpoint.h), side by side at the 1b preset with LoRA rank 32, every block
+    # checkpointed: the default against --recompute-all, twice each.
+    for round in 1 2; do
+      for variant in skip recompute_all; do
+        flag=$([ "$variant" = recompute_all ] && echo --recompute-all)
+        timeout "$limit" "$tt" bench --device cuda --preset 1b --warmup 2 --steps 5 --no-optimizer \
+          --set model.lora.rank=32 --set model.lora.alpha=32 --set model.activation_checkpointing=true $flag \
+          --json "$out/1b_lora_ckpt_${variant}_$round.json" >"$out/1b_lora_ckpt_${variant}_$round.log" 2>&1
+        echo "== 1b LoRA checkpointed, $variant, round $round (exit $?)" | tee -a "$out/summary.txt"
+        grep -E "forward\+backward \||peak memory fwd|TT_ERR" "$out/1b_lora_ckpt_${variant}_$round.log" |
+          tee -a "$out/summary.txt"
+      done
+    done
     ;;
   full1b)
     bench_row 1b_full --preset 1b

@@ -37,7 +37,8 @@ TEST_CASE("an unknown command is a usage error, also with --help", "[cli]") {
   auto result = run_teletron("infer --help");
   INFO(result.output);
   CHECK(result.exit_code == 2);
-  CHECK_THAT(result.output, ContainsSubstring("TT_ERR_CONFIG: unknown command `infer` (commands: train, config,"));
+  CHECK_THAT(result.output,
+             ContainsSubstring("TT_ERR_CONFIG: unknown command `infer` (commands: train, config,"));
   CHECK_THAT(result.output, ContainsSubstring("bench-vae, bench-video)"));
 
   result = run_teletron("trian configs/quickstart.yaml");
@@ -59,7 +60,8 @@ TEST_CASE("config --explain prints every key; config FILE warns on stderr", "[cl
   auto result = run_teletron("config --explain");
   INFO(result.output);
   CHECK(result.exit_code == 0);
-  CHECK_THAT(result.output, ContainsSubstring("tele_tron.optimizer.lr\n    number, default 1.0e-05, allowed > 0\n"));
+  CHECK_THAT(result.output,
+             ContainsSubstring("tele_tron.optimizer.lr\n    number, default 1.0e-05, allowed > 0\n"));
   CHECK_THAT(result.output, ContainsSubstring("What each command reads:"));
 
   result = run_teletron("config --explain " + kQuickstart);
@@ -75,7 +77,8 @@ TEST_CASE("config --explain prints every key; config FILE warns on stderr", "[cl
   INFO(result.output);
   CHECK(result.exit_code == 0);
   CHECK(count(result.output, "warning: tele_tron.") == 6);
-  CHECK_THAT(result.output, ContainsSubstring("warning: tele_tron.mixed_precision.loss_scale_window: set (" + seed + ":"));
+  CHECK_THAT(result.output,
+             ContainsSubstring("warning: tele_tron.mixed_precision.loss_scale_window: set (" + seed + ":"));
   result = run_command("(" + binary + "config " + seed + " 2>/dev/null)");  // stdout only
   CHECK(result.exit_code == 0);
   CHECK_THAT(result.output, ContainsSubstring("tele_tron:\n  model:\n"));
@@ -97,25 +100,30 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
            "--set data.manifest=" + dir / "data/manifest.jsonl",
        "tele_tron.vae.tiling: set (--set vae.tiling=on), but data.source is latents: the VAE is not used",
        "tele_tron.vae.tiling"},
-      {"bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps 1 "
+      {"bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 "
+       "--steps 1 "
        "--no-optimizer --set batch_size=dynamic",
        "tele_tron.batch_size: set (--set batch_size=dynamic), but bench takes the batch size from --batch",
        "tele_tron.batch_size"},
       {"preprocess " + kQuickstart + " --output " + dir / "pre" +
-           " --set data.source=video --set data_pipeline.prefetch=3 --set data.manifest=" + dir / "none.jsonl",
-       "tele_tron.data_pipeline.prefetch: set (--set data_pipeline.prefetch=3), but preprocess has no training step "
+           " --set data.source=video --set data_pipeline.prefetch=3 --set data.manifest=" +
+           dir / "none.jsonl",
+       "tele_tron.data_pipeline.prefetch: set (--set data_pipeline.prefetch=3), but preprocess has no "
+       "training step "
        "to feed",
        "tele_tron.data_pipeline.prefetch"},
       {"validate-data " + dir / "none.jsonl" + " --set vae.tiling=on",
-       "tele_tron.vae.tiling: set (--set vae.tiling=on), but validate-data does not encode", "tele_tron.vae.tiling"},
+       "tele_tron.vae.tiling: set (--set vae.tiling=on), but validate-data does not encode",
+       "tele_tron.vae.tiling"},
       {"synth-data " + kQuickstart + " --output " + dir / "synth" + " --samples 1 --set train.seed=3",
-       "tele_tron.train.seed: set (--set train.seed=3), but synth-data's seed is --seed", "tele_tron.train.seed"},
-      {"model-check --weights " + dir / "none.safetensors" + " --inputs " + dir / "in.safetensors" + " --output " +
-           dir / "out.safetensors" + " --set model.weights=w.safetensors",
+       "tele_tron.train.seed: set (--set train.seed=3), but synth-data's seed is --seed",
+       "tele_tron.train.seed"},
+      {"model-check --weights " + dir / "none.safetensors" + " --inputs " + dir / "in.safetensors" +
+           " --output " + dir / "out.safetensors" + " --set model.weights=w.safetensors",
        "tele_tron.model.weights: set (--set model.weights=w.safetensors), but model-check loads the weights",
        "tele_tron.model.weights"},
-      {"sample --weights " + dir / "none.safetensors" + " --text-embeddings " + dir / "e.safetensors" + " --output " +
-           dir / "out.mp4" + " --set model.weights=w.safetensors",
+      {"sample --weights " + dir / "none.safetensors" + " --text-embeddings " + dir / "e.safetensors" +
+           " --output " + dir / "out.mp4" + " --set model.weights=w.safetensors",
        "tele_tron.model.weights: set (--set model.weights=w.safetensors), but sample loads the weights",
        "tele_tron.model.weights"},
   };
@@ -127,7 +135,8 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
   }
   // A key the command uses is not named: bench reads the architecture.
   auto result = run_teletron(
-      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps 1 "
+      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps "
+      "1 "
       "--no-optimizer --set model.num_layers=1");
   INFO(result.output);
   CHECK(result.exit_code == 0);
@@ -141,17 +150,20 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   auto result = run_teletron(
       "bench --suite train --ablation --device cpu --preset tiny --set model.num_layers=1 "
       "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --batch 2 "
-      "--accumulation 2 --warmup 2 --steps 4 --profile-steps 2 --samples 8 --json " + json);
+      "--accumulation 2 --warmup 2 --steps 4 --profile-steps 2 --samples 8 --json " +
+      json);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
-  for (const char* row : {"| naive baseline |", "| main today |", "| + CUDA Graphs |", "| + dynamic batch |",
-                          "| + fused kernels and host fixes |", "| full stack |", "| + CUDA Graphs, segments |",
-                          "| + CUDA Graphs of blocks |", "| + CUDA Graphs, padded |"})
+  for (const char* row :
+       {"| naive baseline |", "| main today |", "| + CUDA Graphs |", "| + dynamic batch |",
+        "| + fused kernels and host fixes |", "| full stack |", "| + CUDA Graphs, segments |",
+        "| + CUDA Graphs of blocks |", "| + CUDA Graphs, padded |"})
     CHECK_THAT(result.output, ContainsSubstring(row));
   // Graphs need CUDA: on the CPU their rows run eagerly (cuda_graph.enabled auto), saying nothing of graphs.
   CHECK_THAT(result.output, ContainsSubstring("| + CUDA Graphs | as main today, the whole step captured"));
   CHECK_THAT(result.output, !ContainsSubstring("CUDA graph: captured"));
-  CHECK_THAT(result.output, ContainsSubstring("4 timed steps after 2 warm-up steps, then 2 traced; global batch 4"));
+  CHECK_THAT(result.output,
+             ContainsSubstring("4 timed steps after 2 warm-up steps, then 2 traced; global batch 4"));
   std::ifstream in(json);
   const nlohmann::json rows = nlohmann::json::parse(in);
   REQUIRE(rows.size() == 9);
@@ -166,11 +178,14 @@ TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli
   CHECK_THAT(wrong.output, ContainsSubstring("--ablation needs --suite train"));
 }
 
-TEST_CASE("bench with model.lora times the LoRA step: only the adapters train, no MFU is claimed", "[cli][bench][lora]") {
+TEST_CASE("bench with model.lora times the LoRA step: only the adapters train, no MFU is claimed",
+          "[cli][bench][lora]") {
   TempDir dir("tt_bench_lora");
   const std::string json = dir / "bench.json";
-  auto result = run_teletron("bench --device cpu --preset tiny --frames 5 --height 64 --width 64 --text-tokens 8 "
-                             "--warmup 1 --steps 2 --set model.lora.rank=4 --json " + json);
+  auto result = run_teletron(
+      "bench --device cpu --preset tiny --frames 5 --height 64 --width 64 --text-tokens 8 "
+      "--warmup 1 --steps 2 --set model.lora.rank=4 --json " +
+      json);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK_THAT(result.output, ContainsSubstring("LoRA: rank 4, 34 modules"));
@@ -183,11 +198,14 @@ TEST_CASE("bench with model.lora times the LoRA step: only the adapters train, n
   CHECK(row["full_step_ms"].get<double>() > 0);
 }
 
-TEST_CASE("bench --trace writes a trace of forward+backward passes; only the model suite takes it", "[cli][bench]") {
+TEST_CASE("bench --trace writes a trace of forward+backward passes; only the model suite takes it",
+          "[cli][bench]") {
   TempDir dir("tt_bench_trace");
   const std::string trace = dir / "traces/model.json";
-  auto result = run_teletron("bench --device cpu --preset tiny --frames 5 --height 64 --width 64 --text-tokens 8 "
-                             "--warmup 1 --steps 1 --no-optimizer --trace " + trace + " --trace-steps 3");
+  auto result = run_teletron(
+      "bench --device cpu --preset tiny --frames 5 --height 64 --width 64 --text-tokens 8 "
+      "--warmup 1 --steps 1 --no-optimizer --trace " +
+      trace + " --trace-steps 3");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK_THAT(result.output, ContainsSubstring("Traced 3 forward+backward passes into " + trace));
@@ -195,20 +213,50 @@ TEST_CASE("bench --trace writes a trace of forward+backward passes; only the mod
   const nlohmann::json events = nlohmann::json::parse(in)["traceEvents"];
   int64_t backward_ops = 0;  // the traced passes ran backward: one MSE loss backward per pass
   for (const auto& e : events)
-    if (e.value("name", std::string()) == "autograd::engine::evaluate_function: MseLossBackward0") ++backward_ops;
+    if (e.value("name", std::string()) == "autograd::engine::evaluate_function: MseLossBackward0")
+      ++backward_ops;
   CHECK(backward_ops == 3);
   auto wrong = run_teletron("bench --suite flow --device cpu --trace " + (dir / "flow.json"));
   CHECK(wrong.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
-  CHECK_THAT(wrong.output, ContainsSubstring("bench --trace times the Transformer's step: it needs --suite model"));
+  CHECK_THAT(wrong.output,
+             ContainsSubstring("bench --trace times the Transformer's step: it needs --suite model"));
 }
 
-TEST_CASE("bench --suite train --rows runs the rows named, in that order, and writes no checkpoint", "[cli][bench]") {
+TEST_CASE("bench --recompute-all: checkpointed LoRA blocks run the GEMMs the default recompute skips",
+          "[cli][bench][lora]") {
+  // The tiny preset (2 double + 2 single blocks): per traced pass the default skips 2 * 2 + 2 GEMMs.
+  TempDir dir("tt_bench_recompute");
+  auto gemms = [&](const std::string& extra) {
+    const std::string trace = dir / "trace.json";
+    auto result = run_teletron(
+        "bench --device cpu --preset tiny --frames 5 --height 64 --width 64 --text-tokens 8 "
+        "--warmup 1 --steps 1 --no-optimizer --set model.lora.rank=4 "
+        "--set model.activation_checkpointing=true --trace " +
+        trace + extra);
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    std::ifstream in(trace);
+    const nlohmann::json events = nlohmann::json::parse(in)["traceEvents"];
+    int64_t count = 0;
+    for (const auto& e : events) {
+      const std::string name = e.value("name", std::string());
+      if (name == "aten::mm" || name == "aten::addmm") ++count;
+    }
+    return count;
+  };
+  CHECK(gemms(" --recompute-all") - gemms("") == 2 * 6);  // two traced passes
+}
+
+TEST_CASE("bench --suite train --rows runs the rows named, in that order, and writes no checkpoint",
+          "[cli][bench]") {
   tt::test::TempDir dir("tt_bench_rows");
   const std::string work = dir / "work";
   auto result = run_teletron(
       "bench --suite train --ablation --rows 2,1,2 --device cpu --preset tiny --set model.num_layers=1 "
-      "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps 2 "
-      "--profile-steps 0 --samples 4 --work-dir " + work);
+      "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps "
+      "2 "
+      "--profile-steps 0 --samples 4 --work-dir " +
+      work);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   // Run order: main today, naive baseline, main today again; then the rows left out.
@@ -235,14 +283,16 @@ TEST_CASE("bench --suite train --rows runs the rows named, in that order, and wr
   // Two clip shapes: two buckets of samples; dynamic rows size each.
   auto mixed = run_teletron(
       "bench --suite train --ablation --rows 2,4 --device cpu --preset tiny --set model.num_layers=1 "
-      "--set model.num_single_layers=1 --buckets 5x32x32,9x32x64 --text-tokens 8 --batch 2 --warmup 1 --steps 2 "
+      "--set model.num_single_layers=1 --buckets 5x32x32,9x32x64 --text-tokens 8 --batch 2 --warmup 1 "
+      "--steps 2 "
       "--profile-steps 0 --samples 4");
   INFO(mixed.output);
   REQUIRE(mixed.exit_code == 0);
   CHECK_THAT(mixed.output, ContainsSubstring("(cached latents, 2 latent shapes: one bucket each)"));
   CHECK_THAT(mixed.output, ContainsSubstring("latents (16, 2, 4, 4) x 2, (16, 3, 4, 8) x 2"));
   for (const char* bad : {"33x256", "34x256x256", "33x250x256", "33x256x256x1"}) {
-    auto refused = run_teletron(std::string("bench --suite train --buckets ") + bad + " --device cpu --preset tiny");
+    auto refused =
+        run_teletron(std::string("bench --suite train --buckets ") + bad + " --device cpu --preset tiny");
     INFO(refused.output);
     CHECK(refused.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
     CHECK_THAT(refused.output, ContainsSubstring("is not a clip shape"));
@@ -262,13 +312,15 @@ TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and
   auto result = run_teletron(
       "bench --suite train --ablation --rows 1,2 --device cpu --preset tiny --set model.num_layers=1 "
       "--set model.num_single_layers=1 --set mixed_precision.dtype=fp16 "
-      "--frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps 2 --profile-steps 0 --samples 4 --json " +
+      "--frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps 2 --profile-steps 0 --samples 4 "
+      "--json " +
       json);
   unsetenv("TELETRON_FAULTS");
   INFO(result.output);
   CHECK(result.exit_code == tt::error_exit_code(tt::ErrorCode::kNan));
-  CHECK_THAT(result.output, ContainsSubstring("| naive baseline | fp32, TF32 off, eager, fixed batch, latents read "
-                                              "inside the step | STOPPED: TT_ERR_NAN"));
+  CHECK_THAT(result.output,
+             ContainsSubstring("| naive baseline | fp32, TF32 off, eager, fixed batch, latents read "
+                               "inside the step | STOPPED: TT_ERR_NAN"));
   std::ifstream in(json);
   REQUIRE(in.good());
   const nlohmann::json rows = nlohmann::json::parse(in);
@@ -280,12 +332,14 @@ TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and
   CHECK(rows[1]["samples_per_s"].get<double>() > 0);
 }
 
-TEST_CASE("bench --suite flow times TV-L1's CPU reference per worker count with its end-point errors; the GPU rows "
-          "need a GPU", "[cli][bench][flow][video]") {
+TEST_CASE(
+    "bench --suite flow times TV-L1's CPU reference per worker count with its end-point errors; the GPU rows "
+    "need a GPU",
+    "[cli][bench][flow][video]") {
   tt::test::TempDir dir("tt_bench_flow");
   const std::string json = dir / "flow.json";
-  auto result = run_teletron("bench --suite flow --device cpu --height 64 --width 80 --cpu-workers 1,2 --json " + json +
-                             " 2>&1");
+  auto result = run_teletron(
+      "bench --suite flow --device cpu --height 64 --width 80 --cpu-workers 1,2 --json " + json + " 2>&1");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK_THAT(result.output, ContainsSubstring("| TV-L1, CPU reference, 2 worker(s) x 1 thread | cpu x2 |"));
@@ -307,13 +361,15 @@ TEST_CASE("bench --suite flow times TV-L1's CPU reference per worker count with 
 
   // --flow-frames: a real frame (here a test pattern's) moved by known maps adds four cases.
   const auto made = tt::test::media_command(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=160x120:rate=24 -frames:v 12 -c:v libx264 -pix_fmt yuv420p "
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=160x120:rate=24 -frames:v 12 -c:v libx264 -pix_fmt "
+      "yuv420p "
       "'{media}/bench_flow_frames.mp4'");
   INFO(made.output);
   REQUIRE(made.exit_code == 0);
   const std::string frames_json = dir / "frames.json";
-  auto framed = run_teletron("bench --suite flow --device cpu --height 96 --width 128 --cpu-workers 1 --flow-frames " +
-                             tt::test::media_dir() + "/bench_flow_frames.mp4 --json " + frames_json + " 2>&1");
+  auto framed =
+      run_teletron("bench --suite flow --device cpu --height 96 --width 128 --cpu-workers 1 --flow-frames " +
+                   tt::test::media_dir() + "/bench_flow_frames.mp4 --json " + frames_json + " 2>&1");
   INFO(framed.output);
   REQUIRE(framed.exit_code == 0);
   CHECK_THAT(framed.output, ContainsSubstring("frame two layers (2, 1) / (-6, 3) px"));
@@ -331,23 +387,29 @@ TEST_CASE("bench --suite flow times TV-L1's CPU reference per worker count with 
   CHECK(epe[2][1].get<double>() < 0.3);
 }
 
-TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say why they cannot run), writes the "
-          "JSON and the chart, and --compare flags a row slower than before", "[cli][bench][video]") {
+TEST_CASE(
+    "bench --suite pipeline times each stage's CPU row (the GPU rows say why they cannot run), writes the "
+    "JSON and the chart, and --compare flags a row slower than before",
+    "[cli][bench][video]") {
   const auto made = tt::test::media_command(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt yuv420p "
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt "
+      "yuv420p "
       "'{media}/bench_pipeline.mp4'");
   INFO(made.output);
   REQUIRE(made.exit_code == 0);
   const std::string clip = tt::test::media_dir() + "/bench_pipeline.mp4";
   tt::test::TempDir dir("tt_bench_pipeline");
   const std::string json = dir / "now.json", svg = dir / "now.svg";
-  const std::string args = "bench --suite pipeline --device cpu --clips " + clip +
-                           " --frames 5 --height 64 --width 64 --cores 1 --workers 1 --passes 1 --vae-preset tiny";
+  const std::string args =
+      "bench --suite pipeline --device cpu --clips " + clip +
+      " --frames 5 --height 64 --width 64 --cores 1 --workers 1 --passes 1 --vae-preset tiny";
   // The training rows with the tiny model and two timed steps, the flow stage TV-L1 on one pair per
   // sample, then once more without it; the --compare runs below leave them out.
-  auto result = run_teletron(args +
-                             " --preset tiny --warmup 1 --steps 2 --set data_pipeline.optical_flow.algorithm=tvl1 "
-                             "--set data_pipeline.optical_flow.pairs=1 --json " + json + " --plot " + svg + " 2>&1");
+  auto result =
+      run_teletron(args +
+                   " --preset tiny --warmup 1 --steps 2 --set data_pipeline.optical_flow.algorithm=tvl1 "
+                   "--set data_pipeline.optical_flow.pairs=1 --json " +
+                   json + " --plot " + svg + " 2>&1");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   std::ifstream in(json);
@@ -412,18 +474,23 @@ TEST_CASE("bench --suite pipeline times each stage's CPU row (the GPU rows say w
   CHECK_THAT(other.output, ContainsSubstring("is not a bench --suite pipeline JSON file"));
 }
 
-TEST_CASE("bench on the GPU splits its fwd+bwd peak into parameters, gradients, autocast copies, inputs and "
-          "activations", "[cli][bench][gpu]") {
+TEST_CASE(
+    "bench on the GPU splits its fwd+bwd peak into parameters, gradients, autocast copies, inputs and "
+    "activations",
+    "[cli][bench][gpu]") {
   TT_REQUIRE_GPU();
   tt::test::TempDir dir("tt_bench_memory");
   const std::string json = dir / "bench.json";
   // 1,024 video tokens: the tiny model's activations (tens of MB) well above its 9 MB of gradients,
   // which the activations' lower bound counts as held at the peak.
-  auto result = run_teletron("bench --preset tiny --device cuda --frames 13 --height 256 --width 256 --text-tokens 16 "
-                             "--warmup 1 --steps 2 --no-optimizer --json " + json + " --trace " + (dir / "trace.json"));
+  auto result = run_teletron(
+      "bench --preset tiny --device cuda --frames 13 --height 256 --width 256 --text-tokens 16 "
+      "--warmup 1 --steps 2 --no-optimizer --json " +
+      json + " --trace " + (dir / "trace.json"));
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
-  CHECK_THAT(result.output, ContainsSubstring("| of it: activations (peak - held after the step - autocast copies) |"));
+  CHECK_THAT(result.output,
+             ContainsSubstring("| of it: activations (peak - held after the step - autocast copies) |"));
   CHECK_THAT(result.output, ContainsSubstring("Where the GPU time goes (2 traced forward+backward passes"));
   std::ifstream in(json);
   const nlohmann::json row = nlohmann::json::parse(in);
@@ -441,9 +508,9 @@ TEST_CASE("bench on the GPU splits its fwd+bwd peak into parameters, gradients, 
   CHECK(other >= 0);
   CHECK(other < (int64_t{256} << 20));
   // The parts add up to the peak.
-  const double parts = static_cast<double>(row["parameter_bytes"].get<int64_t>() + row["gradient_bytes"].get<int64_t>() +
-                                           copies + row["input_bytes"].get<int64_t>() + other +
-                                           row["activation_bytes"].get<int64_t>());
+  const double parts = static_cast<double>(
+      row["parameter_bytes"].get<int64_t>() + row["gradient_bytes"].get<int64_t>() + copies +
+      row["input_bytes"].get<int64_t>() + other + row["activation_bytes"].get<int64_t>());
   CHECK(std::abs(parts / (1024.0 * 1024.0 * 1024.0) - row["peak_gb_fwd_bwd"].get<double>()) < 1e-3);
   // --trace: the traced passes' kernel time by kind, within the traced wall time per pass.
   const nlohmann::json& split = row["time_split"];
