@@ -14,9 +14,13 @@ MLPs in the double blocks, the single blocks' to_q/to_k/to_v/proj_mlp and proj_o
 refiner and the final layer get none. --checkpointing: diffusers' gradient checkpointing of every
 block (teletron's model.activation_checkpointing: true). --compile: torch.compile of the model
 (default, reduce-overhead or max-autotune); none by default. Prints one table row; --json writes it.
+--trace DIR: one more step traced, its kernel time by kind (bench_diffusers.py's sorting, as
+`teletron bench --trace` sorts teletron's) printed and in the JSON.
 """
 import argparse
 import json
+import os
+import sys
 import time
 
 import torch
@@ -47,6 +51,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json")
+    parser.add_argument("--trace", metavar="DIR", help="trace one more step here (CUDA)")
     args = parser.parse_args()
 
     from diffusers import HunyuanVideoTransformer3DModel
@@ -117,6 +122,14 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     print(f"| diffusers + peft | {args.rank} | {trainable:,} | {args.checkpointing} | {args.compile} | "
           f"{seconds * 1e3:.1f} | {1.0 / seconds:.3f} | {peak:.2f} |")
+    if args.trace and cuda:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_diffusers import time_split
+        os.makedirs(args.trace, exist_ok=True)
+        split = time_split(step, 1, os.path.join(args.trace, "peer_lora.json"))
+        row["time_split"] = split
+        print("peer kernel time per step by kind (ms): " + ", ".join(
+            f"{kind} {ms:.1f}" for kind, ms in sorted(split["kernel_ms_by_kind"].items(), key=lambda kv: -kv[1])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(row, f, indent=2)

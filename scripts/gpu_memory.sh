@@ -33,7 +33,7 @@ bench_row() {
     --json "$out/$label.json" "$@" >"$out/$label.log" 2>&1
   local rc=$?
   echo "== $label (exit $rc, $(( $(date +%s) - start )) s): $*" | tee -a "$out/summary.txt"
-  grep -E "memory estimate|peak|full step \(|forward\+backward \||estimate at|longest clip|TT_ERR" "$out/$label.log" |
+  grep -E "memory estimate|peak|full step \(|forward\+backward \||estimate at|longest clip|TT_ERR|^Where the GPU|^\| [a-zA-Z]+ \| [0-9.]+ \| [0-9.]+ % \|$" "$out/$label.log" |
     tee -a "$out/summary.txt"
 }
 
@@ -43,8 +43,9 @@ case "$part" in
     "$0" lora13b full1b
     ;;
   lora13b)
+    # One more step traced: kernel time by kind beside the peer's (its part traces one step too).
     bench_row 13b_lora_ckpt --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
-      --set model.activation_checkpointing=true
+      --set model.activation_checkpointing=true --trace "$out/traces/teletron_13b_lora.json" --trace-steps 1
     ;;
   lora13b_fused)
     # The same with model.fused_kernels, for its speed. On the CPU one checkpointed LoRA step peaks
@@ -77,8 +78,9 @@ case "$part" in
     python3 -m pip install -q --no-index --no-deps --find-links "$root/.wheels/diffusers" diffusers >"$out/pip.log" 2>&1 ||
       echo "diffusers wheel not installed (see pip.log)" | tee -a "$out/summary.txt"
     timeout "$limit" python3 "$here/bench_lora_peer.py" --preset 13b --rank 32 --alpha 32 --checkpointing \
-      --compile none --warmup 1 --steps "$steps" --json "$out/peer_lora.json" 2>&1 | tee "$out/peer_lora.log" |
-      grep -E "^\|" | tee -a "$out/summary.txt"
+      --compile none --warmup 1 --steps "$steps" --json "$out/peer_lora.json" --trace "$out/traces" 2>&1 |
+      tee "$out/peer_lora.log" | grep -E "^\||^peer kernel time" | tee -a "$out/summary.txt"
+    gzip -f "$out"/traces/*.json 2>/dev/null || true
     ;;
   longest)
     # One step at the predicted clip takes minutes (attention grows with the square of ~200K tokens):
