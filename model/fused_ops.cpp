@@ -114,6 +114,33 @@ LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef inpu
   return g;
 }
 
+// The backward of a Linear (weight, bias) and, beside it on the same input, the adapters' stacked A
+// (`down`, no bias; grad_down undefined without one): the adapters' part first, then the base's; the
+// input (moved in) is let go as soon as both have used it and the two input gradients are summed in
+// place, so the input, its two gradients and their sum are never all alive (the peak of a LoRA
+// step's backward, with checkpointing).
+struct BaseAndDownGrads {
+  LinearGrads base;  // base.input: the input's gradient, both parts summed
+  torch::Tensor down;
+};
+BaseAndDownGrads base_and_down_backward(const torch::Tensor& grad_base, const torch::Tensor& grad_down,
+                                        c10::IntArrayRef input_sizes, torch::Tensor input,
+                                        const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias,
+                                        const torch::Tensor& down, torch::ScalarType dtype, bool weight_grad,
+                                        bool down_weight_grad) {
+  BaseAndDownGrads out;
+  torch::Tensor input_grad_down;
+  if (grad_down.defined()) {
+    LinearGrads d = linear_backward(grad_down, input_sizes, input, down, {}, false, dtype, down_weight_grad);
+    out.down = std::move(d.weight);
+    input_grad_down = std::move(d.input);
+  }
+  out.base = linear_backward(grad_base, input_sizes, input, weight, bias, has_bias, dtype, weight_grad);
+  input = torch::Tensor();
+  if (input_grad_down.defined()) out.base.input.add_(input_grad_down);
+  return out;
+}
+
 // GELU-tanh forward and backward: the CUDA kernel where it takes u, else ATen's (bit for bit the
 // unfused model's on the CPU).
 torch::Tensor gelu_of(const torch::Tensor& u) {
@@ -179,22 +206,10 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     std::vector<int64_t> h_sizes = u.sizes().vec();
     h_sizes.back() = weight.size(1);
     torch::Tensor h = weight_grad || down_grad ? gelu_input(a, u, has_a) : torch::Tensor();
-    // The adapters' part first, then the base's; h and each part's input gradient are let go as soon
-    // as they have served, and the two input gradients are summed in place (the peak of this
-    // backward is a LoRA step's, with checkpointing).
-    torch::Tensor grad_down, grad_h_down;
-    if (has_down && grads[1].defined()) {
-      LinearGrads d = linear_backward(grads[1], h_sizes, h, down, {}, false, dtype, down_grad);
-      grad_down = std::move(d.weight);
-      grad_h_down = std::move(d.input);
-    }
-    const LinearGrads g = linear_backward(grads[0], h_sizes, h, weight, bias, has_bias, dtype, weight_grad);
-    h = torch::Tensor();
-    torch::Tensor grad_h = g.input;
-    if (grad_h_down.defined()) {
-      grad_h.add_(grad_h_down);
-      grad_h_down = torch::Tensor();
-    }
+    const torch::Tensor grad_down = has_down ? grads[1] : torch::Tensor();
+    BaseAndDownGrads g = base_and_down_backward(grads[0], grad_down, h_sizes, std::move(h), weight, bias,
+                                                has_bias, down, dtype, weight_grad, down_grad);
+    const torch::Tensor grad_h = std::move(g.base.input);
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
       const int64_t a_width = a.size(-1);
@@ -202,7 +217,7 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
       grad_mlp = grad_h.slice(-1, a_width);
     }
     const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()).contiguous(), u);
-    return {grad_a,          grad_u,          g.weight,        g.bias,         grad_down,
+    return {grad_a,          grad_u,          g.base.weight,   g.base.bias,    g.down,
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -290,21 +305,10 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     torch::Tensor m, normed;
     if (weight_grad || down_grad || ctx->needs_input_grad(2))
       std::tie(m, normed, std::ignore, std::ignore) = modulated(x, shift, scale);
-    // The adapters' part first, then the base's; m and the adapters' input gradient are let go as
-    // soon as they have served (x̂ stays for the scale's gradient), the input gradients summed in place.
-    torch::Tensor grad_down, grad_m_down;
-    if (has_down && grads[1].defined()) {
-      LinearGrads d = linear_backward(grads[1], x.sizes(), m, down, {}, false, dtype, down_grad);
-      grad_down = std::move(d.weight);
-      grad_m_down = std::move(d.input);
-    }
-    const LinearGrads g = linear_backward(grads[0], x.sizes(), m, weight, bias, has_bias, dtype, weight_grad);
-    m = torch::Tensor();
-    torch::Tensor grad_m_dtype = g.input;
-    if (grad_m_down.defined()) {
-      grad_m_dtype.add_(grad_m_down);
-      grad_m_down = torch::Tensor();
-    }
+    const torch::Tensor grad_down = has_down ? grads[1] : torch::Tensor();
+    BaseAndDownGrads g = base_and_down_backward(grads[0], grad_down, x.sizes(), std::move(m), weight, bias,
+                                                has_bias, down, dtype, weight_grad, down_grad);
+    const torch::Tensor grad_m_dtype = std::move(g.base.input);
     const torch::Tensor grad_m =
         grad_m_dtype.to(static_cast<torch::ScalarType>(ctx->saved_data["m_dtype"].toInt()));
     // norm_modulate's backward (model/layers.cpp).
@@ -316,7 +320,8 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
       grad_x = std::get<0>(at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {},
                                                           {true, false, false}));
     }
-    return {grad_x, grad_shift, grad_scale, g.weight, g.bias, grad_down, torch::Tensor(), torch::Tensor()};
+    return {grad_x,      grad_shift, grad_scale,      g.base.weight,
+            g.base.bias, g.down,     torch::Tensor(), torch::Tensor()};
   }
 };
 
