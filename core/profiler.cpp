@@ -38,8 +38,7 @@ using torch::profiler::impl::ProfilerState;
 ProfileWindow parse_profile_window(const std::string& text, const std::string& origin) {
   constexpr const char* kHint =
       "write it as FIRST:COUNT, e.g. --profile 20:20 (steps 20..39), optionally followed by :memory (the "
-      "allocator's "
-      "events) and/or :shapes (each operator's input shapes and dtypes)";
+      "allocator's events) and/or :shapes (each operator's input shapes and dtypes)";
   const size_t colon = text.find(':');
   TT_CHECK_HINT(colon != std::string::npos, ErrorCode::kConfig, kHint, origin, ": '", text, "' has no ':'");
   const size_t second = text.find(':', colon + 1);
@@ -240,26 +239,39 @@ nlohmann::json read_trace(const std::string& path) {
   return trace;
 }
 
-// Runs `work` under the profiler (the host's operators, and the GPU's kernels on CUDA), waits for
-// the device and returns what it recorded.
-std::unique_ptr<kineto::ProfilerResult> profile(torch::Device device, bool shapes, bool memory,
-                                                const std::function<void()>& work) {
+// Starts LibTorch's profiler: the host's operators, and the GPU's kernels on CUDA.
+void start_profiler(torch::Device device, bool shapes, bool memory) {
   std::set<ActivityType> activities = {ActivityType::CPU};
   if (device.is_cuda()) activities.insert(ActivityType::CUDA);
   const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/shapes,
                               /*profile_memory=*/memory);
   kineto::prepareProfiler(config, activities);
   kineto::enableProfiler(config, activities);
+}
+
+void synchronize(torch::Device device) {
+#ifdef TELETRON_WITH_CUDA
+  if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? 0 : device.index());
+#endif
+}
+
+// Runs `work` under the profiler, waits for the device, writes the Chrome trace to `path` and
+// returns it parsed.
+nlohmann::json trace_to(torch::Device device, const std::string& path, bool shapes, bool memory,
+                        const std::function<void()>& work) {
+  start_profiler(device, shapes, memory);
   try {
     work();
-#ifdef TELETRON_WITH_CUDA
-    if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? 0 : device.index());
-#endif
+    synchronize(device);
   } catch (...) {
     (void)kineto::disableProfiler();
     throw;
   }
-  return kineto::disableProfiler();
+  std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
+  const fs::path folder = fs::path(path).parent_path();
+  if (!folder.empty()) fs::create_directories(folder);
+  result->save(path);
+  return read_trace(path);
 }
 
 }  // namespace
@@ -296,13 +308,10 @@ std::map<std::string, TraceMemory> trace_memory(const nlohmann::json& trace) {
 }
 
 int64_t cpu_peak_bytes_during(const std::function<void()>& work) {
-  std::unique_ptr<kineto::ProfilerResult> result =
-      profile(torch::kCPU, /*shapes=*/false, /*memory=*/true, work);
   const fs::path path =
       fs::temp_directory_path() / str_cat("tt_memory_", ::getpid(), "_",
                                           std::hash<std::thread::id>{}(std::this_thread::get_id()), ".json");
-  result->save(path.string());
-  const nlohmann::json trace = read_trace(path.string());
+  const nlohmann::json trace = trace_to(torch::kCPU, path.string(), /*shapes=*/false, /*memory=*/true, work);
   std::error_code ignored;
   fs::remove(path, ignored);
   const auto memory = trace_memory(trace);
@@ -313,11 +322,7 @@ int64_t cpu_peak_bytes_during(const std::function<void()>& work) {
 
 nlohmann::json trace_work(torch::Device device, const std::string& path, bool shapes,
                           const std::function<void()>& work) {
-  std::unique_ptr<kineto::ProfilerResult> result = profile(device, shapes, /*memory=*/false, work);
-  const fs::path folder = fs::path(path).parent_path();
-  if (!folder.empty()) fs::create_directories(folder);
-  result->save(path);
-  return read_trace(path);
+  return trace_to(device, path, shapes, /*memory=*/false, work);
 }
 
 StepProfiler::StepProfiler(ProfileWindow window, torch::Device device, std::string folder)
@@ -333,21 +338,14 @@ StepProfiler::~StepProfiler() {
 
 void StepProfiler::before_step(int64_t step) {
   if (!window_.active() || step != window_.first || running_) return;
-  std::set<ActivityType> activities = {ActivityType::CPU};
-  if (device_.is_cuda()) activities.insert(ActivityType::CUDA);
-  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/window_.shapes,
-                              /*profile_memory=*/window_.memory);
-  kineto::prepareProfiler(config, activities);
-  kineto::enableProfiler(config, activities);
+  start_profiler(device_, window_.shapes, window_.memory);
   running_ = true;
   spdlog::info("profile: tracing steps {}..{}", window_.first, window_.last());
 }
 
 void StepProfiler::after_step(int64_t step, bool run_ends) {
   if (!running_ || (step != window_.last() && !run_ends)) return;
-#ifdef TELETRON_WITH_CUDA
-  if (device_.is_cuda()) torch::cuda::synchronize(device_.index() < 0 ? 0 : device_.index());
-#endif
+  synchronize(device_);
   std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
   running_ = false;
   fs::create_directories(folder_);

@@ -23,7 +23,7 @@ struct ProfileWindow {
   int64_t count = 0;
   bool memory = false;  // ":memory": the allocator's events too (a memory timeline, CPU and CUDA)
   bool shapes =
-      false;  // ":shapes": each operator's input shapes and dtypes (scripts/op_traffic.py reads them)
+      false;  // ":shapes": each operator's input shapes and dtypes (args "Input Dims", "Input type")
   bool active() const { return first > 0 && count > 0; }
   int64_t last() const { return first + count - 1; }
 };
