@@ -246,9 +246,8 @@ void run_bench_vae(const BenchVaeOptions& o) {
   // The rate an MFU divides by, measured now on this device (bf16 on CUDA, fp32 on the CPU).
   const double matmul_rate = measure_matmul_rate(device, torch::kBFloat16);
   nlohmann::json results = nlohmann::json::array();
-  std::map<std::string, torch::Tensor> last_moments;  // per tiling: the last runtime's output (dumped)
-  std::map<std::string, torch::Tensor>
-      first_moments;  // per tiling: the first runtime's, to compare the others with
+  // Per tiling: the last runtime's output (dumped), and the first runtime's, to compare the others with.
+  std::map<std::string, torch::Tensor> last_moments, first_moments;
   for (const Variant& variant : variants) {
     vae->set_runtime(named_runtime(variant.runtime));
     const VaeTiling tiles = tiling_of(variant.tiling);
@@ -292,8 +291,7 @@ void run_bench_vae(const BenchVaeOptions& o) {
     std::printf(
         "bench-vae %s, runtime %s, %dx%dx%d on %s (%s): %.1f ms per clip, peak %.2f GiB, max|diff|/max vs "
         "runtime %s %.2e; %.3f TFLOP of convolutions and attention in %d pass(es): %.1f TFLOP/s, MFU %.1f %% "
-        "of "
-        "the measured %.1f TFLOP/s matmul rate\n",
+        "of the measured %.1f TFLOP/s matmul rate\n",
         variant.name.c_str(), variant.runtime.c_str(), static_cast<int>(o.frames), static_cast<int>(o.height),
         static_cast<int>(o.width), device.str().c_str(), dtype == torch::kBFloat16 ? "bf16" : "fp32", ms,
         peak, runtimes.front().c_str(), vs_first, flops.matmul() / 1e12, static_cast<int>(flops.passes),
@@ -318,7 +316,7 @@ void run_bench_vae(const BenchVaeOptions& o) {
       constexpr int64_t kPasses = 2;
       const std::string path = o.trace + "/" + variant.tiling + "_" + variant.runtime + ".json";
       const nlohmann::json trace = trace_work(device, path, /*shapes=*/false, [&] {
-        for (int64_t i = 0; i < kPasses; ++i) moments = encode();
+        for (int64_t i = 0; i < kPasses; ++i) (void)encode();
       });
       // cuDNN's convolutions are implicit GEMMs by name (kind GEMM) or say conv (convolution).
       const std::vector<KindWork> work = {

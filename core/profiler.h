@@ -22,8 +22,8 @@ struct ProfileWindow {
   int64_t first = 0;  // 1-based step; 0 = no profiling
   int64_t count = 0;
   bool memory = false;  // ":memory": the allocator's events too (a memory timeline, CPU and CUDA)
-  bool shapes =
-      false;  // ":shapes": each operator's input shapes and dtypes (args "Input Dims", "Input type")
+  // ":shapes": each operator's input shapes and dtypes (its args "Input Dims", "Input type").
+  bool shapes = false;
   bool active() const { return first > 0 && count > 0; }
   int64_t last() const { return first + count - 1; }
 };
