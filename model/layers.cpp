@@ -173,8 +173,7 @@ torch::Tensor gelu_then_linear(torch::nn::Linear& base, const LoraAdapter& lora,
     const torch::Tensor g = gelu_tanh(u, false);
     const torch::Tensor h = a.defined() ? torch::cat({a, g}, -1) : g;
     if (!output_unread) return lora_linear(base, lora, h);
-    const torch::Tensor out = linear_output_unread(h, base->weight, base->bias);
-    return lora ? lora->add_up(out, lora->down(h)) : out;
+    return with_lora(lora, linear_output_unread(h, base->weight, base->bias), h);
   }
   if (!lora) return gelu_linear(a, u, base->weight, base->bias, output_unread);
   if (lora->has_dropout()) {  // dropout needs the GELU's output itself

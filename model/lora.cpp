@@ -123,10 +123,12 @@ torch::Tensor LoraAdapterImpl::add_up(const torch::Tensor& base_out, const torch
   return sum.view(base_out.sizes());
 }
 
+torch::Tensor with_lora(const LoraAdapter& lora, const torch::Tensor& base_out, const torch::Tensor& x) {
+  return lora ? lora->add_up(base_out, lora->down(x)) : base_out;
+}
+
 torch::Tensor lora_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& x) {
-  torch::Tensor out = base(x);
-  if (!lora) return out;
-  return lora->add_up(out, lora->down(x));
+  return with_lora(lora, base(x), x);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LoraSet::named_parameters() const {

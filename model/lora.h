@@ -86,6 +86,8 @@ class LoraAdapterImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LoraAdapter);
 
+/// base_out (a Linear's output on x) plus the adapter's update of x, when there is an adapter.
+torch::Tensor with_lora(const LoraAdapter& lora, const torch::Tensor& base_out, const torch::Tensor& x);
 /// base(x) with the host's adapter, when there is one (x: the Linear's input).
 torch::Tensor lora_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& x);
 
