@@ -68,7 +68,8 @@ def held_at_backward(trace_path, top=0):
 
 
 def step_peak(trace_path):
-    """The CPU allocator's most bytes above the start of the trace (one step)."""
+    """The CPU allocator's most bytes above the start of the trace (its "[memory]" events; the CPU's
+    count starts at the trace)."""
     with open(trace_path) as f:
         events = json.load(f)["traceEvents"]
     totals = [e["args"]["Total Allocated"] for e in events

@@ -30,14 +30,12 @@ def cpu_peak_bytes_during(work):
     cpu_peak_bytes_during), since the CPU keeps no allocation counters."""
     import tempfile
     from torch.profiler import ProfilerActivity, profile
+    from activation_memory import step_peak
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         work()
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
-        events = json.load(open(f.name))["traceEvents"]
-    totals = [e["args"]["Total Allocated"] for e in events
-              if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type", 0) == 0]
-    return max(totals, default=0)
+        return step_peak(f.name)
 
 
 def main():

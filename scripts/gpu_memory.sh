@@ -25,11 +25,12 @@ echo "build ${build_s}s" | tee -a "$out/summary.txt"
 steps=${STEPS:-3}
 limit=${PARTS_TIMEOUT:-240}
 
-# bench_row LABEL ARGS...: one bench with the estimate, its table's memory rows into the summary.
+# bench_row LABEL ARGS...: one bench with the estimate (none when called with estimate= set empty),
+# its table's time and memory rows into the summary.
 bench_row() {
   local label=$1; shift
   local start; start=$(date +%s)
-  timeout "$limit" "$tt" bench --device cuda --warmup "${WARMUP:-1}" --steps "$steps" --estimate-memory \
+  timeout "$limit" "$tt" bench --device cuda --warmup "${WARMUP:-1}" --steps "$steps" ${estimate---estimate-memory} \
     --json "$out/$label.json" "$@" >"$out/$label.log" 2>&1
   local rc=$?
   echo "== $label (exit $rc, $(( $(date +%s) - start )) s): $*" | tee -a "$out/summary.txt"
@@ -60,13 +61,9 @@ case "$part" in
     # checkpointed: the default against --recompute-all, twice each.
     for round in 1 2; do
       for variant in skip recompute_all; do
-        flag=$([ "$variant" = recompute_all ] && echo --recompute-all)
-        timeout "$limit" "$tt" bench --device cuda --preset 1b --warmup 2 --steps 5 --no-optimizer \
-          --set model.lora.rank=32 --set model.lora.alpha=32 --set model.activation_checkpointing=true $flag \
-          --json "$out/1b_lora_ckpt_${variant}_$round.json" >"$out/1b_lora_ckpt_${variant}_$round.log" 2>&1
-        echo "== 1b LoRA checkpointed, $variant, round $round (exit $?)" | tee -a "$out/summary.txt"
-        grep -E "forward\+backward \||peak memory fwd|TT_ERR" "$out/1b_lora_ckpt_${variant}_$round.log" |
-          tee -a "$out/summary.txt"
+        estimate= WARMUP=2 steps=5 bench_row "1b_lora_ckpt_${variant}_$round" --preset 1b --no-optimizer \
+          --set model.lora.rank=32 --set model.lora.alpha=32 --set model.activation_checkpointing=true \
+          $([ "$variant" = recompute_all ] && echo --recompute-all)
       done
     done
     ;;
