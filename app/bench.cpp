@@ -116,7 +116,9 @@ void run_bench(const BenchOptions& options) {
   // bench drops its gradients every step, as an eager training run without accumulation does.
   std::optional<MemoryEstimate> estimate;
   std::vector<std::pair<int64_t, double>> tried;
-  if ((o.estimate_memory || o.max_frames) && device.is_cuda()) {
+  // model.activation_checkpointing: auto plans from the estimate, as training does.
+  const bool automatic = o.config.model.activation_checkpointing_every_n == kCheckpointingAuto;
+  if ((o.estimate_memory || o.max_frames || automatic) && device.is_cuda()) {
     Config probe_config = o.config;
     probe_config.cuda_graph.enabled = "false";
     probe_config.gradient_accumulation = 1;
@@ -134,7 +136,7 @@ void run_bench(const BenchOptions& options) {
     // probes there would cost minutes more).
     estimate = estimate_step_memory(
         probe_config, mc, step_shape_of_clip(o.frames, o.height, o.width, o.batch, o.text_tokens), device,
-        /*both_modes=*/!o.max_frames);
+        /*both_modes=*/!o.max_frames || automatic, kAutoCheckpointShare * capacity);
     spdlog::info("bench: {} ({:.1f} s)", describe_estimate(*estimate, capacity),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
@@ -152,7 +154,13 @@ void run_bench(const BenchOptions& options) {
   // shortcut (drawn on the host, the 13B's 12.8 B values took minutes).
   HunyuanVideoTransformer model(mc, device,
                                 o.config.model.lora_rank > 0 && autocast ? half : torch::kFloat32);
-  model->set_activation_checkpointing(o.config.model.activation_checkpointing_every_n);
+  if (automatic) {
+    // On the CPU there are no probes: auto recomputes nothing there.
+    const CheckpointCounts plan = estimate ? estimate->checkpointed : CheckpointCounts{};
+    model->set_checkpointed_blocks(plan.doubles, plan.singles);
+  } else {
+    model->set_activation_checkpointing(o.config.model.activation_checkpointing_every_n);
+  }
   model->set_recompute_skips_unread(!o.recompute_all);
   {
     torch::NoGradGuard no_grad;
@@ -261,6 +269,10 @@ void run_bench(const BenchOptions& options) {
             << ", measured) | " << matmul_rate / 1e12 << " TFLOP/s |\n";
   std::cout << "| exact FLOPs per step (fwd+bwd) | " << flops.training / 1e12 << " TFLOP (attention "
             << 100.0 * flops.attention / flops.forward << " %) |\n";
+  const auto [ck_doubles, ck_singles] = model->checkpointed_blocks();
+  std::cout << "| blocks recomputed in backward (model.activation_checkpointing) | " << ck_doubles << " of "
+            << mc.num_layers << " double-stream, " << ck_singles << " of " << mc.num_single_layers
+            << " single-stream |\n";
   std::cout << "| forward+backward | " << fwd_bwd_s * 1e3 << " ms |\n";
   std::cout << "| video tokens/s (fwd+bwd) | " << tokens / fwd_bwd_s << " |\n";
   if (lora) {
@@ -325,6 +337,7 @@ void run_bench(const BenchOptions& options) {
         {"full_step_ms", step_s * 1e3},
         {"peak_gb", peak},
         {"frames", o.frames},
+        {"checkpointed_blocks", {{"doubles", ck_doubles}, {"singles", ck_singles}}},
         {"estimated_peak_gb", estimate ? nlohmann::json(estimate->peak_bytes / kGiB) : nlohmann::json()},
         {"estimated_peak_gb_no_checkpointing",
          estimate && std::isfinite(estimate->peak_without_checkpointing)

@@ -472,13 +472,14 @@ bool Loader::read_int_or_auto(const Item& item, const ConfigRange& range, int64_
   return true;
 }
 
-// false -> 0 (off), true -> 1 (every block), {every_n: k} -> k.
+// false -> 0 (off), true -> 1 (every block), {every_n: k} -> k, auto -> kCheckpointingAuto.
 bool Loader::read_checkpointing(const Item& item, int64_t* every_n) {
   std::string text;
   bool on = false;
   if (plain_scalar(item.value, &text) && parse_bool(text, &on)) return *every_n = on ? 1 : 0, true;
+  if (plain_scalar(item.value, &text) && text == "auto") return *every_n = kCheckpointingAuto, true;
   if (!item.value.IsMap())
-    return fail(item, "expected false, true or {every_n: k}, got " + describe(item.value));
+    return fail(item, "expected false, true, {every_n: k} or auto, got " + describe(item.value));
   if (!check_keys(item, {"every_n"})) return false;
   Item sub{item.path + ".every_n", item.key, child(item.value, "every_n")};
   if (!sub.value.IsDefined())

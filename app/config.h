@@ -12,6 +12,9 @@
 
 namespace tt {
 
+/// model.activation_checkpointing: auto (ModelSection::activation_checkpointing_every_n).
+inline constexpr int64_t kCheckpointingAuto = -1;
+
 struct ModelSection {
   std::string preset = "1b";  // tiny | 1b | 13b
   std::optional<std::string> weights;
@@ -24,7 +27,9 @@ struct ModelSection {
   std::optional<bool> guidance_embeds;
   std::optional<std::string> qk_norm;  // rms_norm
   std::optional<std::string> image_condition_type;  // null (text-to-video) | latent_concat
-  int64_t activation_checkpointing_every_n = 0;  // false -> 0, true -> 1, {every_n: k} -> k
+  // false -> 0, true -> 1, {every_n: k} -> k, auto -> kCheckpointingAuto (the trainer's plan from
+  // the memory estimate, app/memory_estimate.h).
+  int64_t activation_checkpointing_every_n = 0;
   bool fused_kernels = false;  // HunyuanVideoConfig::fused_kernels
   bool segment_attention = false;  // HunyuanVideoConfig::segment_attention
   // LoRA (model/lora.h): rank 0 = off, the whole model trains.

@@ -79,6 +79,7 @@ std::string value_text(const ConfigField& field, Config& config) {
     }
     case ConfigKind::kCheckpointing: {
       int64_t n = *static_cast<int64_t*>(at);
+      if (n == kCheckpointingAuto) return "auto";
       return n == 0 ? "false" : n == 1 ? "true" : str_cat("{every_n: ", n, "}");
     }
     case ConfigKind::kBetas: {

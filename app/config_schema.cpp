@@ -109,7 +109,11 @@ const ConfigField kFields[] = {
     {.path = "model.lora.weights", .kind = K::kOptString, .at = TT_AT(model.lora_weights),
      .read_by = kT, .doc = "LoRA: a LoRA file to start from instead of B = 0, to continue an adapter trained elsewhere: diffusers/PEFT (transformer.<module>.lora_A/lora_B.weight, its scale from lora_adapter_metadata), ComfyUI / diffusion-pipe (diffusion_model.<official module>.lora_A/lora_B.weight) or musubi-tuner / kohya (lora_unet_<module>.lora_down/lora_up.weight with .alpha); official fused modules are split as diffusers splits them. Its rank and modules must fit model.lora.rank and .targets; modules it lacks keep their initialisation (logged). A resume reads the checkpoint's adapters instead."},
     {.path = "model.activation_checkpointing", .kind = K::kCheckpointing, .at = TT_AT(model.activation_checkpointing_every_n),
-     .read_by = kT | kB, .doc = "Recompute blocks in the backward pass to save memory: true = every block, {every_n: k} = every k-th. "
+     .read_by = kT | kB, .doc = "Recompute blocks in the backward pass to save memory: true = every block, {every_n: k} = every k-th, "
+            "auto = the fewest blocks whose estimated step peak fits 90 % of the memory the check offers (device memory "
+            "x train.memory_cap, less the online VAE's share), at the micro-batch the check uses (batch_size, or "
+            "dynamic_batch.min), the block kind that frees more first; the plan is logged. auto runs the estimate's "
+            "probes even with train.memory_check: false, and recomputes nothing on the CPU. "
             "Under LoRA (gates that need no gradient) a recomputed block skips the GEMMs of its last Linears, whose "
             "results the recompute never reads (`teletron bench --recompute-all` times the difference)."},
 

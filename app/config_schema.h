@@ -29,7 +29,7 @@ enum class ConfigKind {
   kStringList,     // a list of strings, possibly empty (model.lora.targets)
   kBatchSize,      // an integer >= 1 or `dynamic`
   kIntOrAuto,      // an integer within `range`, or `auto` (stored as 0, outside the range)
-  kCheckpointing,  // false | true | {every_n: k}
+  kCheckpointing,  // false | true | {every_n: k} | auto
   kBetas,          // [beta1, beta2]
   kBuckets,        // a non-empty list of {frames, height, width}
 };

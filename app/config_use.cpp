@@ -194,7 +194,7 @@ std::string type_text(const ConfigField& field) {
     case ConfigKind::kIntOrAuto:
       return "integer or auto";
     case ConfigKind::kCheckpointing:
-      return "boolean or {every_n: k}";
+      return "boolean, {every_n: k} or auto";
     case ConfigKind::kBetas:
       return "[beta1, beta2]";
     case ConfigKind::kBuckets:

@@ -85,11 +85,18 @@ TransformerInputs probe_inputs(const HunyuanVideoConfig& model, const StepShape&
   return in;
 }
 
+// A checkpointing plan as the model takes it: every n-th block, or counts of each kind (the first ones).
+struct Plan {
+  int64_t every_n = 0;
+  bool by_counts = false;
+  CheckpointCounts counts;
+};
+
 // The peaks (bytes) of `model` at `shape`, built and run as the trainer does (dtype policy, LoRA,
-// AdamW, clipping, gradients kept or dropped): for each checkpointing mode, the second of two steps.
+// AdamW, clipping, gradients kept or dropped): for each checkpointing plan, the second of two steps.
 std::vector<double> probe_step_peaks(const Config& config, const HunyuanVideoConfig& model_config,
                                      const StepShape& shape, const torch::Device& device,
-                                     const std::vector<int64_t>& modes) {
+                                     const std::vector<Plan>& plans) {
   const bool autocast = device.is_cuda() && config.mixed_precision.enabled;
   const at::ScalarType half = config.mixed_precision.dtype == "fp16" ? at::kHalf : at::kBFloat16;
   const bool bf16_master = config.mixed_precision.master_weights == "bf16";
@@ -130,8 +137,11 @@ std::vector<double> probe_step_peaks(const Config& config, const HunyuanVideoCon
     optimizer.step();
   };
   std::vector<double> peaks;
-  for (int64_t every_n : modes) {
-    model->set_activation_checkpointing(every_n);
+  for (const Plan& plan : plans) {
+    if (plan.by_counts)
+      model->set_checkpointed_blocks(plan.counts.doubles, plan.counts.singles);
+    else
+      model->set_activation_checkpointing(plan.every_n);
     try {
       step();  // allocates the optimizer state (and kept gradients) on the first mode
       torch::cuda::synchronize(device.index());
@@ -163,7 +173,9 @@ std::pair<ProbePeaks, ProbePeaks> probe_all_depths(const Config& config, const H
     HunyuanVideoConfig shallow = model;
     shallow.num_layers = depths[i][0];
     shallow.num_single_layers = depths[i][1];
-    const std::vector<double> peaks = probe_step_peaks(config, shallow, shape, device, modes);
+    std::vector<Plan> plans;
+    for (int64_t every_n : modes) plans.push_back(Plan{every_n});
+    const std::vector<double> peaks = probe_step_peaks(config, shallow, shape, device, plans);
     release_cached_memory(device);
     for (size_t m = 0; m < modes.size(); ++m) *(modes[m] == 0 ? slots_none[i] : slots_all[i]) = peaks[m];
   }
@@ -171,6 +183,25 @@ std::pair<ProbePeaks, ProbePeaks> probe_all_depths(const Config& config, const H
 }
 
 bool complete(const ProbePeaks& p) { return std::isfinite(p.p11) && std::isfinite(p.p21) && std::isfinite(p.p12); }
+
+// "every block checkpointed", "auto: 23 of 60 blocks checkpointed (20 double-stream, 3 single-stream) ...".
+std::string describe_checkpointing(const MemoryEstimate& e) {
+  const CheckpointCounts& ck = e.checkpointed;
+  std::string plan;
+  if (ck.total() == 0) {
+    plan = "no activation checkpointing";
+  } else if (ck == e.blocks) {
+    plan = "every block checkpointed";
+  } else if (e.checkpoint_every_n > 1) {
+    plan = str_cat("every ", e.checkpoint_every_n, ". block checkpointed");
+  } else {
+    plan = str_cat(ck.total(), " of ", e.blocks.total(), " blocks checkpointed (", ck.doubles,
+                   " double-stream, ", ck.singles, " single-stream)");
+  }
+  if (e.checkpoint_every_n != kCheckpointingAuto) return plan;
+  return str_cat("model.activation_checkpointing: auto: ", plan, ", the fewest within ",
+                 gib_text(e.auto_budget_bytes));
+}
 
 std::string gib(double bytes) {
   if (!std::isfinite(bytes)) return "(its probe ran out of memory)";
@@ -206,17 +237,48 @@ double MemoryEstimate::activation_bytes() const {
                            counted.ema_bytes);
 }
 
+CheckpointCounts checkpoint_counts(int64_t doubles, int64_t singles, int64_t every_n) {
+  return {checkpointed_in(0, doubles, every_n), checkpointed_in(doubles, singles, every_n)};
+}
+
 double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles, int64_t singles,
                         int64_t every_n) {
+  return extrapolate_peak(none, all, doubles, singles, checkpoint_counts(doubles, singles, every_n));
+}
+
+double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles, int64_t singles,
+                        const CheckpointCounts& checkpointed) {
   // Per extra block, without and with checkpointing; what is left of p11 is the rest of the model
   // and one block's backward scratch (with a recomputed block among them, its activations too).
   const double d_none = none.p21 - none.p11, s_none = none.p12 - none.p11;
   const double d_all = all.p21 - all.p11, s_all = all.p12 - all.p11;
-  const int64_t d_ck = checkpointed_in(0, doubles, every_n), s_ck = checkpointed_in(doubles, singles, every_n);
+  const int64_t d_ck = checkpointed.doubles, s_ck = checkpointed.singles;
   const bool any = d_ck + s_ck > 0;
   const double base = any ? all.p11 - d_all - s_all : none.p11 - d_none - s_none;
   return base + static_cast<double>(d_ck) * d_all + static_cast<double>(doubles - d_ck) * d_none +
          static_cast<double>(s_ck) * s_all + static_cast<double>(singles - s_ck) * s_none;
+}
+
+CheckpointCounts fewest_checkpointed(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles,
+                                     int64_t singles, double budget_bytes) {
+  const CheckpointCounts every{doubles, singles};
+  if (!complete(none) || !complete(all)) return every;
+  // What one more recomputed block of each kind frees; the kind that frees more goes first, one
+  // that frees nothing never.
+  const double d_frees = (none.p21 - none.p11) - (all.p21 - all.p11);
+  const double s_frees = (none.p12 - none.p11) - (all.p12 - all.p11);
+  const bool doubles_first = d_frees >= s_frees;
+  const int64_t first_count = doubles_first ? doubles : singles;
+  const bool first_frees = (doubles_first ? d_frees : s_frees) > 0,
+             second_frees = (doubles_first ? s_frees : d_frees) > 0;
+  for (int64_t k = 0; k <= doubles + singles; ++k) {
+    const int64_t in_first = std::min(k, first_count), in_second = k - in_first;
+    if ((in_first > 0 && !first_frees) || (in_second > 0 && !second_frees)) break;
+    const CheckpointCounts counts =
+        doubles_first ? CheckpointCounts{in_first, in_second} : CheckpointCounts{in_second, in_first};
+    if (extrapolate_peak(none, all, doubles, singles, counts) <= budget_bytes) return counts;
+  }
+  return every;
 }
 
 CountedMemory count_memory(const Config& config, const HunyuanVideoConfig& model, bool cuda) {
@@ -241,20 +303,27 @@ CountedMemory count_memory(const Config& config, const HunyuanVideoConfig& model
 }
 
 MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
-                                    const torch::Device& device, bool both_modes) {
+                                    const torch::Device& device, bool both_modes, double auto_budget_bytes) {
   MemoryEstimate e;
   e.counted = count_memory(config, model, device.is_cuda());
   e.shape = shape;
   e.checkpoint_every_n = config.model.activation_checkpointing_every_n;
-  if (!device.is_cuda()) return e;
-  // The modes the run needs first (checkpointing every k-th block needs both), the other one for
-  // the report when asked; a probe that runs out of memory leaves its mode NaN.
+  const int64_t doubles = model.num_layers, singles = model.num_single_layers;
   const int64_t k = e.checkpoint_every_n;
+  const bool automatic = k == kCheckpointingAuto;
+  e.blocks = {doubles, singles};
+  if (!automatic) e.checkpointed = checkpoint_counts(doubles, singles, k);
+  if (!device.is_cuda()) return e;
+  TT_ASSERT(!automatic || auto_budget_bytes > 0, "activation_checkpointing: auto needs a memory budget");
+  // The modes the run needs first (checkpointing every k-th block, and auto, need both), the other
+  // one for the report when asked; a probe that runs out of memory leaves its mode NaN.
   std::vector<int64_t> modes = k == 0 ? std::vector<int64_t>{0} : k == 1 ? std::vector<int64_t>{1}
                                                                          : std::vector<int64_t>{0, 1};
   if (both_modes && modes.size() == 1) modes.push_back(k == 0 ? 1 : 0);
   std::tie(e.probes_none, e.probes_all) = probe_all_depths(config, model, shape, device, modes);
-  const bool needs_none = k != 1, needs_all = k != 0;
+  // auto needs the probes with every block recomputed (its most frugal plan); without checkpointing
+  // they may run out of memory (the plan then recomputes every block).
+  const bool needs_none = k != 1 && !automatic, needs_all = k != 0;
   if ((needs_none && !complete(e.probes_none)) || (needs_all && !complete(e.probes_all))) {
     const double cap = config.train.memory_cap;
     throw Error(ErrorCode::kMemory,
@@ -268,10 +337,15 @@ MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConf
                         "use a smaller bucket (data.buckets) or micro-batch, model.activation_checkpointing: true, or "
                         "LoRA (model.lora.rank)"));
   }
-  const int64_t doubles = model.num_layers, singles = model.num_single_layers;
+  if (automatic) {
+    // The EMA's averages are added to every figure below: the plan's budget leaves room for them.
+    e.auto_budget_bytes = auto_budget_bytes;
+    e.checkpointed = fewest_checkpointed(e.probes_none, e.probes_all, doubles, singles,
+                                         auto_budget_bytes - e.counted.ema_bytes);
+  }
   e.peak_without_checkpointing = extrapolate_peak(e.probes_none, e.probes_all, doubles, singles, 0);
   e.peak_with_checkpointing = extrapolate_peak(e.probes_none, e.probes_all, doubles, singles, 1);
-  e.peak_bytes = extrapolate_peak(e.probes_none, e.probes_all, doubles, singles, k);
+  e.peak_bytes = extrapolate_peak(e.probes_none, e.probes_all, doubles, singles, e.checkpointed);
   // The probes keep no EMA: the run's averages sit on the device for the whole step.
   e.peak_without_checkpointing += e.counted.ema_bytes;
   e.peak_with_checkpointing += e.counted.ema_bytes;
@@ -282,7 +356,14 @@ MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConf
 
 double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
                          const torch::Device& device, int64_t every_n) {
-  const double peak = probe_step_peaks(config, model, shape, device, {every_n}).at(0);
+  const double peak = probe_step_peaks(config, model, shape, device, {Plan{every_n}}).at(0);
+  release_cached_memory(device);
+  return peak;
+}
+
+double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
+                         const torch::Device& device, const CheckpointCounts& checkpointed) {
+  const double peak = probe_step_peaks(config, model, shape, device, {Plan{0, true, checkpointed}}).at(0);
   release_cached_memory(device);
   return peak;
 }
@@ -291,11 +372,15 @@ int64_t longest_clip_frames(const Config& config, const HunyuanVideoConfig& mode
                             int64_t batch, int64_t text_tokens, const torch::Device& device, double capacity_bytes,
                             std::vector<std::pair<int64_t, double>>* tried, int64_t neighbour_checks) {
   TT_CHECK(device.is_cuda(), ErrorCode::kConfig, "the longest-clip prediction measures on CUDA (--device cuda)");
+  // auto's longest clip is the one its most frugal plan fits: every block recomputed.
+  Config planned = config;
+  if (planned.model.activation_checkpointing_every_n == kCheckpointingAuto)
+    planned.model.activation_checkpointing_every_n = 1;
   auto peak_at = [&](int64_t latent_frames) {
     const int64_t frames = 4 * (latent_frames - 1) + 1;
     double peak = std::numeric_limits<double>::infinity();
     try {
-      peak = estimate_step_memory(config, model, step_shape_of_clip(frames, height, width, batch, text_tokens), device,
+      peak = estimate_step_memory(planned, model, step_shape_of_clip(frames, height, width, batch, text_tokens), device,
                                   /*both_modes=*/false)
                  .peak_bytes;
     } catch (const Error& error) {
@@ -344,9 +429,7 @@ std::string describe_estimate(const MemoryEstimate& e, double capacity_bytes) {
     s << "  activations: not estimated on the CPU (the probes need the CUDA allocator)";
     return s.str();
   }
-  const std::string mode = e.checkpoint_every_n == 0   ? "no activation checkpointing"
-                           : e.checkpoint_every_n == 1 ? "every block checkpointed"
-                                                       : str_cat("every ", e.checkpoint_every_n, ". block checkpointed");
+  const std::string mode = describe_checkpointing(e);
   s << "  activations, their scratch and workspaces " << gib(e.activation_bytes()) << " ("
     << gib(e.activation_bytes_per_sample()) << " per sample)\n";
   s << "  peak " << gib(e.peak_bytes) << " (" << mode << "); without checkpointing " << gib(e.peak_without_checkpointing)

@@ -11,6 +11,11 @@
 // and the two extremes can be told. The probes run on the run's device with its precision, LoRA,
 // fused kernels and checkpointing; on the CPU (no allocator statistics) only the counted parts are
 // given.
+//
+// model.activation_checkpointing: auto uses the same line: it recomputes the fewest blocks whose
+// extrapolated peak stays within a budget (fewest_checkpointed), so a step that fits without
+// recomputing anything runs without it, and one that does not recomputes only as many blocks as
+// it must - the kind that frees more per block first.
 #pragma once
 
 #include <torch/types.h>
@@ -44,6 +49,21 @@ struct ProbePeaks {
   double p11 = 0, p21 = 0, p12 = 0;
 };
 
+/// How many double-stream and single-stream blocks are recomputed in backward.
+struct CheckpointCounts {
+  int64_t doubles = 0, singles = 0;
+  int64_t total() const { return doubles + singles; }
+  bool operator==(const CheckpointCounts&) const = default;
+};
+
+/// The counts `every_n` gives a model of `doubles` + `singles` blocks (blocks i with i % every_n ==
+/// 0, doubles first, as the model places them; 0 = none).
+CheckpointCounts checkpoint_counts(int64_t doubles, int64_t singles, int64_t every_n);
+
+/// The share of the memory check's capacity that model.activation_checkpointing: auto plans for:
+/// the estimate is meant to be within 10 % of the measured peak.
+inline constexpr double kAutoCheckpointShare = 0.9;
+
 /// The counted parts of a step's memory (bytes), from the architecture alone.
 struct CountedMemory {
   int64_t parameters = 0;          // the whole model's
@@ -57,8 +77,12 @@ struct CountedMemory {
 struct MemoryEstimate {
   CountedMemory counted;
   StepShape shape;
-  /// every_n of the run's model.activation_checkpointing (0 = none).
+  /// every_n of the run's model.activation_checkpointing (0 = none, kCheckpointingAuto = auto).
   int64_t checkpoint_every_n = 0;
+  /// The blocks the peak below recomputes: every_n's, or auto's plan (none on the CPU), of `blocks`.
+  CheckpointCounts checkpointed, blocks;
+  /// auto: the budget its plan was made for (bytes).
+  double auto_budget_bytes = 0;
   bool measured = false;            // false on the CPU: only `counted` is known
   double peak_bytes = 0;            // the run's peak as configured
   double peak_without_checkpointing = 0;
@@ -74,6 +98,18 @@ struct MemoryEstimate {
 /// checkpointing (blocks i with i % every_n == 0 recomputed, doubles first, as the model does).
 double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles, int64_t singles,
                         int64_t every_n);
+/// The same for `checkpointed` blocks of each kind (which ones does not change the peak: every
+/// block's kept activations are alive when backward begins).
+double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles, int64_t singles,
+                        const CheckpointCounts& checkpointed);
+
+/// model.activation_checkpointing: auto's plan: the fewest recomputed blocks whose extrapolated
+/// peak is at most `budget_bytes`, taking first the kind whose checkpointing frees more per block
+/// (a block of either kind costs about the same to recompute: the same GEMM and attention FLOPs per
+/// token). Without a complete `none` (its probes ran out of memory) every block; when even every
+/// block exceeds the budget, every block (check_estimate_fits then says so).
+CheckpointCounts fewest_checkpointed(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles,
+                                     int64_t singles, double budget_bytes);
 
 /// The counted parts for `config` (dtype policy as the trainer's: fp32 master weights, bf16 master
 /// weights, or a frozen base in the autocast dtype with fp32 adapters).
@@ -82,19 +118,25 @@ CountedMemory count_memory(const Config& config, const HunyuanVideoConfig& model
 /// Runs the probes on `device` (CUDA; on the CPU returns the counted parts only). Throws
 /// TT_ERR_MEMORY when a probe the configured checkpointing needs does not fit. `both_modes`: also
 /// probe the other mode, for the with / without checkpointing figures (NaN when it does not fit).
+/// With model.activation_checkpointing: auto both modes run and `checkpointed` is
+/// fewest_checkpointed's plan for `auto_budget_bytes` (> 0 needed); on the CPU auto plans none.
 MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
-                                    const torch::Device& device, bool both_modes = true);
+                                    const torch::Device& device, bool both_modes = true,
+                                    double auto_budget_bytes = 0);
 
 /// The peak (bytes) of the second of two training steps of the whole `model` at `shape` with
 /// `every_n` checkpointing, run as a probe runs them (CUDA; NaN when it runs out of memory).
 double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
                          const torch::Device& device, int64_t every_n);
+/// The same with the first `checkpointed` blocks of each kind recomputed (auto's plans).
+double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
+                         const torch::Device& device, const CheckpointCounts& checkpointed);
 
 /// The longest clip (4n+1 frames) at height x width whose estimated step fits `capacity_bytes`,
-/// with the config's checkpointing: the estimate at 33 and 65 frames, the linear crossing, then up
-/// to `neighbour_checks` more estimates around it until the boundary is found (0: the crossing
-/// alone, unprobed; each probe at a long 720p clip costs minutes: attention grows with the square
-/// of the tokens). `tried` gets every (frames, peak bytes).
+/// with the config's checkpointing (auto: every block, its most frugal plan): the estimate at 33
+/// and 65 frames, the linear crossing, then up to `neighbour_checks` more estimates around it until
+/// the boundary is found (0: the crossing alone, unprobed; each probe at a long 720p clip costs
+/// minutes: attention grows with the square of the tokens). `tried` gets every (frames, peak bytes).
 int64_t longest_clip_frames(const Config& config, const HunyuanVideoConfig& model, int64_t height, int64_t width,
                             int64_t batch, int64_t text_tokens, const torch::Device& device, double capacity_bytes,
                             std::vector<std::pair<int64_t, double>>* tried = nullptr, int64_t neighbour_checks = 8);

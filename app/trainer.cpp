@@ -106,7 +106,10 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   // one block at most).
   model_ = HunyuanVideoTransformer(model_config_, device_, resident_weight_dtype(config_, autocast_));
   model_->train();
-  model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
+  if (config_.model.activation_checkpointing_every_n == kCheckpointingAuto)
+    model_->set_checkpointed_blocks(checkpoint_plan_.doubles, checkpoint_plan_.singles);
+  else
+    model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
   std::vector<std::string> names;
   if (config_.model.lora_rank > 0) {
     TT_CHECK_HINT(!bf16_master_, ErrorCode::kConfig,
@@ -902,18 +905,28 @@ void Trainer::run() {
 void Trainer::check_memory_estimate() {
   // Before the model is on the device: a run that cannot fit stops here with the numbers, instead
   // of with an allocation failure at step 0 (or before it, for the 13B's fp32 state).
-  if (!device_.is_cuda() || !config_.train.memory_check) return;
+  const bool automatic = config_.model.activation_checkpointing_every_n == kCheckpointingAuto;
+  if (automatic && !device_.is_cuda()) {
+    spdlog::info(
+        "model.activation_checkpointing: auto recomputes no block on the CPU (its plan comes from the "
+        "memory estimate's probes, which need the CUDA allocator)");
+    return;
+  }
+  if (!device_.is_cuda() || (!config_.train.memory_check && !automatic)) return;
   const StepShape shape = largest_step_shape(config_, dataset_->latent_shape(), dataset_->text_length());
   const auto started = std::chrono::steady_clock::now();
-  const MemoryEstimate estimate = estimate_step_memory(config_, model_config_, shape, device_);
   // The online encoder runs beside the step (vae.memory_share): what it measured is not the step's.
   const double side = dataset_->side_memory_bytes();
   const double capacity =
       static_cast<double>(gpu_memory(device_).total) * std::min(1.0, config_.train.memory_cap) - side;
-  spdlog::info("{}{} ({:.1f} s; train.memory_check: false skips it)", describe_estimate(estimate, capacity),
+  const MemoryEstimate estimate = estimate_step_memory(config_, model_config_, shape, device_,
+                                                       /*both_modes=*/true, kAutoCheckpointShare * capacity);
+  checkpoint_plan_ = estimate.checkpointed;
+  spdlog::info("{}{} ({:.1f} s; train.memory_check: false skips {})", describe_estimate(estimate, capacity),
                side > 0 ? " beside the VAE encoder's " + gib_text(side) : std::string(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  check_estimate_fits(estimate, config_, capacity);
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+               automatic ? "the check, not auto's plan" : "it");
+  if (config_.train.memory_check) check_estimate_fits(estimate, config_, capacity);
 }
 
 void run_training(const TrainRequest& request) {

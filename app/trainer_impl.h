@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "app/memory_estimate.h"
 #include "app/prefetch.h"
 #include "app/resume_check.h"
 #include "app/trainer.h"
@@ -54,7 +55,8 @@ class Trainer {
   void announce() const;
   /// What train.expandable_segments and train.memory_cap did (on the CPU: that they do nothing).
   void announce_allocator() const;
-  /// train.memory_check: the step's memory estimated before the model is built (app/memory_estimate.h).
+  /// train.memory_check: the step's memory estimated before the model is built (app/memory_estimate.h);
+  /// model.activation_checkpointing: auto's plan made from the same estimate (into checkpoint_plan_).
   void check_memory_estimate();
   /// Warns once for each set key `matches` picks that it does nothing without CUDA, and `why`.
   void warn_set_without_cuda(const std::function<bool(const std::string&)>& matches, const std::string& why) const;
@@ -172,6 +174,8 @@ class Trainer {
   std::string model_origin_;
   std::optional<WeightSource> initial_weights_;
   HunyuanVideoTransformer model_{nullptr};
+  // model.activation_checkpointing: auto: the blocks recomputed, planned by check_memory_estimate.
+  CheckpointCounts checkpoint_plan_;
   std::optional<LoraSet> lora_;  // model.lora.rank > 0: the adapters, the only trained tensors
   std::vector<torch::Tensor> params_;
   // train.ema_decay > 0: per trained tensor (its checkpoint key, the tensor, its fp32 average).

@@ -235,6 +235,27 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
   rope_cache_ = std::make_shared<RopeCache>(config.rope_axes_dim, config.rope_theta);
 }
 
+void HunyuanVideoTransformerImpl::set_activation_checkpointing(int64_t every_n) {
+  const size_t blocks = double_blocks_.size() + single_blocks_.size();
+  checkpointed_.assign(blocks, false);
+  for (size_t i = 0; i < blocks && every_n > 0; ++i)
+    checkpointed_[i] = static_cast<int64_t>(i) % every_n == 0;
+}
+
+void HunyuanVideoTransformerImpl::set_checkpointed_blocks(int64_t doubles, int64_t singles) {
+  const size_t d = double_blocks_.size();
+  checkpointed_.assign(d + single_blocks_.size(), false);
+  for (size_t i = 0; i < checkpointed_.size(); ++i)
+    checkpointed_[i] = i < d ? static_cast<int64_t>(i) < doubles : static_cast<int64_t>(i - d) < singles;
+}
+
+std::pair<int64_t, int64_t> HunyuanVideoTransformerImpl::checkpointed_blocks() const {
+  int64_t doubles = 0, singles = 0;
+  for (size_t i = 0; i < checkpointed_.size(); ++i)
+    (i < double_blocks_.size() ? doubles : singles) += checkpointed_[i] ? 1 : 0;
+  return {doubles, singles};
+}
+
 void HunyuanVideoTransformerImpl::set_recompute_skips_unread(bool on) {
   for (auto& block : double_blocks_) block->set_recompute_skips_unread(on);
   for (auto& block : single_blocks_) block->set_recompute_skips_unread(on);
@@ -439,7 +460,8 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
   // Block i is recomputed in backward when activation checkpointing selects it.
   int64_t block_index = 0;
   auto checkpoint_this = [&]() {
-    const bool selected = checkpoint_every_n_ > 0 && block_index % checkpoint_every_n_ == 0;
+    const size_t i = static_cast<size_t>(block_index);
+    const bool selected = i < checkpointed_.size() && checkpointed_[i];
     block_index += 1;
     return selected && is_training() && torch::GradMode::is_enabled();
   };

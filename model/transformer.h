@@ -9,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/block_graphs.h"
 #include "model/hunyuan_config.h"
@@ -157,9 +159,14 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   /// blocks is a kConfig error listing the modules that can take one. Call once.
   LoraSet attach_lora(const LoraOptions& options);
 
-  /// Recompute every n-th block (double and single, counted together) in backward instead of
-  /// keeping its activations; 0 = off.
-  void set_activation_checkpointing(int64_t every_n) { checkpoint_every_n_ = every_n; }
+  /// Recompute every n-th block (double and single, counted together, doubles first) in backward
+  /// instead of keeping its activations; 0 = off.
+  void set_activation_checkpointing(int64_t every_n);
+  /// Recompute the first `doubles` double-stream and the first `singles` single-stream blocks
+  /// (model.activation_checkpointing: auto's plan, app/memory_estimate.h); counts are capped.
+  void set_checkpointed_blocks(int64_t doubles, int64_t singles);
+  /// How many double-stream and single-stream blocks are recomputed in backward.
+  std::pair<int64_t, int64_t> checkpointed_blocks() const;
   /// Every block's set_recompute_skips_unread (on by default; off: the recompute runs every GEMM).
   void set_recompute_skips_unread(bool on);
   /// Blocks not checkpointed run through these (CUDA graphs of single blocks, core/block_graphs.h)
@@ -186,7 +193,7 @@ class HunyuanVideoTransformerImpl : public torch::nn::Module {
   Modulation norm_out_{nullptr};  // (scale, shift) — diffusers' order
   torch::nn::Linear proj_out_{nullptr};
   std::shared_ptr<RopeCache> rope_cache_;
-  int64_t checkpoint_every_n_ = 0;
+  std::vector<bool> checkpointed_;  // per block, doubles then singles: recomputed in backward
   std::shared_ptr<BlockGraphs> block_graphs_;
 };
 TORCH_MODULE(HunyuanVideoTransformer);

@@ -9,6 +9,9 @@
 #                                    rank 32 and checkpointing at 33x480x832 (also issue 14's LoRA row:
 #                                    step time and peak beside diffusers + peft's)
 #   scripts/gpu_memory.sh lora13b_fused   the 13B LoRA row again with model.fused_kernels
+#   scripts/gpu_memory.sh lora13b_auto    the 13B LoRA row with model.activation_checkpointing: auto
+#                                    (the fewest recomputed blocks within 90 % of the H200; its plan
+#                                    and its speed beside the fully checkpointed row)
 #   scripts/gpu_memory.sh peer       scripts/bench_lora_peer.py at the same 13B LoRA shape (eager)
 #   scripts/gpu_memory.sh skip1b     the 1b LoRA step, every block checkpointed, with and without the
 #                                    recompute's skipped GEMMs (bench --recompute-all), side by side
@@ -16,7 +19,7 @@
 #                                    full checkpointing, by the estimate, and one measured step at it
 # Env: TELETRON_BUILD_TARGETS (default teletron), STEPS (3), PARTS_TIMEOUT (s per bench, 240).
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b lora13b_fused skip1b full1b estimate peer longest)"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b lora13b_fused lora13b_auto skip1b full1b estimate peer longest)"; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
@@ -54,6 +57,12 @@ case "$part" in
     # step: base and adapters in one function each).
     bench_row 13b_lora_ckpt_fused --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
       --set model.activation_checkpointing=true --set model.fused_kernels=true
+    ;;
+  lora13b_auto)
+    # auto on one H200: the estimate's plan (printed: "blocks recomputed in backward"), then its step.
+    bench_row 13b_lora_auto --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
+      --set model.activation_checkpointing=auto
+    grep -E "blocks recomputed|activation_checkpointing: auto" "$out/13b_lora_auto.log" | tee -a "$out/summary.txt"
     ;;
   skip1b)
     # What a recomputed block's skipped GEMMs buy (the MLP down-projections and linear2 under LoRA,

@@ -144,6 +144,25 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
   CHECK(count(result.output, "warning") == 0);
 }
 
+TEST_CASE("bench says which blocks it recomputes; activation_checkpointing auto recomputes none on the CPU",
+          "[cli][bench]") {
+  const std::string common =
+      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps "
+      "1 "
+      "--no-optimizer --set model.num_layers=1 --set model.num_single_layers=2 --set "
+      "model.activation_checkpointing=";
+  const std::string row = "| blocks recomputed in backward (model.activation_checkpointing) | ";
+  for (const auto& [value, blocks] : std::vector<std::pair<std::string, std::string>>{
+           {"auto", "0 of 1 double-stream, 0 of 2 single-stream"},
+           {"true", "1 of 1 double-stream, 2 of 2 single-stream"},
+           {"{every_n: 2}", "1 of 1 double-stream, 1 of 2 single-stream"}}) {
+    auto result = run_teletron(common + "\"" + value + "\"");
+    INFO(value << "\n" << result.output);
+    CHECK(result.exit_code == 0);
+    CHECK(count(result.output, row + blocks + " |") == 1);
+  }
+}
+
 TEST_CASE("bench --suite train --ablation times the training loop's rows", "[cli][bench]") {
   tt::test::TempDir dir("tt_bench_train");
   const std::string json = dir / "rows.json";

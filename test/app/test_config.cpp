@@ -424,7 +424,7 @@ TEST_CASE("wrong types and out-of-range values name the expected form", "[config
       {"tele_tron:\n  model: {activation_checkpointing: {every_n: 0}}\n",
        "tele_tron.model.activation_checkpointing.every_n: must be >= 1, got 0"},
       {"tele_tron:\n  model: {activation_checkpointing: sometimes}\n",
-       "tele_tron.model.activation_checkpointing: expected false, true or {every_n: k}, got "
+       "tele_tron.model.activation_checkpointing: expected false, true, {every_n: k} or auto, got "
        "sometimes"},
       {"tele_tron:\n  optimizer: 5\n",
        "tele_tron.optimizer: expected a map of keys (name, lr, betas,"},
@@ -566,6 +566,13 @@ TEST_CASE("special forms and aliases", "[config]") {
 
   CHECK(load("tele_tron:\n  model: {activation_checkpointing: true}\n")
             .model.activation_checkpointing_every_n == 1);
+  // auto: the trainer's plan from the memory estimate; printed back as written.
+  const tt::Config automatic = load("tele_tron:\n  model: {activation_checkpointing: auto}\n");
+  CHECK(automatic.model.activation_checkpointing_every_n == tt::kCheckpointingAuto);
+  CHECK(load("tele_tron: {}\n", {"model.activation_checkpointing=auto"})
+            .model.activation_checkpointing_every_n == tt::kCheckpointingAuto);
+  CHECK_THAT(tt::config_to_yaml(automatic), ContainsSubstring("    activation_checkpointing: auto\n"));
+  check_same(load(tt::config_to_yaml(automatic)), automatic);
   CHECK(load("tele_tron:\n  vae: {tiling: true}\n").vae.tiling == "on");
   // vae.tile_batch: an integer >= 1 or auto (0, the default).
   CHECK(tt::Config().vae.tile_batch == 0);

@@ -96,7 +96,83 @@ TEST_CASE("memory estimate: the probes extrapolate linearly, checkpointed blocks
     INFO("every_n " << every_n);
     CHECK(tt::extrapolate_peak(none, all, 20, 40, every_n) == truth(20, 40, every_n));
     CHECK(tt::extrapolate_peak(none, all, 3, 5, every_n) == truth(3, 5, every_n));
+    // The same by counts: every_n's counts give every_n's peak.
+    CHECK(tt::extrapolate_peak(none, all, 20, 40, tt::checkpoint_counts(20, 40, every_n)) ==
+          truth(20, 40, every_n));
   }
+  CHECK(tt::checkpoint_counts(20, 40, 3) == tt::CheckpointCounts{7, 13});  // 0, 3, .., 18; 21, .., 57
+  CHECK(tt::checkpoint_counts(20, 40, 0) == tt::CheckpointCounts{0, 0});
+}
+
+namespace {
+
+// A made-up device as above, with the per-block costs as parameters: the rest 10, scratch 3, a
+// recomputed block's activations 6; the first `d_ck` doubles and `s_ck` singles recomputed.
+double made_up_peak(int64_t doubles, int64_t singles, int64_t d_ck, int64_t s_ck, double d_keep,
+                    double d_ck_cost, double s_keep, double s_ck_cost) {
+  const double peak = 13.0 + static_cast<double>(d_ck) * d_ck_cost +
+                      static_cast<double>(doubles - d_ck) * d_keep + static_cast<double>(s_ck) * s_ck_cost +
+                      static_cast<double>(singles - s_ck) * s_keep;
+  return peak + (d_ck + s_ck > 0 ? 6.0 : 0.0);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "activation_checkpointing auto: the fewest blocks within the budget, the kind that frees more first",
+    "[memory]") {
+  for (const bool doubles_free_more : {true, false}) {
+    // A double block keeps 7 (2 when recomputed), a single 5 (1): doubles free 5 a block, singles 4;
+    // or the other way round (doubles 6 -> 2 free 4, singles 7 -> 2 free 5).
+    const double d_keep = doubles_free_more ? 7.0 : 6.0, d_ck = 2.0;
+    const double s_keep = doubles_free_more ? 5.0 : 7.0, s_ck = doubles_free_more ? 1.0 : 2.0;
+    auto truth = [&](int64_t doubles, int64_t singles, int64_t dc, int64_t sc) {
+      return made_up_peak(doubles, singles, dc, sc, d_keep, d_ck, s_keep, s_ck);
+    };
+    const tt::ProbePeaks none{truth(1, 1, 0, 0), truth(2, 1, 0, 0), truth(1, 2, 0, 0)};
+    const tt::ProbePeaks all{truth(1, 1, 1, 1), truth(2, 1, 2, 1), truth(1, 2, 1, 2)};
+    const int64_t doubles = 20, singles = 40;
+    const double peak_none = truth(doubles, singles, 0, 0),
+                 peak_all = truth(doubles, singles, doubles, singles);
+    INFO("doubles free more: " << doubles_free_more << ", none " << peak_none << ", all " << peak_all);
+    // Enough memory: nothing recomputed. Too little even for every block: every block (the fit check says
+    // so).
+    CHECK(tt::fewest_checkpointed(none, all, doubles, singles, peak_none) == tt::CheckpointCounts{0, 0});
+    CHECK(tt::fewest_checkpointed(none, all, doubles, singles, peak_all - 1.0) ==
+          tt::CheckpointCounts{doubles, singles});
+    CHECK(tt::fewest_checkpointed(none, all, doubles, singles, peak_all) ==
+          tt::CheckpointCounts{doubles, singles});
+    // Every budget in between: the plan fits it, one block fewer in the same order does not.
+    for (double budget = peak_all; budget < peak_none; budget += 3.0) {
+      INFO("budget " << budget);
+      const tt::CheckpointCounts plan = tt::fewest_checkpointed(none, all, doubles, singles, budget);
+      CHECK(truth(doubles, singles, plan.doubles, plan.singles) <= budget);
+      CHECK(tt::extrapolate_peak(none, all, doubles, singles, plan) ==
+            truth(doubles, singles, plan.doubles, plan.singles));
+      if (doubles_free_more) {
+        CHECK((plan.singles == 0 || plan.doubles == doubles));  // doubles first
+        if (plan.singles > 0)
+          CHECK(truth(doubles, singles, plan.doubles, plan.singles - 1) > budget);
+        else if (plan.doubles > 0)
+          CHECK(truth(doubles, singles, plan.doubles - 1, 0) > budget);
+      } else {
+        CHECK((plan.doubles == 0 || plan.singles == singles));  // singles first
+        if (plan.doubles > 0)
+          CHECK(truth(doubles, singles, plan.doubles - 1, plan.singles) > budget);
+        else if (plan.singles > 0)
+          CHECK(truth(doubles, singles, 0, plan.singles - 1) > budget);
+      }
+    }
+    // A middle budget takes some blocks of the first kind only.
+    const double middle = 0.5 * (peak_none + peak_all);
+    const tt::CheckpointCounts plan = tt::fewest_checkpointed(none, all, doubles, singles, middle);
+    CHECK(plan.total() > 0);
+    CHECK(plan.total() < doubles + singles);
+  }
+  // The probes without checkpointing ran out of memory: every block.
+  const tt::ProbePeaks all{20.0, 22.0, 21.0};
+  const tt::ProbePeaks oom{std::nan(""), std::nan(""), std::nan("")};
+  CHECK(tt::fewest_checkpointed(oom, all, 3, 4, 1e12) == tt::CheckpointCounts{3, 4});
 }
 
 TEST_CASE("memory estimate: a step that does not fit is TT_ERR_MEMORY with the numbers and the ways out",
@@ -162,6 +238,33 @@ TEST_CASE("memory estimate on the GPU: shallow probes extrapolated meet the full
     INFO("estimated " << e.peak_bytes / 1e9 << " GB, measured " << measured / 1e9 << " GB");
     CHECK(std::abs(e.peak_bytes - measured) <= 0.1 * measured);
   }
+}
+
+TEST_CASE(
+    "activation_checkpointing auto on the GPU: a budget between the extremes recomputes some blocks and fits",
+    "[memory][gpu]") {
+  TT_REQUIRE_GPU();
+  const torch::Device cuda(torch::kCUDA, 0);
+  const tt::HunyuanVideoConfig model = wide_tiny_model(6, 10);
+  const tt::StepShape shape = tt::step_shape_of_clip(33, 256, 256, 2, 64);
+  const tt::MemoryEstimate fixed = tt::estimate_step_memory(
+      config_of("tele_tron:\n  cuda_graph:\n    enabled: false\n"), model, shape, cuda);
+  REQUIRE(fixed.measured);
+  REQUIRE(fixed.peak_with_checkpointing < fixed.peak_without_checkpointing);
+  const double budget = 0.5 * (fixed.peak_with_checkpointing + fixed.peak_without_checkpointing);
+  const tt::Config config = config_of(
+      "tele_tron:\n  cuda_graph:\n    enabled: false\n  model:\n    activation_checkpointing: auto\n");
+  const tt::MemoryEstimate e = tt::estimate_step_memory(config, model, shape, cuda, true, budget);
+  INFO("budget " << budget / 1e9 << " GB: " << e.checkpointed.doubles << " doubles, "
+                 << e.checkpointed.singles << " singles, estimated " << e.peak_bytes / 1e9 << " GB");
+  CHECK(e.checkpointed.total() > 0);
+  CHECK(e.checkpointed.total() < 16);
+  CHECK(e.peak_bytes <= budget);
+  const double measured = tt::measure_step_peak(config, model, shape, cuda, e.checkpointed);
+  INFO("measured " << measured / 1e9 << " GB");
+  CHECK(std::abs(e.peak_bytes - measured) <= 0.1 * measured);
+  // Measured within the room auto leaves for the estimate's error (a 90 % share of the capacity).
+  CHECK(measured <= budget / tt::kAutoCheckpointShare);
 }
 
 TEST_CASE("the longest clip by the estimate: the line's prediction, or the boundary found around it", "[memory][gpu]") {

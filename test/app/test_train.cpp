@@ -104,6 +104,18 @@ TEST_CASE("smoke training: loss falls, run folder complete", "[train]") {
   CHECK(weights.tensors.count("transformer_blocks.0.attn.to_q.weight") == 1);
 }
 
+TEST_CASE("activation_checkpointing auto trains on the CPU, recomputing nothing, and says why",
+          "[train][checkpoint]") {
+  Workspace ws(2);
+  auto trained = run_teletron("train " + ws.config + " --output " + ws.dir / "run" +
+                              " --max-steps 2 --set model.activation_checkpointing=auto");
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  CHECK_THAT(trained.output,
+             ContainsSubstring("model.activation_checkpointing: auto recomputes no block on the CPU"));
+  CHECK(read_metrics(ws.dir / "run/metrics.jsonl").size() == 2);
+}
+
 TEST_CASE("resume is exact: N steps == N/2 + resume + N/2, bit for bit", "[train][resume]") {
   Workspace ws(6);  // 6 samples, batch 2: the resume point (step 4) is mid-epoch
   const std::string straight = ws.dir / "straight";

@@ -313,6 +313,66 @@ TEST_CASE("activation checkpointing changes no output and no gradient", "[model]
   }
 }
 
+namespace {
+
+// The autograd nodes of checkpointed blocks in the graph that produced `out`.
+int64_t checkpoint_nodes(const torch::Tensor& out) {
+  std::vector<torch::autograd::Node*> stack = {out.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int64_t count = 0;
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (node->name().find("CheckpointFunction") != std::string::npos) count += 1;
+    for (const auto& edge : node->next_edges()) stack.push_back(edge.function.get());
+  }
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "checkpointing the first blocks of each kind (auto's plans): those blocks recomputed, the same gradients",
+    "[model][checkpoint]") {
+  auto c = small_config();
+  c.num_layers = 2;
+  c.num_single_layers = 3;
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  model->train();
+  auto in = make_inputs(c, 2, 6);
+  auto run = [&](int64_t doubles, int64_t singles) {
+    model->set_checkpointed_blocks(doubles, singles);
+    model->zero_grad();
+    auto out = model->forward(in);
+    const int64_t nodes = checkpoint_nodes(out);
+    out.pow(2).mean().backward();
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& [name, grad] : model->diffusers_gradients()) grads[name] = grad.clone();
+    return std::make_tuple(out.detach(), grads, nodes);
+  };
+  const auto [plain_out, plain_grads, plain_nodes] = run(0, 0);
+  CHECK(plain_nodes == 0);
+  CHECK(model->checkpointed_blocks() == std::make_pair<int64_t, int64_t>(0, 0));
+  for (const auto& [doubles, singles] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {2, 1}, {0, 3}, {5, 9}}) {
+    INFO(doubles << " doubles, " << singles << " singles");
+    const auto [out, grads, nodes] = run(doubles, singles);
+    const int64_t d = std::min<int64_t>(doubles, 2), s = std::min<int64_t>(singles, 3);  // counts are capped
+    CHECK(model->checkpointed_blocks() == std::make_pair(d, s));
+    CHECK(nodes == d + s);
+    CHECK(torch::allclose(out, plain_out, 1e-6, 1e-6));
+    for (const auto& [name, grad] : plain_grads) {
+      INFO(name);
+      CHECK(torch::allclose(grads.at(name), grad, 1e-5, 1e-6));
+    }
+  }
+  // every_n places its blocks among both kinds counted together: 0, 2, 4 of 5 blocks.
+  model->set_activation_checkpointing(2);
+  CHECK(model->checkpointed_blocks() == std::make_pair<int64_t, int64_t>(1, 2));
+}
+
 TEST_CASE("diffusers views write through to the fused QKV parameters", "[model]") {
   auto c = small_config();
   tt::HunyuanVideoTransformer model(c);
