@@ -174,7 +174,7 @@ std::pair<ProbePeaks, ProbePeaks> probe_all_depths(const Config& config, const H
     shallow.num_layers = depths[i][0];
     shallow.num_single_layers = depths[i][1];
     std::vector<Plan> plans;
-    for (int64_t every_n : modes) plans.push_back(Plan{every_n});
+    for (int64_t every_n : modes) plans.push_back(Plan{every_n, false, {}});
     const std::vector<double> peaks = probe_step_peaks(config, shallow, shape, device, plans);
     release_cached_memory(device);
     for (size_t m = 0; m < modes.size(); ++m) *(modes[m] == 0 ? slots_none[i] : slots_all[i]) = peaks[m];
@@ -356,7 +356,7 @@ MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConf
 
 double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
                          const torch::Device& device, int64_t every_n) {
-  const double peak = probe_step_peaks(config, model, shape, device, {Plan{every_n}}).at(0);
+  const double peak = probe_step_peaks(config, model, shape, device, {Plan{every_n, false, {}}}).at(0);
   release_cached_memory(device);
   return peak;
 }

@@ -6,6 +6,7 @@
 #include <torch/custom_class.h>
 
 #include "core/autocast.h"
+#include "model/kept_attention.h"
 
 namespace tt {
 namespace {
@@ -31,6 +32,9 @@ struct BlockHolder : torch::CustomClassHolder {
   at::ScalarType autocast_cuda_dtype = at::kBFloat16;
   bool autocast_cpu = false;
   at::ScalarType autocast_cpu_dtype = at::kBFloat16;
+  // model.checkpoint_keeps_attention: the first forward's attention outputs, replayed by the
+  // recompute (model/kept_attention.h); null = recompute the attention too.
+  std::shared_ptr<KeptAttentionStore> kept;
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -47,6 +51,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
                                             inputs.begin() + static_cast<int64_t>(holder->input_count));
     ctx->save_for_backward(block_inputs);
     // Autograd is off inside Function::forward: nothing of the block is recorded.
+    const KeptAttentionScope keep(holder->kept.get(), /*replay=*/false);
     return holder->fn(block_inputs);
   }
 
@@ -66,8 +71,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       AutocastScope autocast_cuda(holder->autocast_cuda, holder->autocast_cuda_dtype, at::kCUDA);
       AutocastScope autocast_cpu(holder->autocast_cpu, holder->autocast_cpu_dtype, at::kCPU);
       RecomputeScope recompute;
+      const KeptAttentionScope keep(holder->kept.get(), /*replay=*/true);
       outputs = holder->fn(inputs);
     }
+    holder->kept.reset();  // the replayed attention nodes hold what their backward needs
     // Backpropagate through the recomputed block: parameter grads accumulate as usual; the
     // inputs' grads land on the detached leaves.
     std::vector<torch::Tensor> roots, grads;
@@ -94,10 +101,11 @@ bool recomputing_for_backward() {
 }
 
 std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs,
-                                        const std::vector<torch::Tensor>& parameters) {
+                                        const std::vector<torch::Tensor>& parameters, bool keep_attention) {
   if (!torch::GradMode::is_enabled()) return fn(inputs);
   auto holder = c10::make_intrusive<BlockHolder>();
   holder->fn = fn;
+  if (keep_attention) holder->kept = make_kept_attention_store();
   holder->input_count = inputs.size();
   // A TensorList argument makes every input a differentiable input of the autograd node. The
   // trainable parameters join them so that the outputs need gradients whenever one of them does:

@@ -17,9 +17,12 @@ using BlockFunction = std::function<std::vector<torch::Tensor>(const std::vector
 /// `parameters`: the trainable tensors `fn` uses (a block's weights, its LoRA adapters); those that
 /// need gradients make the outputs need them even when no input does (a frozen base under LoRA),
 /// and get theirs accumulated when the block is recomputed. The recomputation runs under the
-/// autocast state that was active here.
+/// autocast state that was active here. `keep_attention`: the attention calls of the first forward
+/// keep their output and log-sum-exp and the recompute replays them instead of running attention
+/// again (model/kept_attention.h: more memory held per block, less recompute).
 std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs,
-                                        const std::vector<torch::Tensor>& parameters = {});
+                                        const std::vector<torch::Tensor>& parameters = {},
+                                        bool keep_attention = false);
 
 /// True on this thread while a checkpointed block runs again for its backward: what it computes
 /// then serves only the gradients (the recomputed outputs are roots of that backward, their values

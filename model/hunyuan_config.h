@@ -52,6 +52,11 @@ struct HunyuanVideoConfig {
   /// the same loss and gradients up to rounding. Not an architecture field either. Off by default
   /// until its device runs and measured gain are on record.
   bool segment_attention = false;
+  /// Checkpointed blocks keep their attention's output and log-sum-exp from the first forward, and
+  /// their recompute in backward skips the attention kernel (model/kept_attention.h): N x hidden
+  /// x 2 + N x heads x 4 bytes more per checkpointed block in bf16. Not an architecture field. Off
+  /// by default until its device runs and measured gain are on record.
+  bool checkpoint_keeps_attention = false;
 
   int64_t hidden_size() const { return num_attention_heads * attention_head_dim; }
   int64_t mlp_hidden() const { return static_cast<int64_t>(hidden_size() * mlp_ratio); }

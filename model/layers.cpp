@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "model/fused_ops.h"
+#include "model/kept_attention.h"
 
 namespace tt {
 
@@ -265,7 +266,8 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
                      const torch::Tensor& key_mask) {
   std::optional<torch::Tensor> mask;
   if (key_mask.defined()) mask = key_mask;
-  auto out = at::scaled_dot_product_attention(q, k, v, mask);  // (B, H, N, D)
+  // SDPA, or inside a checkpointed block that keeps its attention, kept / replayed.
+  auto out = kept_or_sdpa(q, k, v, mask);  // (B, H, N, D)
   return out.transpose(1, 2).flatten(2, 3);
 }
 

@@ -482,6 +482,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
   // only values (module handles, sizes, the cached RoPE table's address), never locals by reference.
   const RopeTable* rope_table = &rope;
 
+  const bool keep_attention = config_.checkpoint_keeps_attention;
   // Block graphs, when active, take every block that is not checkpointed (same block function).
   const bool graphed =
       block_graphs_ && block_graphs_->active() && is_training() && torch::GradMode::is_enabled();
@@ -494,7 +495,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
         return std::vector<torch::Tensor>{result.first, result.second};
       };
       auto outputs =
-          recompute ? checkpointed(fn, with_keys({video, text, vec}), block->graph_tensors())
+          recompute ? checkpointed(fn, with_keys({video, text, vec}), block->graph_tensors(), keep_attention)
                     : block_graphs_->run(index, fn, with_keys({video, text, vec}), block->graph_tensors());
       video = outputs[0];
       text = outputs[1];
@@ -511,7 +512,7 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
                           keys_from](const std::vector<torch::Tensor>& in_) {
         return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
       };
-      joint = recompute ? checkpointed(fn, with_keys({joint, vec}), block->graph_tensors())[0]
+      joint = recompute ? checkpointed(fn, with_keys({joint, vec}), block->graph_tensors(), keep_attention)[0]
                         : block_graphs_->run(index, fn, with_keys({joint, vec}), block->graph_tensors())[0];
     } else {
       joint = block(joint, n, vec, keys, rope);

@@ -12,6 +12,11 @@
 #   scripts/gpu_memory.sh lora13b_auto    the 13B LoRA row with model.activation_checkpointing: auto
 #                                    (the fewest recomputed blocks within 90 % of the H200; its plan
 #                                    and its speed beside the fully checkpointed row)
+#   scripts/gpu_memory.sh lora13b_keep    the 13B LoRA row, every block checkpointed, with
+#                                    model.checkpoint_keeps_attention (the recompute skips attention;
+#                                    its speed and peak beside the plain row and the peer's)
+#   scripts/gpu_memory.sh keep1b     the 1b LoRA step, every block checkpointed, attention kept and
+#                                    recomputed, side by side twice (what keeping attention buys)
 #   scripts/gpu_memory.sh peer       scripts/bench_lora_peer.py at the same 13B LoRA shape (eager)
 #   scripts/gpu_memory.sh skip1b     the 1b LoRA step, every block checkpointed, with and without the
 #                                    recompute's skipped GEMMs (bench --recompute-all), side by side
@@ -19,7 +24,7 @@
 #                                    full checkpointing, by the estimate, and one measured step at it
 # Env: TELETRON_BUILD_TARGETS (default teletron), STEPS (3), PARTS_TIMEOUT (s per bench, 240).
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b lora13b_fused lora13b_auto skip1b full1b estimate peer longest)"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: gpu_memory.sh PART... (lora13b lora13b_fused lora13b_auto lora13b_keep skip1b keep1b full1b estimate peer longest)"; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
@@ -63,6 +68,21 @@ case "$part" in
     bench_row 13b_lora_auto --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
       --set model.activation_checkpointing=auto
     grep -E "blocks recomputed|activation_checkpointing: auto" "$out/13b_lora_auto.log" | tee -a "$out/summary.txt"
+    ;;
+  lora13b_keep)
+    bench_row 13b_lora_ckpt_keep --preset 13b --set model.lora.rank=32 --set model.lora.alpha=32 \
+      --set model.activation_checkpointing=true --set model.checkpoint_keeps_attention=true
+    ;;
+  keep1b)
+    # What keeping the attention buys a fully checkpointed LoRA step (model/kept_attention.h): its
+    # recompute skips the attention kernel for N x hidden x 2 bytes more per block; twice each.
+    for round in 1 2; do
+      for keep in false true; do
+        estimate= WARMUP=2 steps=5 bench_row "1b_lora_ckpt_keep_${keep}_$round" --preset 1b --no-optimizer \
+          --set model.lora.rank=32 --set model.lora.alpha=32 --set model.activation_checkpointing=true \
+          --set model.checkpoint_keeps_attention=$keep
+      done
+    done
     ;;
   skip1b)
     # What a recomputed block's skipped GEMMs buy (the MLP down-projections and linear2 under LoRA,

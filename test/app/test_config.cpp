@@ -764,6 +764,11 @@ TEST_CASE("every command warns once about a set key it does not use, never about
        "sample loads the weights --weights names", "vae.tiling"},
       {tt::Command::kTrain, {"validation.steps=4", "optimizer.lr=2e-5"}, "validation.steps",
        "validation.every is 0: no validation videos are made", "optimizer.lr"},
+      {tt::Command::kTrain, {"model.checkpoint_keeps_attention=true", "model.fused_kernels=true"},
+       "model.checkpoint_keeps_attention", "model.activation_checkpointing is false: no block is recomputed",
+       "model.fused_kernels"},
+      {tt::Command::kSample, {"model.checkpoint_keeps_attention=true", "vae.tiling=on"},
+       "model.checkpoint_keeps_attention", "sample runs no backward pass", "vae.tiling"},
       // bench-vae, bench-video and probe take no config: were they given one, nothing is read.
       {tt::Command::kBenchVae, {"vae.tiling=on"}, "vae.tiling", "`teletron bench-vae` does not read it", ""},
       {tt::Command::kBenchVideo, {"data_pipeline.workers=3"}, "data_pipeline.workers",
