@@ -75,10 +75,16 @@ at::SDPBackend keepable_backend(const torch::Tensor& q, const torch::Tensor& k, 
   return at::SDPBackend::error;
 }
 
+using CudaAttentionResult = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, c10::SymInt,
+                                       c10::SymInt, torch::Tensor, torch::Tensor, torch::Tensor>;
+
 torch::Tensor record(KeptAttentionStore& store, const torch::Tensor& q, const torch::Tensor& k,
                      const torch::Tensor& v, const std::optional<torch::Tensor>& mask) {
   auto call = std::make_shared<KeptCall>();
   store.calls.push_back(call);
+  // Recording belongs to a checkpointed block's first forward, where autograd is off; with it on,
+  // the backend's output would carry no gradient: SDPA, not kept.
+  if (torch::GradMode::is_enabled()) return sdpa(q, k, v, mask);
   call->backend = keepable_backend(q, k, v, mask);
   if (call->backend == at::SDPBackend::error) return sdpa(q, k, v, mask);
   call->cuda = q.is_cuda();
@@ -89,26 +95,17 @@ torch::Tensor record(KeptAttentionStore& store, const torch::Tensor& q, const to
   torch::Tensor out;
   if (!call->cuda) {
     std::tie(out, call->lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, false);
-  } else if (call->backend == at::SDPBackend::flash_attention) {
-    auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, false, false);
-    out = std::get<0>(r);
-    call->lse = std::get<1>(r);
-    call->cum_q = std::get<2>(r);
-    call->cum_k = std::get<3>(r);
-    call->max_q = std::get<4>(r).expect_int();
-    call->max_k = std::get<5>(r).expect_int();
-    call->seed = std::get<6>(r);
-    call->offset = std::get<7>(r);
   } else {
-    auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true);
-    out = std::get<0>(r);
-    call->lse = std::get<1>(r);
-    call->cum_q = std::get<2>(r);
-    call->cum_k = std::get<3>(r);
+    // Flash and cuDNN return the same nine: out, lse, cum_seq_q, cum_seq_k, max_q, max_k, seed,
+    // offset, debug mask.
+    const CudaAttentionResult r =
+        call->backend == at::SDPBackend::flash_attention
+            ? at::_scaled_dot_product_flash_attention(q, k, v, 0.0, false, false)
+            : at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true);
+    std::tie(out, call->lse, call->cum_q, call->cum_k, std::ignore, std::ignore, call->seed, call->offset,
+             std::ignore) = r;
     call->max_q = std::get<4>(r).expect_int();
     call->max_k = std::get<5>(r).expect_int();
-    call->seed = std::get<6>(r);
-    call->offset = std::get<7>(r);
   }
   call->out = plain_alias(out);
   call->kept = true;

@@ -25,6 +25,11 @@ device=${VAE_DEVICE:-cuda}
   --trace "$out/vae_traces" --json "$out/bench_vae_stages.jsonl" 2>&1 |
   grep -E "^bench-vae|^  \||^\| |^Where|^achieved|TT_ERR|error"
 gzip -f "$out"/vae_traces/*.json 2>/dev/null || true  # the traces (kernel time by kind above) come back smaller
+# The causal 3x3x3 convolution as cuDNN's 3D convolution (today) against 2D convolutions over the
+# frames, at each encoder stage's shape (issue 15: layouts chosen by measurement). CONV_LAYOUTS=0 skips.
+if [ "${CONV_LAYOUTS:-1}" = 1 ] && [ "$device" = cuda ]; then
+  timeout 240 python3 scripts/bench_conv_layouts.py --json "$out/conv_layouts.json" 2>&1 | grep -E "^\||Error"
+fi
 python3 scripts/bench_vae_diffusers.py /tmp/vae_dump --device "$device" --warmup 2 --steps 5 --json "$json" \
   --cudnn-benchmark off,on 2>&1 | grep -E "^diffusers|Error"
 python3 - "$json" <<'PY'
