@@ -13,7 +13,7 @@ Rows: teletron with model.fused_kernels off and on, diffusers' HunyuanVideoTrans
 eager and under torch.compile (default mode), the same architecture and input shapes, every text
 token valid (no mask work on either side), fp32 on the CPU.
 
---lora R [--checkpointing]: instead, the peak of one whole LoRA training step (forward, backward,
+--lora R [--checkpointing] [--set KEY=VALUE ...]: instead, the peak of one whole LoRA training step (forward, backward,
 clipping, AdamW on the adapters; the allocator's most bytes above the step's start), teletron with
 model.lora.rank R against diffusers + peft with the same rank and targets (scripts/bench_lora_peer.py's),
 both with or both without gradient checkpointing of every block. On the CPU this compares which tensors
@@ -108,7 +108,8 @@ def teletron_rows(args, work):
             subprocess.run([args.teletron, "train", config, "--output", f"{run}_fused_{fused}", "--device", args.device,
                             "--profile", "3:1:memory", "--set", f"model.lora.rank={args.lora}", "--set",
                             f"model.lora.alpha={args.lora}", "--set", f"model.fused_kernels={fused}", "--set",
-                            f"model.activation_checkpointing={'true' if args.checkpointing else 'false'}"],
+                            f"model.activation_checkpointing={'true' if args.checkpointing else 'false'}"]
+                           + [a for kv in args.set for a in ("--set", kv)],
                            check=True, capture_output=True)
             trace = glob.glob(os.path.join(f"{run}_fused_{fused}", "profile", "trace_steps_3-3.json"))[0]
             rows.append((f"teletron, LoRA rank {args.lora}, model.fused_kernels {fused}", step_peak(trace), []))
@@ -226,6 +227,8 @@ def main():
     parser.add_argument("--top", type=int, default=0, help="also list the N operators holding the most")
     parser.add_argument("--lora", type=int, default=0, help="compare one LoRA training step's peak at this rank")
     parser.add_argument("--checkpointing", action="store_true", help="with --lora: every block checkpointed, both sides")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --lora: a config override for teletron's runs (e.g. model.checkpoint_keeps_attention=true)")
     parser.add_argument("--work")
     args = parser.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="tt_activation_memory_")
