@@ -154,13 +154,9 @@ void run_bench(const BenchOptions& options) {
   // shortcut (drawn on the host, the 13B's 12.8 B values took minutes).
   HunyuanVideoTransformer model(mc, device,
                                 o.config.model.lora_rank > 0 && autocast ? half : torch::kFloat32);
-  if (automatic) {
-    // On the CPU there are no probes: auto recomputes nothing there.
-    const CheckpointCounts plan = estimate ? estimate->checkpointed : CheckpointCounts{};
-    model->set_checkpointed_blocks(plan.doubles, plan.singles);
-  } else {
-    model->set_activation_checkpointing(o.config.model.activation_checkpointing_every_n);
-  }
+  // On the CPU there are no probes: auto recomputes nothing there.
+  apply_activation_checkpointing(*model, o.config.model.activation_checkpointing_every_n,
+                                 estimate ? estimate->checkpointed : CheckpointCounts{});
   model->set_recompute_skips_unread(!o.recompute_all);
   {
     torch::NoGradGuard no_grad;

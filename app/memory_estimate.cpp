@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "cuda/ops.h"
+#include "model/activation_checkpoint.h"
 #include "model/flops.h"
 #include "model/lora.h"
 #include "model/transformer.h"
@@ -61,14 +62,6 @@ int64_t lora_parameter_count(const HunyuanVideoConfig& model, const LoraOptions&
   return count;
 }
 
-// How many of blocks [first, first + count) have index % every_n == 0.
-int64_t checkpointed_in(int64_t first, int64_t count, int64_t every_n) {
-  if (every_n <= 0) return 0;
-  int64_t n = 0;
-  for (int64_t i = first; i < first + count; ++i) n += i % every_n == 0 ? 1 : 0;
-  return n;
-}
-
 // Inputs of one step at `shape` (every text token valid, as after trimming).
 TransformerInputs probe_inputs(const HunyuanVideoConfig& model, const StepShape& shape, const torch::Device& device) {
   auto fp32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
@@ -85,10 +78,10 @@ TransformerInputs probe_inputs(const HunyuanVideoConfig& model, const StepShape&
   return in;
 }
 
-// A checkpointing plan as the model takes it: every n-th block, or counts of each kind (the first ones).
+// A checkpointing plan as apply_activation_checkpointing takes it: every n-th block, or (every_n
+// kCheckpointingAuto) the first `counts` blocks of each kind.
 struct Plan {
   int64_t every_n = 0;
-  bool by_counts = false;
   CheckpointCounts counts;
 };
 
@@ -138,10 +131,7 @@ std::vector<double> probe_step_peaks(const Config& config, const HunyuanVideoCon
   };
   std::vector<double> peaks;
   for (const Plan& plan : plans) {
-    if (plan.by_counts)
-      model->set_checkpointed_blocks(plan.counts.doubles, plan.counts.singles);
-    else
-      model->set_activation_checkpointing(plan.every_n);
+    apply_activation_checkpointing(*model, plan.every_n, plan.counts);
     try {
       step();  // allocates the optimizer state (and kept gradients) on the first mode
       torch::cuda::synchronize(device.index());
@@ -174,7 +164,7 @@ std::pair<ProbePeaks, ProbePeaks> probe_all_depths(const Config& config, const H
     shallow.num_layers = depths[i][0];
     shallow.num_single_layers = depths[i][1];
     std::vector<Plan> plans;
-    for (int64_t every_n : modes) plans.push_back(Plan{every_n, false, {}});
+    for (int64_t every_n : modes) plans.push_back(Plan{every_n, {}});
     const std::vector<double> peaks = probe_step_peaks(config, shallow, shape, device, plans);
     release_cached_memory(device);
     for (size_t m = 0; m < modes.size(); ++m) *(modes[m] == 0 ? slots_none[i] : slots_all[i]) = peaks[m];
@@ -238,7 +228,8 @@ double MemoryEstimate::activation_bytes() const {
 }
 
 CheckpointCounts checkpoint_counts(int64_t doubles, int64_t singles, int64_t every_n) {
-  return {checkpointed_in(0, doubles, every_n), checkpointed_in(doubles, singles, every_n)};
+  const auto [d, s] = checkpointed_by_kind(every_nth_block(doubles + singles, every_n), doubles);
+  return {d, s};
 }
 
 double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles, int64_t singles,
@@ -279,6 +270,14 @@ CheckpointCounts fewest_checkpointed(const ProbePeaks& none, const ProbePeaks& a
     if (extrapolate_peak(none, all, doubles, singles, counts) <= budget_bytes) return counts;
   }
   return every;
+}
+
+void apply_activation_checkpointing(HunyuanVideoTransformerImpl& model, int64_t configured_every_n,
+                                    const CheckpointCounts& planned) {
+  if (configured_every_n == kCheckpointingAuto)
+    model.set_checkpointed_blocks(planned.doubles, planned.singles);
+  else
+    model.set_activation_checkpointing(configured_every_n);
 }
 
 CountedMemory count_memory(const Config& config, const HunyuanVideoConfig& model, bool cuda) {
@@ -356,14 +355,14 @@ MemoryEstimate estimate_step_memory(const Config& config, const HunyuanVideoConf
 
 double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
                          const torch::Device& device, int64_t every_n) {
-  const double peak = probe_step_peaks(config, model, shape, device, {Plan{every_n, false, {}}}).at(0);
+  const double peak = probe_step_peaks(config, model, shape, device, {Plan{every_n, {}}}).at(0);
   release_cached_memory(device);
   return peak;
 }
 
 double measure_step_peak(const Config& config, const HunyuanVideoConfig& model, const StepShape& shape,
                          const torch::Device& device, const CheckpointCounts& checkpointed) {
-  const double peak = probe_step_peaks(config, model, shape, device, {Plan{0, true, checkpointed}}).at(0);
+  const double peak = probe_step_peaks(config, model, shape, device, {Plan{kCheckpointingAuto, checkpointed}}).at(0);
   release_cached_memory(device);
   return peak;
 }

@@ -27,6 +27,7 @@
 
 #include "app/config.h"
 #include "model/hunyuan_config.h"
+#include "model/transformer.h"
 
 namespace tt {
 
@@ -110,6 +111,11 @@ double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t d
 /// block exceeds the budget, every block (check_estimate_fits then says so).
 CheckpointCounts fewest_checkpointed(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles,
                                      int64_t singles, double budget_bytes);
+
+/// Hands the run's model.activation_checkpointing to `model`: every n-th block as configured, or,
+/// for auto, `planned` (the estimate's `checkpointed`; none where no estimate ran, as on the CPU).
+void apply_activation_checkpointing(HunyuanVideoTransformerImpl& model, int64_t configured_every_n,
+                                    const CheckpointCounts& planned);
 
 /// The counted parts for `config` (dtype policy as the trainer's: fp32 master weights, bf16 master
 /// weights, or a frozen base in the autocast dtype with fp32 adapters).

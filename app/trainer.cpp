@@ -106,10 +106,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
   // one block at most).
   model_ = HunyuanVideoTransformer(model_config_, device_, resident_weight_dtype(config_, autocast_));
   model_->train();
-  if (config_.model.activation_checkpointing_every_n == kCheckpointingAuto)
-    model_->set_checkpointed_blocks(checkpoint_plan_.doubles, checkpoint_plan_.singles);
-  else
-    model_->set_activation_checkpointing(config_.model.activation_checkpointing_every_n);
+  apply_activation_checkpointing(*model_, config_.model.activation_checkpointing_every_n, checkpoint_plan_);
   std::vector<std::string> names;
   if (config_.model.lora_rank > 0) {
     TT_CHECK_HINT(!bf16_master_, ErrorCode::kConfig,

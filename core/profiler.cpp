@@ -255,18 +255,8 @@ void synchronize(torch::Device device) {
 #endif
 }
 
-// Runs `work` under the profiler, waits for the device, writes the Chrome trace to `path` and
-// returns it parsed.
-nlohmann::json trace_to(torch::Device device, const std::string& path, bool shapes, bool memory,
-                        const std::function<void()>& work) {
-  start_profiler(device, shapes, memory);
-  try {
-    work();
-    synchronize(device);
-  } catch (...) {
-    (void)kineto::disableProfiler();
-    throw;
-  }
+// Stops the profiler, writes its Chrome trace to `path` (making the folder) and returns it parsed.
+nlohmann::json stop_profiler_into(const std::string& path) {
   std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
   const fs::path folder = fs::path(path).parent_path();
   if (!folder.empty()) fs::create_directories(folder);
@@ -311,7 +301,7 @@ int64_t cpu_peak_bytes_during(const std::function<void()>& work) {
   const fs::path path =
       fs::temp_directory_path() / str_cat("tt_memory_", ::getpid(), "_",
                                           std::hash<std::thread::id>{}(std::this_thread::get_id()), ".json");
-  const nlohmann::json trace = trace_to(torch::kCPU, path.string(), /*shapes=*/false, /*memory=*/true, work);
+  const nlohmann::json trace = trace_work(torch::kCPU, path.string(), /*shapes=*/false, work, /*memory=*/true);
   std::error_code ignored;
   fs::remove(path, ignored);
   const auto memory = trace_memory(trace);
@@ -321,8 +311,16 @@ int64_t cpu_peak_bytes_during(const std::function<void()>& work) {
 }
 
 nlohmann::json trace_work(torch::Device device, const std::string& path, bool shapes,
-                          const std::function<void()>& work) {
-  return trace_to(device, path, shapes, /*memory=*/false, work);
+                          const std::function<void()>& work, bool memory) {
+  start_profiler(device, shapes, memory);
+  try {
+    work();
+    synchronize(device);
+  } catch (...) {
+    (void)kineto::disableProfiler();
+    throw;
+  }
+  return stop_profiler_into(path);
 }
 
 StepProfiler::StepProfiler(ProfileWindow window, torch::Device device, std::string folder)
@@ -346,12 +344,9 @@ void StepProfiler::before_step(int64_t step) {
 void StepProfiler::after_step(int64_t step, bool run_ends) {
   if (!running_ || (step != window_.last() && !run_ends)) return;
   synchronize(device_);
-  std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
   running_ = false;
-  fs::create_directories(folder_);
   trace_path_ = (fs::path(folder_) / str_cat("trace_steps_", window_.first, "-", step, ".json")).string();
-  result->save(trace_path_);
-  const nlohmann::json trace = read_trace(trace_path_);
+  const nlohmann::json trace = stop_profiler_into(trace_path_);
   const TraceBusy busy = trace_busy(trace);
   if (window_.memory) {
     for (const auto& [device, m] : trace_memory(trace))

@@ -101,10 +101,11 @@ nlohmann::json write_time_split(std::ostream& text, const nlohmann::json& trace,
                                 int64_t passes, const std::string& what, const std::vector<KindWork>& work);
 
 /// Runs `work` under LibTorch's profiler (the host's operators and, on CUDA, the GPU's kernels; with
-/// `shapes` each operator's input shapes), waits for the device, writes the Chrome trace to `path`
-/// and returns it parsed. Not while another profiler runs in the process.
+/// `shapes` each operator's input shapes, with `memory` the allocator's events), waits for the
+/// device, writes the Chrome trace to `path` and returns it parsed. Not while another profiler runs
+/// in the process.
 nlohmann::json trace_work(torch::Device device, const std::string& path, bool shapes,
-                          const std::function<void()>& work);
+                          const std::function<void()>& work, bool memory = false);
 
 /// Starts the profiler before step `window.first` and stops it after `window.last()`, then writes
 /// the trace into `folder` and logs where it is and the busy share. One per training run (the

@@ -5,6 +5,8 @@
 #include <torch/autograd.h>
 #include <torch/custom_class.h>
 
+#include <algorithm>
+
 #include "core/autocast.h"
 #include "model/kept_attention.h"
 
@@ -95,6 +97,20 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 };
 
 }  // namespace
+
+std::vector<bool> every_nth_block(int64_t blocks, int64_t every_n) {
+  std::vector<bool> checkpointed(static_cast<size_t>(std::max<int64_t>(blocks, 0)), false);
+  for (size_t i = 0; i < checkpointed.size() && every_n > 0; ++i)
+    checkpointed[i] = static_cast<int64_t>(i) % every_n == 0;
+  return checkpointed;
+}
+
+std::pair<int64_t, int64_t> checkpointed_by_kind(const std::vector<bool>& checkpointed, int64_t doubles) {
+  int64_t d = 0, s = 0;
+  for (size_t i = 0; i < checkpointed.size(); ++i)
+    (static_cast<int64_t>(i) < doubles ? d : s) += checkpointed[i] ? 1 : 0;
+  return {d, s};
+}
 
 bool recomputing_for_backward() {
   return recomputing;

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace tt {
@@ -23,6 +24,12 @@ using BlockFunction = std::function<std::vector<torch::Tensor>(const std::vector
 std::vector<torch::Tensor> checkpointed(const BlockFunction& fn, const std::vector<torch::Tensor>& inputs,
                                         const std::vector<torch::Tensor>& parameters = {},
                                         bool keep_attention = false);
+
+/// The blocks every_n checkpointing recomputes among `blocks` (the model's double-stream blocks
+/// first, then its single-stream ones): those whose index % every_n == 0; every_n <= 0: none.
+std::vector<bool> every_nth_block(int64_t blocks, int64_t every_n);
+/// How many of `checkpointed` are among the first `doubles` (double-stream) and how many after.
+std::pair<int64_t, int64_t> checkpointed_by_kind(const std::vector<bool>& checkpointed, int64_t doubles);
 
 /// True on this thread while a checkpointed block runs again for its backward: what it computes
 /// then serves only the gradients (the recomputed outputs are roots of that backward, their values

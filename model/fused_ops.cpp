@@ -98,6 +98,13 @@ torch::ScalarType linear_dtype(const torch::Tensor& x) {
 struct LinearGrads {
   torch::Tensor input, weight, bias;
 };
+
+// `sizes` with the last dimension replaced: a Linear's output shape from its input's (or back).
+std::vector<int64_t> with_last(c10::IntArrayRef sizes, int64_t last) {
+  std::vector<int64_t> out = sizes.vec();
+  out.back() = last;
+  return out;
+}
 // weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped,
 // and `input` is not read (undefined is fine: its shape is `input_sizes`).
 LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
@@ -180,9 +187,7 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     if (compute_output) {
       outputs.push_back(torch::linear(h, weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor()));
     } else {
-      std::vector<int64_t> sizes = u.sizes().vec();
-      sizes.back() = weight.size(0);
-      outputs.push_back(torch::empty(sizes, u.options().dtype(dtype)));
+      outputs.push_back(torch::empty(with_last(u.sizes(), weight.size(0)), u.options().dtype(dtype)));
     }
     if (has_down) outputs.push_back(torch::linear(h, down.to(dtype)));
     ctx->save_for_backward({a, u, weight, bias, down});
@@ -203,11 +208,10 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     // The linear's input again only for a weight's gradient (a frozen base needs none), once.
     const bool weight_grad = ctx->needs_input_grad(2);
     const bool down_grad = has_down && ctx->needs_input_grad(4) && grads[1].defined();
-    std::vector<int64_t> h_sizes = u.sizes().vec();
-    h_sizes.back() = weight.size(1);
     torch::Tensor h = weight_grad || down_grad ? gelu_input(a, u, has_a) : torch::Tensor();
     const torch::Tensor grad_down = has_down ? grads[1] : torch::Tensor();
-    BaseAndDownGrads g = base_and_down_backward(grads[0], grad_down, h_sizes, std::move(h), weight, bias,
+    BaseAndDownGrads g = base_and_down_backward(grads[0], grad_down, with_last(u.sizes(), weight.size(1)),
+                                                std::move(h), weight, bias,
                                                 has_bias, down, dtype, weight_grad, down_grad);
     const torch::Tensor grad_h = std::move(g.base.input);
     torch::Tensor grad_a, grad_mlp = grad_h;
@@ -236,9 +240,7 @@ class UnreadLinear : public torch::autograd::Function<UnreadLinear> {
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["weight_grad"] = weight_grad;
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = weight.size(0);
-    return torch::empty(sizes, x.options().dtype(dtype));
+    return torch::empty(with_last(x.sizes(), weight.size(0)), x.options().dtype(dtype));
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
@@ -399,20 +401,39 @@ torch::Tensor gelu_tanh_reference(const torch::Tensor& x) {
   return torch::gelu(x, "tanh");
 }
 
+namespace {
+
+// GeluLinear / ModulateLinear with their optional tensors (a, bias, down) undefined where absent:
+// autograd functions take no undefined inputs, so those go in as empty tensors with a flag.
+torch::autograd::variable_list apply_gelu_linear(const torch::Tensor& a, const torch::Tensor& u,
+                                                 const torch::Tensor& weight, const torch::Tensor& bias,
+                                                 const torch::Tensor& down, bool output_unread) {
+  const torch::Tensor none = torch::empty({0}, u.options());
+  return GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none,
+                           down.defined() ? down : none, a.defined(), bias.defined(), down.defined(),
+                           !output_unread);
+}
+
+torch::autograd::variable_list apply_modulate_linear(const torch::Tensor& x, const torch::Tensor& shift,
+                                                     const torch::Tensor& scale, const torch::Tensor& weight,
+                                                     const torch::Tensor& bias, const torch::Tensor& down) {
+  const torch::Tensor none = torch::empty({0}, x.options());
+  return ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : none, down.defined() ? down : none,
+                               bias.defined(), down.defined());
+}
+
+}  // namespace
+
 torch::Tensor gelu_linear(const torch::Tensor& a, const torch::Tensor& u, const torch::Tensor& weight,
                           const torch::Tensor& bias, bool output_unread) {
-  const torch::Tensor none = torch::empty({0}, u.options());
-  return GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none, none, a.defined(),
-                           bias.defined(), false, !output_unread)[0];
+  return apply_gelu_linear(a, u, weight, bias, {}, output_unread)[0];
 }
 
 std::pair<torch::Tensor, torch::Tensor> gelu_linear_with_down(const torch::Tensor& a, const torch::Tensor& u,
                                                               const torch::Tensor& weight,
                                                               const torch::Tensor& bias,
                                                               const torch::Tensor& down, bool output_unread) {
-  const torch::Tensor none = torch::empty({0}, u.options());
-  const auto outputs = GeluLinear::apply(a.defined() ? a : none, u, weight, bias.defined() ? bias : none,
-                                         down, a.defined(), bias.defined(), true, !output_unread);
+  const auto outputs = apply_gelu_linear(a, u, weight, bias, down, output_unread);
   return {outputs[0], outputs[1]};
 }
 torch::Tensor linear_output_unread(const torch::Tensor& x, const torch::Tensor& weight,
@@ -430,17 +451,13 @@ torch::Tensor gelu_linear_reference(const torch::Tensor& a, const torch::Tensor&
 
 torch::Tensor modulate_linear(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                               const torch::Tensor& weight, const torch::Tensor& bias) {
-  const torch::Tensor none = torch::empty({0}, x.options());
-  return ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : none, none, bias.defined(),
-                               false)[0];
+  return apply_modulate_linear(x, shift, scale, weight, bias, {})[0];
 }
 
 std::pair<torch::Tensor, torch::Tensor> modulate_linear_with_down(
     const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
     const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& down) {
-  const torch::Tensor none = torch::empty({0}, x.options());
-  const auto outputs = ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : none, down,
-                                             bias.defined(), true);
+  const auto outputs = apply_modulate_linear(x, shift, scale, weight, bias, down);
   return {outputs[0], outputs[1]};
 }
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {

@@ -170,17 +170,20 @@ torch::Tensor modulated_linear(torch::nn::Linear& base, const LoraAdapter& lora,
 
 torch::Tensor gelu_then_linear(torch::nn::Linear& base, const LoraAdapter& lora, const torch::Tensor& a,
                                const torch::Tensor& u, bool fused, bool output_unread) {
+  // The Linear's input itself, cat(a, gelu(u)), for the paths that need it materialised.
+  auto linear_input = [&](bool fused_gelu) {
+    const torch::Tensor g = gelu_tanh(u, fused_gelu);
+    return a.defined() ? torch::cat({a, g}, -1) : g;
+  };
   if (!fused) {
-    const torch::Tensor g = gelu_tanh(u, false);
-    const torch::Tensor h = a.defined() ? torch::cat({a, g}, -1) : g;
+    const torch::Tensor h = linear_input(false);
     if (!output_unread) return lora_linear(base, lora, h);
     return with_lora(lora, linear_output_unread(h, base->weight, base->bias), h);
   }
   if (!lora) return gelu_linear(a, u, base->weight, base->bias, output_unread);
   if (lora->has_dropout()) {  // dropout needs the GELU's output itself
     const torch::Tensor out = gelu_linear(a, u, base->weight, base->bias, output_unread);
-    const torch::Tensor g = gelu_tanh(u, true);
-    return lora->add_up(out, lora->down(a.defined() ? torch::cat({a, g}, -1) : g));
+    return lora->add_up(out, lora->down(linear_input(true)));
   }
   // Base and adapters in one function: the GELU (and the concatenation) made, and remade in
   // backward, once.

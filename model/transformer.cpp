@@ -236,10 +236,7 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
 }
 
 void HunyuanVideoTransformerImpl::set_activation_checkpointing(int64_t every_n) {
-  const size_t blocks = double_blocks_.size() + single_blocks_.size();
-  checkpointed_.assign(blocks, false);
-  for (size_t i = 0; i < blocks && every_n > 0; ++i)
-    checkpointed_[i] = static_cast<int64_t>(i) % every_n == 0;
+  checkpointed_ = every_nth_block(static_cast<int64_t>(double_blocks_.size() + single_blocks_.size()), every_n);
 }
 
 void HunyuanVideoTransformerImpl::set_checkpointed_blocks(int64_t doubles, int64_t singles) {
@@ -250,10 +247,7 @@ void HunyuanVideoTransformerImpl::set_checkpointed_blocks(int64_t doubles, int64
 }
 
 std::pair<int64_t, int64_t> HunyuanVideoTransformerImpl::checkpointed_blocks() const {
-  int64_t doubles = 0, singles = 0;
-  for (size_t i = 0; i < checkpointed_.size(); ++i)
-    (i < double_blocks_.size() ? doubles : singles) += checkpointed_[i] ? 1 : 0;
-  return {doubles, singles};
+  return checkpointed_by_kind(checkpointed_, static_cast<int64_t>(double_blocks_.size()));
 }
 
 void HunyuanVideoTransformerImpl::set_recompute_skips_unread(bool on) {

@@ -101,16 +101,14 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
        "tele_tron.vae.tiling: set (--set vae.tiling=on), but data.source is latents: the VAE is not used",
        "tele_tron.vae.tiling"},
       {"bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 "
-       "--steps 1 "
-       "--no-optimizer --set batch_size=dynamic",
+       "--steps 1 --no-optimizer --set batch_size=dynamic",
        "tele_tron.batch_size: set (--set batch_size=dynamic), but bench takes the batch size from --batch",
        "tele_tron.batch_size"},
       {"preprocess " + kQuickstart + " --output " + dir / "pre" +
            " --set data.source=video --set data_pipeline.prefetch=3 --set data.manifest=" +
            dir / "none.jsonl",
        "tele_tron.data_pipeline.prefetch: set (--set data_pipeline.prefetch=3), but preprocess has no "
-       "training step "
-       "to feed",
+       "training step to feed",
        "tele_tron.data_pipeline.prefetch"},
       {"validate-data " + dir / "none.jsonl" + " --set vae.tiling=on",
        "tele_tron.vae.tiling: set (--set vae.tiling=on), but validate-data does not encode",
@@ -135,9 +133,8 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
   }
   // A key the command uses is not named: bench reads the architecture.
   auto result = run_teletron(
-      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps "
-      "1 "
-      "--no-optimizer --set model.num_layers=1");
+      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 "
+      "--steps 1 --no-optimizer --set model.num_layers=1");
   INFO(result.output);
   CHECK(result.exit_code == 0);
   CHECK(count(result.output, "num_layers: set") == 0);
@@ -147,10 +144,9 @@ TEST_CASE("every command that takes a config warns once about an idle key at sta
 TEST_CASE("bench says which blocks it recomputes; activation_checkpointing auto recomputes none on the CPU",
           "[cli][bench]") {
   const std::string common =
-      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 --steps "
-      "1 "
-      "--no-optimizer --set model.num_layers=1 --set model.num_single_layers=2 --set "
-      "model.activation_checkpointing=";
+      "bench --preset tiny --device cpu --frames 1 --height 16 --width 16 --text-tokens 4 --warmup 0 "
+      "--steps 1 --no-optimizer --set model.num_layers=1 --set model.num_single_layers=2 "
+      "--set model.activation_checkpointing=";
   const std::string row = "| blocks recomputed in backward (model.activation_checkpointing) | ";
   for (const auto& [value, blocks] : std::vector<std::pair<std::string, std::string>>{
            {"auto", "0 of 1 double-stream, 0 of 2 single-stream"},
@@ -272,9 +268,8 @@ TEST_CASE("bench --suite train --rows runs the rows named, in that order, and wr
   const std::string work = dir / "work";
   auto result = run_teletron(
       "bench --suite train --ablation --rows 2,1,2 --device cpu --preset tiny --set model.num_layers=1 "
-      "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps "
-      "2 "
-      "--profile-steps 0 --samples 4 --work-dir " +
+      "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 "
+      "--steps 2 --profile-steps 0 --samples 4 --work-dir " +
       work);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
@@ -303,8 +298,7 @@ TEST_CASE("bench --suite train --rows runs the rows named, in that order, and wr
   auto mixed = run_teletron(
       "bench --suite train --ablation --rows 2,4 --device cpu --preset tiny --set model.num_layers=1 "
       "--set model.num_single_layers=1 --buckets 5x32x32,9x32x64 --text-tokens 8 --batch 2 --warmup 1 "
-      "--steps 2 "
-      "--profile-steps 0 --samples 4");
+      "--steps 2 --profile-steps 0 --samples 4");
   INFO(mixed.output);
   REQUIRE(mixed.exit_code == 0);
   CHECK_THAT(mixed.output, ContainsSubstring("(cached latents, 2 latent shapes: one bucket each)"));
@@ -332,8 +326,7 @@ TEST_CASE("bench --suite train: a row whose training stops is marked STOPPED and
       "bench --suite train --ablation --rows 1,2 --device cpu --preset tiny --set model.num_layers=1 "
       "--set model.num_single_layers=1 --set mixed_precision.dtype=fp16 "
       "--frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 --steps 2 --profile-steps 0 --samples 4 "
-      "--json " +
-      json);
+      "--json " + json);
   unsetenv("TELETRON_FAULTS");
   INFO(result.output);
   CHECK(result.exit_code == tt::error_exit_code(tt::ErrorCode::kNan));

@@ -49,6 +49,18 @@ inline void randomise_weights(HunyuanVideoTransformer& model, uint64_t seed) {
   for (auto& p : model->parameters()) p.copy_(torch::randn_like(p) * 0.2);
 }
 
+/// A model of `c` with randomise_weights(`seed`) on `device`, training, every block checkpointed:
+/// what the recompute tests (LoRA's skipped GEMMs, kept attention) step.
+inline HunyuanVideoTransformer checkpointed_model_on(const HunyuanVideoConfig& c, const torch::Device& device,
+                                                    uint64_t seed) {
+  HunyuanVideoTransformer model(c);
+  randomise_weights(model, seed);
+  model->to(device);
+  model->train();
+  model->set_activation_checkpointing(1);
+  return model;
+}
+
 /// The inputs' tensors moved to `device`.
 inline TransformerInputs inputs_on(TransformerInputs in, const torch::Device& device) {
   for (torch::Tensor* t : {&in.hidden_states, &in.timestep, &in.encoder_hidden_states, &in.encoder_attention_mask,

@@ -19,7 +19,6 @@
 
 namespace {
 
-using tt::test::randomise_weights;
 using tt::test::small_model_config;
 using tt::test::small_model_inputs;
 
@@ -60,11 +59,7 @@ void check_kept_attention(const torch::Device& device, bool autocast, double tol
   };
   auto run = [&](bool keep) {
     c.checkpoint_keeps_attention = keep;
-    tt::HunyuanVideoTransformer model(c);
-    randomise_weights(model, 5);
-    model->to(device);
-    model->train();
-    model->set_activation_checkpointing(1);
+    tt::HunyuanVideoTransformer model = tt::test::checkpointed_model_on(c, device, 5);
     Run r;
     const nlohmann::json trace = tt::trace_work(device, dir / "trace.json", false, [&] {
       {

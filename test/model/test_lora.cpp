@@ -246,11 +246,7 @@ void check_recompute_skips_unread(const torch::Device& device, bool autocast, do
     for (const bool lora : {true, false}) {
       INFO("fused " << fused << ", LoRA " << lora);
       c.fused_kernels = fused;
-      tt::HunyuanVideoTransformer model(c);
-      randomise_weights(model, 5);
-      model->to(device);
-      model->train();
-      model->set_activation_checkpointing(1);
+      tt::HunyuanVideoTransformer model = tt::test::checkpointed_model_on(c, device, 5);
       std::vector<std::pair<std::string, torch::Tensor>> trained;
       if (lora) {
         tt::LoraOptions options;
