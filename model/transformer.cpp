@@ -377,10 +377,13 @@ LoraSet HunyuanVideoTransformerImpl::attach_lora(const LoraOptions& options) {
                 "tele_tron.model.lora.rank must be > 0, got ", options.rank);
   LoraSet set;
   set.options = options;
-  if (set.options.targets.empty()) set.options.targets = default_lora_targets();
+  // The defaults name both block kinds; a model without one of them (e.g. single blocks only)
+  // adapts what it has. Targets a user names must each find a module (a typo is an error).
+  const bool named = !set.options.targets.empty();
+  if (!named) set.options.targets = default_lora_targets();
   std::vector<LoraHost> hosts = lora_hosts();
   for (const LoraHost& h : hosts) TT_ASSERT(!*h.slot, "attach_lora called twice");
-  for (const std::string& target : set.options.targets) {
+  for (const std::string& target : named ? set.options.targets : std::vector<std::string>{}) {
     bool found = false;
     for (const LoraHost& h : hosts)
       for (const LoraPart& part : h.parts) found = found || lora_target_matches({target}, part.module);

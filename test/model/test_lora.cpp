@@ -107,6 +107,30 @@ TEST_CASE("LoRA: the adapted model starts as the base; the default targets; the 
   CHECK(tt::test::expect_error([&] { other->attach_lora(wrong); }).code() == tt::ErrorCode::kConfig);
 }
 
+TEST_CASE("LoRA: the default targets adapt a model of one block kind; named targets still must match",
+          "[lora]") {
+  for (const bool singles_only : {true, false}) {
+    INFO((singles_only ? "single blocks only" : "double blocks only"));
+    tt::HunyuanVideoConfig c = small_model_config();
+    (singles_only ? c.num_layers : c.num_single_layers) = 0;
+    tt::HunyuanVideoTransformer model(c);
+    tt::LoraOptions options;
+    options.rank = 2;
+    const tt::LoraSet set = model->attach_lora(options);
+    std::set<std::string> modules;
+    for (const auto& adapter : set.adapters)
+      for (const auto& pair : adapter->pairs()) modules.insert(pair.module);
+    const std::string kind = singles_only ? "single_transformer_blocks." : "transformer_blocks.";
+    CHECK(modules.size() == (singles_only ? 5u * c.num_single_layers : 12u * c.num_layers));
+    for (const std::string& module : modules) CHECK(module.rfind(kind, 0) == 0);
+    // A named target of the missing kind alone finds nothing: the user's error, as before.
+    tt::HunyuanVideoTransformer other(c);
+    tt::LoraOptions named = options;
+    named.targets = {singles_only ? "ff_context.net.2" : "proj_mlp"};
+    CHECK(tt::test::expect_error([&] { other->attach_lora(named); }).code() == tt::ErrorCode::kConfig);
+  }
+}
+
 // The model with `targets` adapted (random A and B) and the same base with each adapter merged into
 // its diffusers module, W + (alpha/r) B A, as diffusers' fuse_lora does: max |difference| of the
 // outputs, and the adapted modules.
