@@ -72,7 +72,11 @@ class StageClock {
 
 // The config.json diffusers' AutoencoderKLHunyuanVideo reads (encoder fields; the decoder mirrors them).
 nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
+  // Block types one per entry of block_out_channels: diffusers' defaults list four.
+  const size_t blocks = c.block_out_channels.size();
   return {{"_class_name", "AutoencoderKLHunyuanVideo"},
+          {"down_block_types", std::vector<std::string>(blocks, "HunyuanVideoDownBlock3D")},
+          {"up_block_types", std::vector<std::string>(blocks, "HunyuanVideoUpBlock3D")},
           {"in_channels", c.in_channels},
           {"out_channels", c.in_channels},
           {"latent_channels", c.latent_channels},
