@@ -41,6 +41,23 @@ std::string format_duration(double seconds) {
   return str_cat(total, "s");
 }
 
+// Every bucket's latents (C, T', H', W') must split into the model's patches; found here, before
+// any step, instead of at a bucket's first batch.
+void check_buckets_patch(const std::vector<std::vector<int64_t>>& shapes, const HunyuanVideoConfig& model) {
+  const int64_t pt = model.patch_size_t, p = model.patch_size;
+  for (size_t b = 0; b < shapes.size(); ++b) {
+    const std::vector<int64_t>& s = shapes[b];
+    if (s.size() != 4 || (s[1] % pt == 0 && s[2] % p == 0 && s[3] % p == 0)) continue;
+    throw Error(ErrorCode::kData,
+                str_cat("data: bucket ", b, " has latents (C, T', H', W') = [", s[0], ", ", s[1], ", ", s[2], ", ", s[3],
+                        "], which the model's patches [patch_size_t ", pt, ", patch_size ", p, ", ", p,
+                        "] do not divide"),
+                str_cat("T' must be a multiple of ", pt, " and H', W' multiples of ", p,
+                        ": choose data.buckets so (with the VAE's 4x time and 8x space compression, T' = "
+                        "(frames - 1) / 4 + 1, H' = height / 8), and encode the latents again"));
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_(request.resume), checkpoints_(request.checkpoints) {
@@ -88,6 +105,7 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
     caption_dropout_ = std::move(dropout);
     spdlog::info("data: caption dropout {}: the empty caption's embedding from {}", config_.data.caption_dropout, cache);
   }
+  check_buckets_patch(dataset_->bucket_latent_shapes(), model_config_);
   cursor_.row_bucket = dataset_->row_buckets();
   cursor_.step_samples = global_batch_of(config_).samples();
   dynamic_ = config_.batch_size_dynamic;

@@ -256,6 +256,18 @@ TEST_CASE("image-to-video (latent_concat): 33-channel input from 16-channel late
   CHECK_THAT(bad.output, ContainsSubstring("in_channels"));
 }
 
+TEST_CASE("latents the model's patches do not divide stop before step 0, naming the bucket", "[train][data]") {
+  Workspace ws(2, "");  // latents (16, 2, 8, 8)
+  for (const std::string& patch : {"model.patch_size_t=3", "model.patch_size=3"}) {
+    INFO(patch);
+    auto run = run_teletron("train " + ws.config + " --output " + (ws.dir / ("run_" + patch.substr(6, 12))) +
+                            " --max-steps 2 --set " + patch);
+    CHECK(run.exit_code == tt::error_exit_code(tt::ErrorCode::kData));
+    CHECK_THAT(run.output, ContainsSubstring("bucket 0 has latents (C, T', H', W') = [16, 2, 8, 8]"));
+    CHECK_THAT(run.output, !ContainsSubstring("step 1/"));
+  }
+}
+
 namespace {
 
 // `teletron train CONFIG --output RUN EXTRA` with TELETRON_TRACE_BATCHES=TRACE: one JSON line per
