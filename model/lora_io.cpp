@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <set>
 
 #include "core/errors.h"
@@ -11,6 +12,30 @@
 
 namespace tt {
 namespace {
+
+constexpr const char* kLoraFileHint =
+    "check tele_tron.model.lora.weights (or --lora): a LoRA file as diffusers, ComfyUI or musubi-tuner write "
+    "it, undamaged";
+
+// A LoRA factor as stored: floating point, two dimensions, every value finite; fp32 here.
+torch::Tensor lora_factor(const torch::Tensor& t, const std::string& key, const std::string& path) {
+  TT_CHECK_HINT(t.is_floating_point(), ErrorCode::kCheckpoint, kLoraFileHint, path, ": ", key, " is ",
+                t.scalar_type(), ", not floating point");
+  const torch::Tensor f = t.to(torch::kFloat32);
+  TT_CHECK_HINT(f.dim() != 2 || torch::isfinite(f).all().item<bool>(), ErrorCode::kCheckpoint, kLoraFileHint, path,
+                ": ", key, " holds non-finite values (NaN or infinity)");
+  return f;
+}
+
+// A module's `.alpha`: one finite number >= 0; 0 means alpha = rank, as kohya's scripts read it.
+double lora_alpha(const torch::Tensor& t, const std::string& key, const std::string& path, int64_t rank) {
+  TT_CHECK_HINT(t.numel() == 1 && !t.is_complex(), ErrorCode::kCheckpoint, kLoraFileHint,
+                path, ": ", key, " must hold one number, got shape ", t.sizes(), " ", t.scalar_type());
+  const double alpha = t.to(torch::kFloat64).item<double>();
+  TT_CHECK_HINT(std::isfinite(alpha) && alpha >= 0, ErrorCode::kCheckpoint, kLoraFileHint, path, ": ", key,
+                " is ", alpha, "; an alpha must be a finite number >= 0");
+  return alpha == 0 ? static_cast<double>(rank) : alpha;
+}
 
 // The official modules of the double and single blocks that diffusers' modules with adapters come
 // from (model/key_map.cpp holds the split of the fused ones).
@@ -65,8 +90,8 @@ void add_official(LoraFile& file, const std::string& official, const StoredPair&
                   const std::string& path) {
   const int64_t rows = pair.b.size(0);
   const std::vector<DiffusersPart> parts = official_to_diffusers_key(official + ".weight", rows, hidden_size);
-  TT_CHECK(!parts.empty(), ErrorCode::kCheckpoint, path, ": LoRA module ", official,
-           " is not a module of HunyuanVideo's double or single blocks");
+  TT_CHECK_HINT(!parts.empty(), ErrorCode::kCheckpoint, kLoraFileHint, path, ": LoRA module ", official,
+                " is not a module of HunyuanVideo's double or single blocks");
   for (const DiffusersPart& part : parts) {
     const std::string module = part.key.substr(0, part.key.size() - std::string(".weight").size());
     torch::Tensor b = pair.b;
@@ -116,8 +141,11 @@ LoraFile read_lora_tensors(const safetensors::TensorMap& tensors, const std::map
         adapter.contains("transformer.lora_alpha") && adapter["transformer.r"].is_number() &&
         adapter["transformer.lora_alpha"].is_number()) {
       const double r = adapter["transformer.r"].get<double>();
-      TT_CHECK(r > 0, ErrorCode::kCheckpoint, path, ": lora_adapter_metadata gives r = ", r);
-      diffusers_scale = adapter["transformer.lora_alpha"].get<double>() / r;
+      const double alpha = adapter["transformer.lora_alpha"].get<double>();
+      TT_CHECK_HINT(r > 0 && std::isfinite(r) && alpha > 0 && std::isfinite(alpha), ErrorCode::kCheckpoint,
+                    kLoraFileHint, path, ": lora_adapter_metadata gives r = ", r, ", lora_alpha = ", alpha,
+                    "; both must be finite numbers > 0");
+      diffusers_scale = alpha / r;
     }
   }
   std::vector<std::string> unplaced;
@@ -133,15 +161,15 @@ LoraFile read_lora_tensors(const safetensors::TensorMap& tensors, const std::map
     const bool kohya = which == ".lora_down.weight";
     const std::string up_key = module + (kohya ? ".lora_up.weight" : ".lora_B.weight");
     auto up = tensors.find(up_key);
-    TT_CHECK(up != tensors.end(), ErrorCode::kCheckpoint, path, ": ", key, " has no ", up_key);
-    StoredPair pair{tensor.to(torch::kFloat32), up->second.to(torch::kFloat32), 1.0};
-    TT_CHECK(pair.a.dim() == 2 && pair.b.dim() == 2 && pair.b.size(1) == pair.a.size(0),
-             ErrorCode::kCheckpoint, path, ": ", key, " ", pair.a.sizes(), " and ", up_key, " ",
-             pair.b.sizes(), " are not a LoRA pair (r, in) and (out, r)");
+    TT_CHECK_HINT(up != tensors.end(), ErrorCode::kCheckpoint, kLoraFileHint, path, ": ", key, " has no ", up_key);
+    StoredPair pair{lora_factor(tensor, key, path), lora_factor(up->second, up_key, path), 1.0};
+    TT_CHECK_HINT(pair.a.dim() == 2 && pair.b.dim() == 2 && pair.a.size(0) > 0 && pair.b.size(1) == pair.a.size(0),
+                  ErrorCode::kCheckpoint, kLoraFileHint, path, ": ", key, " ", pair.a.sizes(), " and ", up_key, " ",
+                  pair.b.sizes(), " are not a LoRA pair (r, in) and (out, r)");
     used.insert(key);
     used.insert(up_key);
     if (auto alpha = tensors.find(module + ".alpha"); alpha != tensors.end()) {
-      pair.scale = alpha->second.to(torch::kFloat64).item<double>() / static_cast<double>(pair.a.size(0));
+      pair.scale = lora_alpha(alpha->second, alpha->first, path, pair.a.size(0)) / static_cast<double>(pair.a.size(0));
       used.insert(module + ".alpha");
     }
     if (kohya) {
@@ -173,8 +201,8 @@ LoraFile read_lora_tensors(const safetensors::TensorMap& tensors, const std::map
       "lora_down/lora_up.weight, .alpha)",
       path, ": ", unplaced.size(), " key(s) are no LoRA pair of the double or single blocks, the first ",
       unplaced.front());
-  TT_CHECK(!file.modules.empty(), ErrorCode::kCheckpoint, path,
-           ": no LoRA pairs (lora_A/lora_B or lora_down/lora_up)");
+  TT_CHECK_HINT(!file.modules.empty(), ErrorCode::kCheckpoint, kLoraFileHint, path,
+                ": no LoRA pairs (lora_A/lora_B or lora_down/lora_up)");
   return file;
 }
 

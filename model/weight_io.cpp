@@ -376,15 +376,25 @@ torch::Tensor mapped_view(const MappedFile& file, const StoredTensor& tensor, co
   return torch::from_blob(base, tensor.shape, tensor.strides, options);
 }
 
-void copy_step(const CopyStep& step, const torch::Tensor& source_view, torch::Tensor destination) {
+// Copies one step's rows; what it copied must be finite (a NaN in the weights would otherwise show
+// up later as a non-finite loss, blamed on the data or the learning rate).
+void copy_step(const CopyStep& step, const torch::Tensor& source_view, torch::Tensor destination,
+               const std::string& file) {
+  auto check_finite = [&](const torch::Tensor& copied) {
+    TT_CHECK_HINT(torch::isfinite(copied).all().item<bool>(), ErrorCode::kCheckpoint,
+                  "the weights file is damaged or was saved from a diverged run: use another checkpoint", file,
+                  ": tensor ", step.stored_key, " holds non-finite values (NaN or infinity)");
+  };
   if (step.rows.empty()) {
     destination.copy_(source_view);
+    check_finite(destination);
     return;
   }
   int64_t row = 0;
   for (const RowRange& range : step.rows) {
     int64_t n = range.end - range.begin;
     destination.narrow(0, row, n).copy_(source_view.narrow(0, range.begin, n));
+    check_finite(destination.narrow(0, row, n));
     row += n;
   }
 }
@@ -406,11 +416,14 @@ void execute_plan(const WeightSource& source, const Plan& plan,
     mapping.advise(0, mapping.size(), MADV_SEQUENTIAL);
     for (const auto& [offset, name] : order) {
       const StoredTensor& stored = source.tensors.at(*name);
+      TT_CHECK_HINT(c10::isFloatingType(stored.dtype), ErrorCode::kCheckpoint,
+                    "the Transformer's weights are floating point (fp32, bf16 or fp16): use the model's own file",
+                    source.files[file], ": tensor ", *name, " is ", stored.dtype, ", not floating point");
       ByteSpan span = checked_span(stored, mapping, *name);
       mapping.advise(span.begin, span.size, MADV_WILLNEED);
       torch::Tensor view = mapped_view(mapping, stored, span);
       for (const CopyStep* step : steps_by_stored.at(*name))
-        copy_step(*step, view, destinations.at(step->key));
+        copy_step(*step, view, destinations.at(step->key), source.files[file]);
       // Drops the tensor's pages from this process (they stay in the page cache).
       mapping.advise(span.begin, span.size, MADV_DONTNEED);
     }

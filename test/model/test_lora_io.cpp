@@ -6,6 +6,10 @@
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <functional>
+#include <map>
+
 #include "core/safetensors.h"
 #include "model/lora_io.h"
 #include "model/transformer.h"
@@ -121,4 +125,54 @@ TEST_CASE(
   const tt::Error junk = tt::test::expect_error([&] { tt::read_lora_file(dir / "mixed.safetensors"); });
   CHECK(junk.code() == tt::ErrorCode::kCheckpoint);
   CHECK(std::string(junk.what()).find("to_out.0.weight") != std::string::npos);
+}
+
+TEST_CASE("LoRA files: damaged factors and alphas are TT_ERR_CHECKPOINT naming the key; alpha 0 means alpha = rank",
+          "[lora]") {
+  const int64_t h = 8, r = 2;
+  const std::string a_key = "lora_unet_double_blocks_0_img_attn_proj.lora_down.weight";
+  const std::string b_key = "lora_unet_double_blocks_0_img_attn_proj.lora_up.weight";
+  const std::string alpha_key = "lora_unet_double_blocks_0_img_attn_proj.alpha";
+  auto good = [&] {
+    torch::manual_seed(4);
+    tt::safetensors::TensorMap t;
+    t[a_key] = torch::randn({r, h});
+    t[b_key] = torch::randn({h, r});
+    t[alpha_key] = torch::tensor(4.0);
+    return t;
+  };
+  // Each damage, and a piece of what the message must say.
+  std::vector<std::pair<std::function<void(tt::safetensors::TensorMap&)>, std::string>> damages = {
+      {[&](auto& t) { t[a_key][0][1] = std::nan(""); }, a_key + " holds non-finite values"},
+      {[&](auto& t) { t[b_key][1][0] = INFINITY; }, b_key + " holds non-finite values"},
+      {[&](auto& t) { t[a_key] = t[a_key].to(torch::kInt32); }, "not floating point"},
+      {[&](auto& t) { t[a_key] = t[a_key].unsqueeze(0); }, "are not a LoRA pair"},
+      {[&](auto& t) { t[a_key] = torch::zeros({0, h}); t[b_key] = torch::zeros({h, 0}); }, "are not a LoRA pair"},
+      {[&](auto& t) { t[alpha_key] = torch::ones({2}); }, alpha_key + " must hold one number"},
+      {[&](auto& t) { t[alpha_key] = torch::tensor(-1.0); }, "an alpha must be a finite number >= 0"},
+      {[&](auto& t) { t[alpha_key] = torch::tensor(std::nan("")); }, "an alpha must be a finite number >= 0"},
+  };
+  const std::map<std::string, std::string> no_metadata;
+  for (size_t i = 0; i < damages.size(); ++i) {
+    INFO("damage " << i);
+    tt::safetensors::TensorMap t = good();
+    damages[i].first(t);
+    const tt::Error error = tt::test::expect_error([&] { tt::read_lora_tensors(t, no_metadata, "crafted", h); });
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK(std::string(error.what()).find(damages[i].second) != std::string::npos);
+    CHECK(error.hint().find("tele_tron.model.lora.weights") != std::string::npos);
+  }
+  tt::safetensors::TensorMap t = good();
+  CHECK(tt::read_lora_tensors(t, no_metadata, "good", h).modules.at("transformer_blocks.0.attn.to_out.0").scale ==
+        2.0);  // 4 / 2
+  t[alpha_key] = torch::tensor(0.0);
+  CHECK(tt::read_lora_tensors(t, no_metadata, "alpha 0", h).modules.at("transformer_blocks.0.attn.to_out.0").scale ==
+        1.0);
+  const std::map<std::string, std::string> bad_metadata = {
+      {"lora_adapter_metadata", R"({"transformer.r": 2, "transformer.lora_alpha": -3})"}};
+  tt::safetensors::TensorMap peft;
+  peft["transformer.transformer_blocks.0.attn.to_out.0.lora_A.weight"] = torch::randn({r, h});
+  peft["transformer.transformer_blocks.0.attn.to_out.0.lora_B.weight"] = torch::randn({h, r});
+  CHECK(tt::test::expect_error([&] { tt::read_lora_tensors(peft, bad_metadata, "peft", h); }).code() ==
+        tt::ErrorCode::kCheckpoint);
 }

@@ -8,7 +8,9 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "core/errors.h"
@@ -492,6 +494,44 @@ TEST_CASE("corrupt sharded checkpoints are checkpoint errors", "[weights]") {
     tt::save_diffusers_weights(dir / "m", weights, nullptr, 60'000);
     fs::resize_file(dir / ("m/" + shard_names().at(0)), 1000);
     CHECK(tt::test::expect_error([&] { tt::open_weights(dir / "m"); }).code() == tt::ErrorCode::kCheckpoint);
+  }
+}
+
+TEST_CASE("weights with non-finite values or an integer dtype are checkpoint errors naming the tensor", "[weights]") {
+  auto c = small_config();
+  TensorMap weights = detached_copy(parameters_of(random_model(c, 1)));
+  tt::test::TempDir dir("tt_weights");
+  const std::string key = "transformer_blocks.0.attn.to_k.weight";  // a part of the official fused qkv
+  struct Damage {
+    std::string name;
+    std::function<void(torch::Tensor&)> apply;
+    std::string says;
+  };
+  const std::vector<Damage> damages = {
+      {"nan", [](torch::Tensor& t) { t.view(-1)[3] = std::nan(""); }, "holds non-finite values"},
+      {"inf", [](torch::Tensor& t) { t.view(-1)[0] = -INFINITY; }, "holds non-finite values"},
+      {"int", [](torch::Tensor& t) { t = t.to(torch::kInt32); }, "is Int, not floating point"},
+  };
+  for (const Damage& damage : damages) {
+    TensorMap stored = weights;
+    stored[key] = weights.at(key).clone();
+    damage.apply(stored[key]);
+    std::vector<std::string> paths = {dir / ("diffusers_" + damage.name)};
+    tt::save_diffusers_weights(paths[0], stored);
+    if (damage.name != "int") {  // the official file fuses q, k, v: concatenation would promote to float
+      paths.push_back(dir / ("official_" + damage.name + ".safetensors"));
+      tt::save_official_weights(paths[1], stored);
+    }
+    for (const std::string& path : paths) {
+      INFO(path);
+      auto model = random_model(c, 5);
+      const tt::Error error = tt::test::expect_error([&] { tt::load_weights(tt::open_weights(path), parameters_of(model)); });
+      CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+      CHECK_THAT(std::string(error.what()), ContainsSubstring(damage.says));
+      CHECK_THAT(std::string(error.what()), ContainsSubstring(path.find("official") != std::string::npos
+                                                                   ? "double_blocks.0.img_attn_qkv.weight"
+                                                                   : key));
+    }
   }
 }
 
