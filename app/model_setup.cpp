@@ -1,9 +1,12 @@
 // Architecture + initial weights resolution (see model_setup.h).
 #include "app/model_setup.h"
 
+#include <cstdint>
+
 #include "app/options.h"
 #include "core/errors.h"
 #include "model/diffusers_config.h"
+#include "model/flops.h"
 
 namespace tt {
 namespace {
@@ -17,6 +20,24 @@ void require_same(const std::optional<T>& override_value, const T& from_json, co
               str_cat("tele_tron.model.", key, " disagrees with ", json_path, ", which defines the architecture of ",
                       "these weights"),
               "remove the override from the YAML file (the weights' config.json decides)");
+}
+
+// Weights smaller than the architecture they are read into cannot be its weights: said before a
+// model of that size is allocated (a config.json or preset of the wrong size would otherwise ask
+// for its memory first, and the strict loader would speak only after).
+void check_weights_hold(const WeightSource& weights, const HunyuanVideoConfig& c, const std::string& origin) {
+  int64_t stored = 0;
+  for (const auto& [name, tensor] : weights.tensors) {
+    int64_t elements = 1;
+    for (int64_t size : tensor.shape) elements = size > 0 && elements > INT64_MAX / size ? INT64_MAX : elements * size;
+    stored = elements > INT64_MAX - stored ? INT64_MAX : stored + elements;
+  }
+  const int64_t needed = transformer_parameter_count(c);
+  TT_CHECK_HINT(needed <= stored, ErrorCode::kCheckpoint,
+                "give the weights with their own config.json (a diffusers folder), or choose tele_tron.model.preset "
+                "and sizes that match them",
+                origin, " describes a Transformer of ", needed, " parameters, but ", weights.description, " holds ",
+                stored, " numbers in all: they do not belong together");
 }
 
 }  // namespace
@@ -33,6 +54,7 @@ ModelChoice choose_model(const ModelSection& model, const std::optional<std::str
   if (!json) {
     choice.config = model_config_from(model);
     choice.origin = "preset " + model.preset + " (the weights have no config.json)";
+    check_weights_hold(*choice.weights, choice.config, "tele_tron.model (" + choice.origin + ")");
     return choice;
   }
   const std::string& json_path = choice.weights->config_path;
@@ -57,6 +79,7 @@ ModelChoice choose_model(const ModelSection& model, const std::optional<std::str
   c.checkpoint_keeps_attention = model.checkpoint_keeps_attention;
   choice.config = c;
   choice.origin = "config.json " + json_path;
+  check_weights_hold(*choice.weights, c, json_path);
   return choice;
 }
 

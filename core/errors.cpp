@@ -56,6 +56,9 @@ Error error_of_current_exception() {
   } catch (const c10::OutOfMemoryError& error) {
     return Error(ErrorCode::kMemory, "out of memory: " + first_line(error.what_without_backtrace()));
   } catch (const c10::Error& error) {
+    // The CPU allocator's failure is a c10::Error of its own kind of text, not OutOfMemoryError.
+    if (std::string(error.what_without_backtrace()).find("can't allocate memory") != std::string::npos)
+      return Error(ErrorCode::kMemory, "out of host memory: " + first_line(error.what_without_backtrace()));
     // A bug report wants the stack: with TELETRON_BACKTRACE=1 (and TORCH_SHOW_CPP_STACKTRACES=1,
     // which makes LibTorch record it) the whole LibTorch message goes to stderr first.
     if (const char* trace = std::getenv("TELETRON_BACKTRACE"); trace != nullptr && std::string(trace) == "1")

@@ -55,6 +55,26 @@ void validate_hunyuan_config(const HunyuanVideoConfig& config, const std::string
                   p, "in_channels: latent_concat needs 2 * out_channels + 1 = ", 2 * config.out_channels + 1,
                   " (noisy latent, first-frame latent, mask), got ", config.in_channels);
   }
+  // Bounds far beyond any HunyuanVideo model (the released one: 24 x 128 wide, 60 blocks) that keep
+  // the size arithmetic inside 64 bits: a crafted config.json is an error, not a huge allocation.
+  auto at_most = [&](int64_t value, int64_t most, const char* key) {
+    TT_CHECK(value <= most, ErrorCode::kConfig, p, key, ": ", value, " is beyond ", most,
+             ", far past any model of this architecture");
+  };
+  at_most(config.num_attention_heads, 1024, "num_attention_heads");
+  at_most(config.attention_head_dim, 1024, "attention_head_dim");
+  at_most(config.hidden_size(), 65536, "num_attention_heads x attention_head_dim");
+  at_most(config.num_layers, 1024, "num_layers");
+  at_most(config.num_single_layers, 1024, "num_single_layers");
+  at_most(config.num_refiner_layers, 1024, "num_refiner_layers");
+  at_most(config.in_channels, 65536, "in_channels");
+  at_most(config.out_channels, 65536, "out_channels");
+  at_most(config.text_embed_dim, 65536, "text_embed_dim");
+  at_most(config.pooled_projection_dim, 65536, "pooled_projection_dim");
+  at_most(config.patch_size, 64, "patch_size");
+  at_most(config.patch_size_t, 64, "patch_size_t");
+  TT_CHECK(config.mlp_ratio > 0 && config.mlp_ratio <= 64, ErrorCode::kConfig, p, "mlp_ratio: must be in (0, 64], got ",
+           config.mlp_ratio);
   TT_CHECK(config.mlp_hidden() > 0, ErrorCode::kConfig, p, "mlp_ratio: gives an empty MLP");
   TT_CHECK(config.num_layers + config.num_single_layers > 0, ErrorCode::kConfig, p,
            "num_layers + num_single_layers must be > 0");

@@ -85,3 +85,28 @@ TEST_CASE("model-check reproduces the diffusers fixture from a folder and from t
   CHECK(missing.exit_code == tt::error_exit_code(tt::ErrorCode::kData));
   CHECK_THAT(missing.output, ContainsSubstring("pooled_projections"));
 }
+
+TEST_CASE("a config.json too large for its weights, or past any sane size, stops before the model is built",
+          "[cli][model-check]") {
+  Fixture f = read_fixture();
+  TempDir dir("tt_check_size");
+  tt::safetensors::save(dir / "inputs.safetensors", f.inputs);
+  auto check_with = [&](const std::string& name, const nlohmann::json& config) {
+    tt::save_diffusers_weights(dir / name, f.weights, &config);
+    return run_teletron("model-check --weights " + (dir / name) + " --inputs " + (dir / "inputs.safetensors") +
+                        " --output " + (dir / (name + ".safetensors")));
+  };
+  nlohmann::json wider = f.config;
+  wider["num_single_layers"] = f.config.at("num_single_layers").get<int64_t>() + 40;  // weights of fewer
+  auto larger = check_with("larger", wider);
+  CHECK(larger.exit_code == tt::error_exit_code(tt::ErrorCode::kCheckpoint));
+  CHECK_THAT(larger.output, ContainsSubstring("they do not belong together"));
+  nlohmann::json absurd = f.config;
+  absurd["num_attention_heads"] = 1'000'000'000;
+  auto huge = check_with("huge", absurd);
+  CHECK(huge.exit_code == tt::error_exit_code(tt::ErrorCode::kConfig));
+  CHECK_THAT(huge.output, ContainsSubstring("num_attention_heads: 1000000000 is beyond 1024"));
+  absurd = f.config;
+  absurd["mlp_ratio"] = 1e12;
+  CHECK_THAT(check_with("mlp", absurd).output, ContainsSubstring("mlp_ratio: must be in (0, 64]"));
+}

@@ -2,9 +2,25 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <torch/torch.h>
+
+#include <optional>
 #include <set>
 
 #include "core/errors.h"
+
+// GCC says __SANITIZE_ADDRESS__, clang __has_feature (which GCC's preprocessor may not parse).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 using Catch::Matchers::StartsWith;
 using Catch::Matchers::ContainsSubstring;
@@ -52,4 +68,19 @@ TEST_CASE("formatted errors start with the code name and end with a hint", "[err
     CHECK(std::string(caught.what()) == "value 42 bad");
   }
   CHECK_THROWS_AS([] { TT_ASSERT(false, "invariant"); }(), tt::Error);
+}
+
+TEST_CASE("a host allocation LibTorch cannot make is TT_ERR_MEMORY, not an internal error", "[errors]") {
+  // ASan's allocator stops the process on a request this size instead of failing it.
+  if (kAddressSanitizer) SKIP("under AddressSanitizer a 4 PiB request aborts rather than failing");
+  std::optional<tt::Error> error;
+  try {
+    const torch::Tensor huge = torch::empty({int64_t{1} << 52}, torch::kByte);  // 4 PiB
+    FAIL("allocated " << huge.numel() << " bytes");
+  } catch (...) {
+    error = tt::error_of_current_exception();
+  }
+  REQUIRE(error.has_value());
+  CHECK(error->code() == tt::ErrorCode::kMemory);
+  CHECK_THAT(std::string(error->what()), ContainsSubstring("out of host memory"));
 }
