@@ -1,6 +1,7 @@
 // Architecture + initial weights resolution (see model_setup.h).
 #include "app/model_setup.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "app/options.h"
@@ -22,9 +23,32 @@ void require_same(const std::optional<T>& override_value, const T& from_json, co
               "remove the override from the YAML file (the weights' config.json decides)");
 }
 
-// Weights smaller than the architecture they are read into cannot be its weights: said before a
-// model of that size is allocated (a config.json or preset of the wrong size would otherwise ask
-// for its memory first, and the strict loader would speak only after).
+// What the weights' names and shapes say of their model: width and block counts (either layout).
+std::string stored_architecture(const WeightSource& weights) {
+  int64_t hidden = 0, doubles = 0, singles = 0;
+  auto block_index = [](const std::string& name, const std::string& prefix) -> int64_t {
+    if (name.rfind(prefix, 0) != 0) return -1;
+    const size_t end = name.find('.', prefix.size());
+    const std::string digits = name.substr(prefix.size(), end - prefix.size());
+    return !digits.empty() && digits.size() < 7 && digits.find_first_not_of("0123456789") == std::string::npos
+               ? std::stoll(digits)
+               : -1;
+  };
+  for (const auto& [name, tensor] : weights.tensors) {
+    if ((name == "x_embedder.proj.weight" || name == "img_in.proj.weight") && !tensor.shape.empty())
+      hidden = tensor.shape[0];
+    doubles = std::max({doubles, block_index(name, "transformer_blocks.") + 1, block_index(name, "double_blocks.") + 1});
+    singles = std::max(
+        {singles, block_index(name, "single_transformer_blocks.") + 1, block_index(name, "single_blocks.") + 1});
+  }
+  return str_cat("hidden ", hidden, ", ", doubles, " double + ", singles, " single blocks by its names");
+}
+
+// Weights far smaller than the architecture they are read into cannot be its weights: said before
+// a model of that size is allocated (a config.json or preset of the wrong size would otherwise ask
+// for its memory first). Closer sizes go on to the strict loader, which lists every key that differs.
+constexpr int64_t kArchitectureToWeights = 4;
+
 void check_weights_hold(const WeightSource& weights, const HunyuanVideoConfig& c, const std::string& origin) {
   int64_t stored = 0;
   for (const auto& [name, tensor] : weights.tensors) {
@@ -33,11 +57,12 @@ void check_weights_hold(const WeightSource& weights, const HunyuanVideoConfig& c
     stored = elements > INT64_MAX - stored ? INT64_MAX : stored + elements;
   }
   const int64_t needed = transformer_parameter_count(c);
-  TT_CHECK_HINT(needed <= stored, ErrorCode::kCheckpoint,
+  TT_CHECK_HINT(needed / kArchitectureToWeights <= stored, ErrorCode::kCheckpoint,
                 "give the weights with their own config.json (a diffusers folder), or choose tele_tron.model.preset "
                 "and sizes that match them",
-                origin, " describes a Transformer of ", needed, " parameters, but ", weights.description, " holds ",
-                stored, " numbers in all: they do not belong together");
+                origin, " describes a Transformer of ", needed, " parameters (", describe_hunyuan_config(c), "), but ",
+                weights.description, " holds ", stored, " numbers in all (", stored_architecture(weights),
+                "): they do not belong together");
 }
 
 }  // namespace

@@ -139,6 +139,18 @@ void validate_hunyuan_vae_config(const HunyuanVaeConfig& c) {
            "vae spatial_compression_ratio ", c.spatial_compression_ratio, " needs more than ", blocks, " blocks");
   TT_CHECK(c.layers_per_block >= 1 && c.latent_channels >= 1 && c.in_channels >= 1 && c.out_channels >= 1,
            ErrorCode::kConfig, "vae layers_per_block, latent_channels, in_channels and out_channels must be positive");
+  // Far past any video VAE (the released one: 4 blocks of 128-512 channels, 2 layers each): a crafted
+  // config.json is an error here, not a model of millions of layers or a petabyte allocation.
+  auto at_most = [](int64_t value, int64_t most, const char* key) {
+    TT_CHECK(value <= most, ErrorCode::kConfig, "vae ", key, " ", value, " is beyond ", most,
+             ", far past any VAE of this architecture");
+  };
+  at_most(blocks, 16, "block count (block_out_channels entries)");
+  for (int64_t channels : c.block_out_channels) at_most(channels, 8192, "block_out_channels entry");
+  at_most(c.layers_per_block, 64, "layers_per_block");
+  at_most(c.latent_channels, 4096, "latent_channels");
+  at_most(c.in_channels, 64, "in_channels");
+  at_most(c.out_channels, 64, "out_channels");
 }
 
 HunyuanVaeConfig hunyuan_vae_config_from_json(const std::string& text, const std::string& source) {

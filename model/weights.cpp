@@ -57,8 +57,16 @@ void load_weights_into(const std::map<std::string, torch::Tensor>& destinations,
   throw_if_weights_mismatch(source, missing, unexpected, misshaped);
   torch::NoGradGuard no_grad;
   for (const auto& [name, tensor] : destinations) {
+    const torch::Tensor& stored = weights.at(name);
+    TT_CHECK_HINT(stored.is_floating_point() || !tensor.is_floating_point(), ErrorCode::kCheckpoint,
+                  "use the model's own weights file (floating point)", source, ": ", name, " is ",
+                  stored.scalar_type(), ", not floating point");
     torch::Tensor target = tensor;  // a handle: copy_ writes the parameter (or its view) in place
-    target.copy_(weights.at(name));
+    target.copy_(stored);
+    // A NaN in the weights would otherwise surface later as a non-finite loss or output.
+    TT_CHECK_HINT(!target.is_floating_point() || torch::isfinite(target).all().item<bool>(), ErrorCode::kCheckpoint,
+                  "the weights file is damaged or was saved from a diverged run: use another checkpoint", source,
+                  ": ", name, " holds non-finite values (NaN or infinity)");
   }
 }
 

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <vector>
 
@@ -280,6 +281,31 @@ TEST_CASE("VAE weights load from a diffusers folder, a pipeline folder and a fil
   CHECK(std::string(error.what()).find("encoder.conv_in.conv.weight") != std::string::npos);
   CHECK(tt::test::expect_error([&] { tt::load_hunyuan_vae(dir / "nothing", fixture_config); }).code() ==
         tt::ErrorCode::kCheckpoint);
+
+  // A NaN or an integer tensor in the file: kCheckpoint naming the tensor.
+  const std::string key = "encoder.conv_in.conv.weight";
+  for (const bool nan : {true, false}) {
+    tt::safetensors::TensorMap damaged = weights;
+    damaged[key] = nan ? weights.at(key).clone().index_put_({0, 0, 0, 0, 0}, std::nan("")) : weights.at(key).to(torch::kInt32);
+    tt::safetensors::save(dir / "damaged.safetensors", damaged);
+    const tt::Error bad = tt::test::expect_error([&] { tt::load_hunyuan_vae(dir / "damaged.safetensors", fixture_config); });
+    CHECK(bad.code() == tt::ErrorCode::kCheckpoint);
+    CHECK(std::string(bad.what()).find(key + (nan ? " holds non-finite values" : " is Int, not floating point")) !=
+          std::string::npos);
+  }
+  // A crafted config.json far past any VAE: kConfig before anything is built.
+  for (const bool layers : {true, false}) {
+    INFO((layers ? "layers_per_block" : "block_out_channels"));
+    nlohmann::json config = nlohmann::json::parse(metadata.at("config"));
+    if (layers) {
+      config["layers_per_block"] = 1'000'000;
+    } else {
+      config["block_out_channels"].back() = int64_t{1} << 30;  // divisible by any group count
+    }
+    const tt::Error crafted = tt::test::expect_error([&] { tt::hunyuan_vae_config_from_json(config.dump(), "crafted"); });
+    CHECK(std::string(crafted.what()).find("is beyond") != std::string::npos);
+    CHECK(crafted.code() == tt::ErrorCode::kConfig);
+  }
 }
 
 TEST_CASE("teletron bench-vae times the encoder and dumps weights a diffusers folder loader reads", "[vae][bench]") {
