@@ -104,12 +104,25 @@ def main():
     parser.add_argument("--train", action="store_true", help="also train, export and load the export in diffusers")
     parser.add_argument("--work")
     args = parser.parse_args()
-    if "OMP_NUM_THREADS" not in os.environ:  # ctest sets it for the tests that run side by side
+    return run_in_work(args, sweep, "tt_parity_sweep_")
+
+
+def run_in_work(args, sweep, prefix):
+    """sweep(args, folder) in --work, or in a temporary folder removed afterwards; a few threads
+    unless ctest (OMP_NUM_THREADS) decides."""
+    if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(min(4, os.cpu_count() or 1))
     if args.work:
         return sweep(args, args.work)
-    with tempfile.TemporaryDirectory(prefix="tt_parity_sweep_") as work:
+    with tempfile.TemporaryDirectory(prefix=prefix) as work:
         return sweep(args, work)
+
+
+def summary(name, checks, failures, args):
+    """The last line, and the exit status: 1 if any check failed."""
+    print(f"{name}: {checks - failures}/{checks} checks over {args.configs} draws agree with diffusers "
+          f"(tolerance {args.tolerance:g}, seed {args.seed})")
+    return 1 if failures else 0
 
 
 def run_teletron(teletron, *command):
@@ -211,9 +224,7 @@ def sweep(args, work):
             checks += 1
             failures += 0 if ok else 1
             print(f"{'ok  ' if ok else 'FAIL'} draw {index} {drawn}: {text}")
-    print(f"parity_sweep: {checks - failures}/{checks} checks over {args.configs} draws agree with diffusers "
-          f"(tolerance {args.tolerance:g}, seed {args.seed})")
-    return 1 if failures else 0
+    return summary("parity_sweep", checks, failures, args)
 
 
 if __name__ == "__main__":

@@ -18,14 +18,14 @@ import argparse
 import json
 import os
 import random
-import re
 import subprocess
 import sys
-import tempfile
 
 try:
     import torch
     from diffusers import AutoencoderKLHunyuanVideo
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from parity_sweep import run_in_work, summary
 except ImportError as error:
     print(f"vae_parity_sweep: skipped ({error})")
     sys.exit(4)
@@ -76,12 +76,7 @@ def main():
     parser.add_argument("--runtimes", default="plain,fast-auto")
     parser.add_argument("--work")
     args = parser.parse_args()
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(min(4, os.cpu_count() or 1))
-    if args.work:
-        return sweep(args, args.work)
-    with tempfile.TemporaryDirectory(prefix="tt_vae_sweep_") as work:
-        return sweep(args, work)
+    return run_in_work(args, sweep, "tt_vae_sweep_")
 
 
 def sweep(args, work):
@@ -131,9 +126,7 @@ def sweep(args, work):
             failures += 0 if ok else 1
             shown = " ".join(f"{k} {v:.1e}" for k, v in errors.items())
             print(f"{'ok  ' if ok else 'FAIL'} draw {index} {runtime}: max|diff|/max {shown}  {line}")
-    print(f"vae_parity_sweep: {checks - failures}/{checks} checks over {args.configs} draws agree with diffusers "
-          f"(tolerance {args.tolerance:g}, seed {args.seed})")
-    return 1 if failures else 0
+    return summary("vae_parity_sweep", checks, failures, args)
 
 
 if __name__ == "__main__":
