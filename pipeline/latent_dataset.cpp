@@ -207,7 +207,9 @@ LatentSample LatentDataset::get(int64_t index) const {
 }
 
 std::string check_sample_values(const LatentSample& sample) {
-  if (sample.text_mask.defined() && sample.text_mask.numel() > 0 && !sample.text_mask.any().item<bool>())
+  if (sample.text_mask.defined() && sample.text_mask.numel() == 0)
+    return "text_mask has no tokens (length 0): the sample has no text to condition on";
+  if (sample.text_mask.defined() && !sample.text_mask.any().item<bool>())
     return "text_mask marks no token (all zero): the sample has no text to condition on";
   const std::pair<const char*, const torch::Tensor*> values[] = {
       {"latents", &sample.latents}, {"text_states", &sample.text_states}, {"pooled", &sample.pooled}};

@@ -255,6 +255,12 @@ TEST_CASE("latent dataset rejects an all-zero text mask and non-finite values wh
     row["text_mask"] = torch::zeros({7}, torch::kUInt8);
     check_row_error(load_error(row), "train.jsonl:2: ", "bad.safetensors: text_mask marks no token");
   }
+  SECTION("no text tokens at all (as a --text-embeddings file may have)") {
+    tt::LatentSample empty;
+    empty.text_states = torch::zeros({0, 64});
+    empty.text_mask = torch::zeros({0}, torch::kBool);
+    CHECK(tt::check_sample_values(empty) == "text_mask has no tokens (length 0): the sample has no text to condition on");
+  }
   SECTION("NaN in latents") {
     st::TensorMap row = good_row(4, torch::kFloat32);
     row["latents"].view({-1})[17] = std::numeric_limits<float>::quiet_NaN();
