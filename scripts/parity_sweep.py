@@ -2,7 +2,7 @@
 """Forward parity with diffusers over randomly drawn architectures and inputs (shapes nobody picked).
 
   parity_sweep.py --teletron build/teletron [--configs 12] [--seed 0] [--tolerance 1e-4] [--train]
-                  [--work DIR]
+                  [--device cpu|cuda] [--dtype fp32|bf16] [--work DIR]
 
 Each draw: a HunyuanVideoTransformer3DModel with random sizes (heads, head width and its RoPE split,
 double / single / refiner block counts, MLP ratio, patch sizes, channels, text and pooled widths,
@@ -101,6 +101,10 @@ def main():
     parser.add_argument("--configs", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where teletron's forward runs (diffusers' stays fp32 on the CPU)")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                        help="teletron's precision: bf16 autocast needs CUDA and a looser --tolerance (e.g. 3e-2)")
     parser.add_argument("--train", action="store_true", help="also train, export and load the export in diffusers")
     parser.add_argument("--work")
     args = parser.parse_args()
@@ -180,6 +184,9 @@ def train_and_export(args, rng, config, folder, work):
 
 
 def sweep(args, work):
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("parity_sweep: skipped (--device cuda, and this machine has no CUDA device)")
+        return 4
     failures, checks = 0, 0
     for index in range(args.configs):
         rng = random.Random(args.seed * 100003 + index)
@@ -201,7 +208,8 @@ def sweep(args, work):
         with torch.no_grad():
             expected = model(**inputs, return_dict=False)[0]
         run = subprocess.run([args.teletron, "model-check", "--weights", folder, "--inputs", inputs_path,
-                              "--output", output_path], capture_output=True, text=True)
+                              "--output", output_path, "--device", args.device, "--dtype", args.dtype],
+                             capture_output=True, text=True)
         line = describe(config, inputs)
         checks += 1
         if run.returncode != 0:
