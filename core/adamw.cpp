@@ -91,18 +91,25 @@ std::map<std::string, torch::Tensor> AdamW::state_dict() const {
 
 void AdamW::load_state_dict(const std::map<std::string, torch::Tensor>& state) {
   torch::NoGradGuard no_grad;
-  auto restore = [&](const std::string& key, torch::Tensor& into) {
+  // Each tensor as saved: floating point, finite, and (second moments, step counts) not negative;
+  // a damaged one would otherwise poison the first update and surface as TT_ERR_NAN steps later.
+  auto restore = [&](const std::string& key, torch::Tensor& into, bool non_negative) {
     auto found = state.find(key);
     TT_CHECK(found != state.end(), ErrorCode::kCheckpoint, "optimizer state `", key, "` missing");
     TT_CHECK(found->second.sizes() == into.sizes(), ErrorCode::kCheckpoint, "optimizer state `", key,
              "` has shape ", found->second.sizes(), ", expected ", into.sizes());
+    TT_CHECK(found->second.is_floating_point(), ErrorCode::kCheckpoint, "optimizer state `", key, "` is ",
+             found->second.scalar_type(), ", not floating point");
     into.copy_(found->second);
+    const torch::Tensor ok = non_negative ? torch::isfinite(into).logical_and(into >= 0) : torch::isfinite(into);
+    TT_CHECK(ok.all().item<bool>(), ErrorCode::kCheckpoint, "optimizer state `", key, "` holds ",
+             non_negative ? "negative or non-finite" : "non-finite", " values");
   };
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string prefix = "optim." + names_[i];
-    restore(prefix + ".exp_avg", exp_avg_[i]);
-    restore(prefix + ".exp_avg_sq", exp_avg_sq_[i]);
-    restore(prefix + ".step", steps_[i]);
+    restore(prefix + ".exp_avg", exp_avg_[i], false);
+    restore(prefix + ".exp_avg_sq", exp_avg_sq_[i], true);
+    restore(prefix + ".step", steps_[i], true);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/adamw.h"
 #include "core/errors.h"
+#include "test/test_util.h"
 
 TEST_CASE("AdamW matches torch::optim::AdamW", "[optim]") {
   torch::manual_seed(0);
@@ -74,6 +75,34 @@ TEST_CASE("AdamW state round trip continues identically", "[optim]") {
   CHECK(torch::equal(a, b));
   std::map<std::string, torch::Tensor> missing;
   CHECK_THROWS_AS(second.load_state_dict(missing), tt::Error);
+}
+
+TEST_CASE("damaged AdamW state is a checkpoint error naming the tensor, not a NaN update later", "[optim]") {
+  auto a = torch::arange(6, torch::kFloat32).requires_grad_(true);
+  tt::AdamW first({a}, {"x"}, tt::AdamWOptions{});
+  a.mutable_grad() = torch::ones({6});
+  first.step();
+  const std::map<std::string, torch::Tensor> good = first.state_dict();
+  struct Damage {
+    std::string key;
+    torch::Tensor value;
+    std::string says;
+  };
+  const std::vector<Damage> damages = {
+      {"optim.x.exp_avg", torch::full({6}, std::nan("")), "holds non-finite values"},
+      {"optim.x.exp_avg_sq", torch::full({6}, -1.0), "holds negative or non-finite values"},
+      {"optim.x.step", torch::tensor(INFINITY), "holds negative or non-finite values"},
+      {"optim.x.exp_avg", torch::zeros({6}, torch::kInt32), "is Int, not floating point"},
+  };
+  for (const Damage& damage : damages) {
+    INFO(damage.key << ": " << damage.says);
+    auto state = good;
+    state[damage.key] = damage.value;
+    tt::AdamW second({a.detach().clone().requires_grad_(true)}, {"x"}, tt::AdamWOptions{});
+    const tt::Error error = tt::test::expect_error([&] { second.load_state_dict(state); });
+    CHECK(error.code() == tt::ErrorCode::kCheckpoint);
+    CHECK(std::string(error.what()) == "optimizer state `" + damage.key + "` " + damage.says);
+  }
 }
 
 TEST_CASE("clip_grad_norm returns the norm and clips to max_norm", "[optim]") {
