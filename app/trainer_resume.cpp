@@ -20,6 +20,11 @@ namespace tt {
 
 namespace fs = std::filesystem;
 
+namespace {
+// The checkpoint format this teletron writes (state.json "format"); it reads 1 up to this.
+constexpr int64_t kCheckpointFormat = 3;
+}  // namespace
+
 void Trainer::save_checkpoint() {
   if (metrics_) metrics_->sync();  // every row up to this step is durable before the checkpoint is
   checkpoint::Checkpoint ckpt;
@@ -63,7 +68,7 @@ void Trainer::save_checkpoint() {
   ckpt.info["config"] = config_to_yaml(config_);
   // 2: data.index counts samples in bucket mode too (format 1 counted batches), manifest_hash and
   // data.row_buckets added. 3: the noise is keyed by (seed, step, sample), no generator state.
-  ckpt.info["format"] = 3;
+  ckpt.info["format"] = kCheckpointFormat;
   // The snapshot above is host memory nothing else touches: the write happens behind the next
   // steps (a failed write stops the run at the next checkpoint or at its end).
   writer_->submit(std::move(ckpt));
@@ -73,6 +78,18 @@ std::optional<std::string> Trainer::find_resume_folder() const {
   const fs::path checkpoints = run_dir_ / "checkpoints";
   if (resume_ == "auto") {
     std::optional<std::string> folder = checkpoint::find_latest(checkpoints.string());
+    // A damaged step folder newer than the one to resume from would be passed over silently and,
+    // once the run reaches its step again, replaced: stop instead, naming it.
+    for (const auto& [damaged, why] : checkpoint::list_damaged(checkpoints.string())) {
+      if (folder && checkpoint::parse_folder_step(fs::path(damaged).filename().string()) <
+                        checkpoint::parse_folder_step(fs::path(*folder).filename().string()))
+        continue;
+      throw Error(ErrorCode::kCheckpoint,
+                  str_cat("--resume auto: ", damaged, " is not a complete checkpoint: ", why,
+                          folder ? str_cat("; the newest complete one is ", *folder) : std::string("; no complete one is older")),
+                  "move the damaged folder out of checkpoints/ (teletron would write over it), then run again; or "
+                  "pass --resume with the checkpoint folder to start from");
+    }
     if (!folder) spdlog::info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.string());
     return folder;
   }
@@ -80,12 +97,58 @@ std::optional<std::string> Trainer::find_resume_folder() const {
   std::optional<std::string> folder = checkpoint::find_latest((fs::path(resume_) / "checkpoints").string());
   TT_CHECK_HINT(folder.has_value(), ErrorCode::kCheckpoint,
                 "pass a folder like runs/train/checkpoints/step_0000500, a run folder, or --resume auto",
-                "--resume ", resume_, ": not a complete checkpoint folder and no checkpoints inside it");
+                "--resume ", resume_, ": not a complete checkpoint folder (", checkpoint::damage_of(resume_),
+                ") and no checkpoints inside it");
   return folder;
 }
 
+namespace {
+
+// What resume reads from state.json, checked before anything is built from it: a crafted or
+// damaged file is TT_ERR_CHECKPOINT naming the field, not a negative epoch fed to the sampler.
+void check_stored_state(const nlohmann::json& info, const std::string& folder) {
+  auto fail = [&](const std::string& problem) {
+    throw Error(ErrorCode::kCheckpoint, str_cat("checkpoint ", folder, ": state.json ", problem));
+  };
+  auto integer_at_least = [&](const nlohmann::json& object, const char* key, int64_t least, bool required) {
+    auto found = object.find(key);
+    if (found == object.end()) {
+      if (required) fail(str_cat("has no \"", key, "\""));
+      return least;
+    }
+    if (!found->is_number_integer() || found->get<int64_t>() < least)
+      fail(str_cat("\"", key, "\" must be an integer >= ", least, ", got ", found->dump()));
+    return found->get<int64_t>();
+  };
+  const int64_t step = integer_at_least(info, "step", 0, true);
+  const std::optional<int64_t> named = checkpoint::parse_folder_step(fs::path(folder).filename().string());
+  if (named && *named != step) fail(str_cat("says step ", step, " but the folder is ", fs::path(folder).filename().string()));
+  const int64_t format = integer_at_least(info, "format", 1, false);
+  if (format > kCheckpointFormat)
+    throw Error(ErrorCode::kCheckpoint,
+                str_cat("checkpoint ", folder, " has format ", format, "; this teletron reads formats 1 to ",
+                        kCheckpointFormat),
+                "resume it with the teletron that wrote it (a newer one)");
+  auto data = info.find("data");
+  if (data == info.end() || !data->is_object()) fail("has no \"data\" object (the data position)");
+  integer_at_least(*data, "epoch", 0, true);
+  const int64_t index = integer_at_least(*data, "index", 0, true);
+  const int64_t rows = integer_at_least(*data, "rows", 1, true);
+  if (index > rows) fail(str_cat("\"data\": index ", index, " is past the ", rows, " rows it counts"));
+  integer_at_least(*data, "step_samples", 1, false);
+  if (auto buckets = data->find("bucket_samples"); buckets != data->end()) {
+    if (!buckets->is_array()) fail("\"data\": \"bucket_samples\" must be a list of integers >= 1");
+    for (const auto& samples : *buckets)
+      if (!samples.is_number_integer() || samples.get<int64_t>() < 1)
+        fail(str_cat("\"data\": \"bucket_samples\" must be a list of integers >= 1, got ", buckets->dump()));
+  }
+}
+
+}  // namespace
+
 std::optional<StoredDataState> Trainer::check_resume(const std::string& folder) {
   const nlohmann::json info = checkpoint::load_state_json(folder);
+  check_stored_state(info, folder);
   auto stored_config = info.find("config");
   TT_CHECK_HINT(stored_config != info.end() && stored_config->is_string(), ErrorCode::kCheckpoint,
                 "resume from a checkpoint that `teletron train` wrote", "checkpoint ", folder,

@@ -52,17 +52,6 @@ void remove_quietly(const std::string& path) {
   remove_tree(path, ignored);
 }
 
-// "step_0000500" → 500; nullopt for any other name (temporary folders start with '.').
-std::optional<int64_t> parse_folder_step(const std::string& name) {
-  const std::string prefix = "step_";
-  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-  int64_t step = 0;
-  for (size_t i = prefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return std::nullopt;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
-}
 
 // The pid at the end of a temporary folder's name, 0 when there is none.
 pid_t temp_folder_pid(const std::string& name) {
@@ -164,6 +153,17 @@ void install_folder(const std::string& dir, const std::string& temp, const std::
 
 }  // namespace
 
+std::optional<int64_t> parse_folder_step(const std::string& name) {
+  const std::string prefix = "step_";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  int64_t step = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
 std::string folder_name(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%07lld", static_cast<long long>(step));
@@ -217,22 +217,41 @@ nlohmann::json load_state_json(const std::string& folder) {
   return load_info(folder);
 }
 
-bool is_complete(const std::string& folder) {
-  std::optional<nlohmann::json> info = read_info(join_path(folder, kInfoFile));
-  if (!info) return false;
+std::string damage_of(const std::string& folder) {
+  const std::string path = join_path(folder, kInfoFile);
+  if (!is_file(path)) return str_cat(kInfoFile, " is missing");
+  std::optional<nlohmann::json> info = read_info(path);
+  if (!info) return str_cat(kInfoFile, " is not a valid JSON object");
   auto complete = info->find("complete");
-  if (complete == info->end() || *complete != true) return false;
+  if (complete == info->end() || *complete != true) return str_cat(kInfoFile, " lacks \"complete\": true");
   // Headers are cheap to check and catch files damaged after the fact (e.g. truncated by a copy).
   std::optional<std::string> model_file = model_file_of(*info);
-  if (!model_file) return false;
+  if (!model_file) return str_cat(kInfoFile, ": \"model_file\" is neither ", kModelWeightsFile, " nor ", kLoraWeightsFile);
   for (const std::string& file : {*model_file, std::string(kStateFile)}) {
     try {
       safetensors::read_header(join_path(folder, file));
-    } catch (const Error&) {
-      return false;
+    } catch (const Error& error) {
+      return str_cat(file, " is unreadable (", error.what(), ")");
     }
   }
-  return true;
+  return "";
+}
+
+bool is_complete(const std::string& folder) { return damage_of(folder).empty(); }
+
+std::vector<std::pair<std::string, std::string>> list_damaged(const std::string& checkpoints_dir) {
+  std::vector<std::pair<int64_t, std::pair<std::string, std::string>>> found;
+  std::error_code error;
+  for (fs::directory_iterator it(checkpoints_dir, error), end; !error && it != end; it.increment(error)) {
+    std::optional<int64_t> step = parse_folder_step(it->path().filename().string());
+    if (!step || !is_dir(it->path().string())) continue;
+    std::string damage = damage_of(it->path().string());
+    if (!damage.empty()) found.push_back({*step, {it->path().string(), std::move(damage)}});
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::pair<std::string, std::string>> folders;
+  for (auto& entry : found) folders.push_back(std::move(entry.second));
+  return folders;
 }
 
 std::vector<std::string> list_complete(const std::string& checkpoints_dir) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -48,8 +49,20 @@ Checkpoint load(const std::string& folder);
 /// anything. Throws kCheckpoint as load() does.
 nlohmann::json load_state_json(const std::string& folder);
 
+/// "step_0000500" -> 500; nullopt for any other folder name (temporary folders start with '.').
+std::optional<int64_t> parse_folder_step(const std::string& name);
+
 /// True when `folder` holds all three files and state.json parses with "complete": true.
 bool is_complete(const std::string& folder);
+
+/// Why `folder` is not a complete checkpoint ("state.json is missing", "model.safetensors is
+/// unreadable: ...", ...); empty when it is one.
+std::string damage_of(const std::string& folder);
+
+/// step_NNNNNNN folders under checkpoints_dir that are not complete checkpoints, oldest step first,
+/// each with damage_of's reason. The writer only ever renames a complete folder to that name, so
+/// each is damage (a copy cut short, a file edited or removed), never a write in progress.
+std::vector<std::pair<std::string, std::string>> list_damaged(const std::string& checkpoints_dir);
 
 /// Complete checkpoint folders under checkpoints_dir, oldest step first. Temporary or damaged
 /// folders are skipped.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/checkpoint.h"
@@ -148,6 +149,46 @@ TEST_CASE("resume is exact: N steps == N/2 + resume + N/2, bit for bit", "[train
   for (size_t i = 0; i < rows.size(); ++i) CHECK(rows[i]["step"].get<int64_t>() == static_cast<int64_t>(i + 1));
   auto straight_rows = read_metrics(straight + "/metrics.jsonl");
   CHECK(straight_rows.back()["loss"] == rows.back()["loss"]);
+}
+
+TEST_CASE("a crafted state.json is TT_ERR_CHECKPOINT naming the field; --resume auto never starts over a damaged "
+          "checkpoint",
+          "[train][resume]") {
+  Workspace ws(4);
+  const std::string run = ws.dir / "run";
+  REQUIRE(run_teletron("train " + ws.config + " --output " + run + " --max-steps 4").exit_code == 0);
+  const std::string folder = run + "/checkpoints/step_0000004";
+  const std::string state = folder + "/state.json";
+  const std::string original = tt::test::read_file(state);
+  // Each edit of state.json and what the error must say.
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
+      {[](auto& s) { s["data"]["epoch"] = -1; }, "\"epoch\" must be an integer >= 0, got -1"},
+      {[](auto& s) { s["data"]["index"] = -3; }, "\"index\" must be an integer >= 0, got -3"},
+      {[](auto& s) { s["data"]["index"] = 1000; }, "index 1000 is past the 4 rows it counts"},
+      {[](auto& s) { s["data"]["rows"] = 0; }, "\"rows\" must be an integer >= 1, got 0"},
+      {[](auto& s) { s["step"] = 7; }, "says step 7 but the folder is step_0000004"},
+      {[](auto& s) { s["format"] = 99; }, "has format 99; this teletron reads formats 1 to 3"},
+      {[](auto& s) { s.erase("data"); }, "has no \"data\" object"},
+  };
+  for (const auto& [edit, says] : edits) {
+    INFO(says);
+    nlohmann::json s = nlohmann::json::parse(original);
+    edit(s);
+    tt::test::write_file(state, s.dump());
+    auto resumed = run_teletron("train " + ws.config + " --output " + run + " --max-steps 6 --resume auto");
+    CHECK(resumed.exit_code == tt::error_exit_code(tt::ErrorCode::kCheckpoint));
+    CHECK_THAT(resumed.output, ContainsSubstring(says));
+  }
+  // A step folder that is no complete checkpoint: auto stops, naming it, and leaves it alone
+  // (before, it started again from step 0 and wrote a new step_0000004 over it).
+  nlohmann::json s = nlohmann::json::parse(original);
+  s["model_file"] = "../../elsewhere.safetensors";
+  tt::test::write_file(state, s.dump());
+  auto resumed = run_teletron("train " + ws.config + " --output " + run + " --max-steps 6 --resume auto");
+  CHECK(resumed.exit_code == tt::error_exit_code(tt::ErrorCode::kCheckpoint));
+  CHECK_THAT(resumed.output, ContainsSubstring("step_0000004 is not a complete checkpoint: state.json: \"model_file\""));
+  CHECK(tt::test::read_file(state) == s.dump());
+  CHECK_FALSE(std::filesystem::exists(run + "/checkpoints/step_0000006"));
 }
 
 TEST_CASE("an earlier run's folder is never overwritten without --resume", "[train]") {
