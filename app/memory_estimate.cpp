@@ -246,8 +246,10 @@ double extrapolate_peak(const ProbePeaks& none, const ProbePeaks& all, int64_t d
   const int64_t d_ck = checkpointed.doubles, s_ck = checkpointed.singles;
   const bool any = d_ck + s_ck > 0;
   const double base = any ? all.p11 - d_all - s_all : none.p11 - d_none - s_none;
-  return base + static_cast<double>(d_ck) * d_all + static_cast<double>(doubles - d_ck) * d_none +
-         static_cast<double>(s_ck) * s_all + static_cast<double>(singles - s_ck) * s_none;
+  // A mode nobody probed is NaN: blocks of none of its kind must not turn the sum into NaN (0 x NaN).
+  auto blocks = [](int64_t count, double per_block) { return count == 0 ? 0.0 : static_cast<double>(count) * per_block; };
+  return base + blocks(d_ck, d_all) + blocks(doubles - d_ck, d_none) + blocks(s_ck, s_all) +
+         blocks(singles - s_ck, s_none);
 }
 
 CheckpointCounts fewest_checkpointed(const ProbePeaks& none, const ProbePeaks& all, int64_t doubles,

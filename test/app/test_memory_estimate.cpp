@@ -4,6 +4,8 @@
 // out; on the GPU the estimate from shallow probes meets the full model's measured peak.
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
+
+#include <limits>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cmath>
@@ -102,6 +104,11 @@ TEST_CASE("memory estimate: the probes extrapolate linearly, checkpointed blocks
   }
   CHECK(tt::checkpoint_counts(20, 40, 3) == tt::CheckpointCounts{7, 13});  // 0, 3, .., 18; 21, .., 57
   CHECK(tt::checkpoint_counts(20, 40, 0) == tt::CheckpointCounts{0, 0});
+  // A run probes only the mode it uses (the other stays NaN): its peak must not become NaN.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const tt::ProbePeaks unprobed{nan, nan, nan};
+  CHECK(tt::extrapolate_peak(none, unprobed, 20, 40, 0) == truth(20, 40, 0));
+  CHECK(tt::extrapolate_peak(unprobed, all, 20, 40, 1) == truth(20, 40, 1));
 }
 
 namespace {
