@@ -2,9 +2,9 @@
 #include "app/model_setup.h"
 
 #include <algorithm>
-#include <cstdint>
 
 #include "app/options.h"
+#include "core/checked_math.h"
 #include "core/errors.h"
 #include "model/diffusers_config.h"
 #include "model/flops.h"
@@ -52,9 +52,8 @@ constexpr int64_t kArchitectureToWeights = 4;
 void check_weights_hold(const WeightSource& weights, const HunyuanVideoConfig& c, const std::string& origin) {
   int64_t stored = 0;
   for (const auto& [name, tensor] : weights.tensors) {
-    int64_t elements = 1;
-    for (int64_t size : tensor.shape) elements = size > 0 && elements > INT64_MAX / size ? INT64_MAX : elements * size;
-    stored = elements > INT64_MAX - stored ? INT64_MAX : stored + elements;
+    const std::string what = str_cat(weights.description, ": tensor ", name);
+    stored = checked_add(stored, checked_numel(tensor.shape, ErrorCode::kCheckpoint, what), ErrorCode::kCheckpoint, what);
   }
   const int64_t needed = transformer_parameter_count(c);
   TT_CHECK_HINT(needed / kArchitectureToWeights <= stored, ErrorCode::kCheckpoint,
