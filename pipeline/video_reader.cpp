@@ -152,6 +152,9 @@ void VideoReader::State::open(const std::string& path) {
   format.reset(raw_format);
   AV_CHECK(avformat_find_stream_info(format.get(), nullptr), path, "reading the stream headers");
   info.container = format->iformat != nullptr ? format->iformat->name : "unknown";
+  // Packets without a pts get one from the packets after them (as `ffmpeg -fflags +genpts`): an
+  // MPEG program stream stamps only some of its pictures, and the index needs every frame's time.
+  format->flags |= AVFMT_FLAG_GENPTS;
 
   for (unsigned i = 0; i < format->nb_streams; ++i) {
     const AVCodecParameters* par = format->streams[i]->codecpar;

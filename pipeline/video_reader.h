@@ -141,6 +141,13 @@ struct VideoInfo {
 struct FrameIndex {
   std::vector<int64_t> pts;     // (N) in stream time base, ascending
   std::vector<uint8_t> keyframe;  // (N) 1 where the packet is a keyframe (a seek point)
+  /// (N) each frame's packet's decode timestamp (AV_NOPTS_VALUE where the container gives none):
+  /// the seek target in containers that seek by it (MPEG-TS / PS land past a keyframe sought by pts).
+  std::vector<int64_t> dts;
+  /// Frames reordered (B-frames) in a container whose timestamps cannot name them (AVI: no
+  /// presentation times; MPEG program streams: stamps misplaced after a seek): frame i is the i-th
+  /// frame out of the decoder, decoding from the start of the file, not found by timestamp.
+  bool count_outputs = false;
   double time_base = 0.0;       // seconds per pts tick
   /// Seconds of frame i (pts * time_base, the same number as ffprobe's pts_time).
   double seconds(int64_t i) const { return static_cast<double>(pts[i]) * time_base; }

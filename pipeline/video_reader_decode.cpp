@@ -101,10 +101,32 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   for (uint8_t key : s.index.keyframe) keyframes += key;
   const int64_t max_seeks = 2 * keyframes + 2 * frames + 8;
   int64_t next = 0;                    // position in `indices` of the next frame to produce
-  int64_t seek_frame = s.keyframe_at_or_before(indices[0]);
+  // Counting frames starts from the first one (a GOP may begin with pictures shown before its
+  // keyframe, which a decoder that starts at the keyframe drops) and never seeks ahead.
+  const bool by_count = s.index.count_outputs;
+  int64_t seek_frame = by_count ? 0 : s.keyframe_at_or_before(indices[0]);
   bool need_seek = true;
   bool draining = false;
   int64_t last_frame = -1;             // index of the last frame the decoder returned since the seek
+  int64_t outputs = 0;                 // frames of the current seek out of the decoder (count_outputs)
+  // Counting frames needs every frame out of the decoder: none may be skipped.
+  const bool skip_unneeded = s.options.skip_unneeded_frames && !by_count;
+  if (!skip_unneeded) s.codec->skip_frame = AVDISCARD_DEFAULT;
+  // Nothing came out of the seek keyframe or after it before a later frame (or the end): the
+  // demuxer landed past the keyframe. MPEG-TS / PS seek by dts, which lies before a keyframe's pts
+  // when frames are reordered: seek there by dts from now on; otherwise from the keyframe before.
+  // Returns false when there is no earlier place to start from.
+  auto landed_late = [&]() {
+    if (last_frame >= seek_frame) return false;
+    if (s.can_seek_by_dts(seek_frame)) {
+      s.seek_by_dts = true;
+    } else {
+      if (seek_frame == 0) return false;
+      seek_frame = s.keyframe_at_or_before(seek_frame - 1);
+    }
+    need_seek = true;
+    return true;
+  };
   while (next < frames) {
     if (need_seek) {
       // Every seek moves forward or back to an earlier keyframe, so this bound is never reached by a
@@ -115,6 +137,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
       need_seek = false;
       draining = false;
       last_frame = -1;
+      outputs = 0;
     }
     if (!draining) {
       const int rc = av_read_frame(s.format.get(), s.packet.get());
@@ -129,7 +152,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
                                                "); concealing and going on"));
       } else {
         if (s.packet->stream_index == info.stream_index) {
-          if (s.options.skip_unneeded_frames) {
+          if (skip_unneeded) {
             // A frame nothing needs: let the decoder drop it if nothing references it either.
             const int64_t packet_frame = s.frame_of_pts(s.packet->pts);
             const bool skippable = packet_frame >= 0 && needed[static_cast<size_t>(packet_frame)] == 0;
@@ -148,6 +171,10 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
       const int rc = avcodec_receive_frame(s.codec.get(), s.frame.get());
       if (rc == AVERROR(EAGAIN)) break;
       if (rc == AVERROR_EOF) {
+        if (next < frames && landed_late()) {
+          restart = true;
+          break;
+        }
         TT_CHECK_HINT(next >= frames, ErrorCode::kDecode, av::kDecodeHint, info.path, ": frame ", indices[next],
                       " (t=", s.index.seconds(indices[next]), " s) never came out of the decoder (damaged data?)");
         break;
@@ -162,18 +189,15 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
         av_frame_unref(s.frame.get());
         continue;
       }
-      const int64_t found = s.frame_of_pts(s.frame->best_effort_timestamp);
+      const int64_t found =
+          by_count ? seek_frame + outputs++ : s.frame_of_pts(s.frame->best_effort_timestamp);
       const bool corrupt = (s.frame->flags & AV_FRAME_FLAG_CORRUPT) != 0 || s.frame->decode_error_flags != 0;
       if (found >= 0 && found >= indices[next]) {
         if (found > indices[next]) {
-          // The wanted frame was skipped: right after a seek the demuxer landed too late, so
-          // start from the keyframe before; otherwise the decoder dropped it.
-          const bool landed_late = last_frame < seek_frame;  // nothing from the seek keyframe on yet
-          TT_CHECK_HINT(landed_late && seek_frame > 0, ErrorCode::kDecode, av::kDecodeHint, info.path,
-                        ": frame ", indices[next], " (t=", s.index.seconds(indices[next]),
-                        " s) was not produced by the decoder (damaged data?)");
-          seek_frame = s.keyframe_at_or_before(seek_frame - 1);
-          need_seek = true;
+          // The wanted frame was skipped: right after a seek the demuxer landed too late (start
+          // again from earlier); otherwise the decoder dropped it.
+          TT_CHECK_HINT(landed_late(), ErrorCode::kDecode, av::kDecodeHint, info.path, ": frame ", indices[next],
+                        " (t=", s.index.seconds(indices[next]), " s) was not produced by the decoder (damaged data?)");
           restart = true;
         } else {
           if (corrupt) {
@@ -193,14 +217,14 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
       // Only forward of the last seek: a demuxer that lands before its target (MPEG-TS seeks are
       // inexact) would otherwise be sent to the same target again and again.
       const int64_t target_key = s.keyframe_at_or_before(indices[next]);
-      if (last_frame >= 0 && target_key > last_frame + 1 && target_key - last_frame - 1 >= reseek_gap &&
+      if (!by_count && last_frame >= 0 && target_key > last_frame + 1 && target_key - last_frame - 1 >= reseek_gap &&
           target_key > seek_frame) {
         seek_frame = target_key;
         need_seek = true;
         break;
       }
     }
-    if (draining && !need_seek && next < frames) {
+    if (draining && !need_seek && next < frames && !landed_late()) {
       TT_CHECK_HINT(false, ErrorCode::kDecode, av::kDecodeHint, info.path, ": frame ", indices[next], " (t=",
                     s.index.seconds(indices[next]), " s) never came out of the decoder (damaged data?)");
     }

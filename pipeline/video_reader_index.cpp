@@ -15,10 +15,19 @@ namespace tt {
 void VideoReader::State::build_index() {
   struct Entry {
     int64_t pts;
+    int64_t dts;
     uint8_t key;
   };
   std::vector<Entry> entries;
   int64_t last_pts = AV_NOPTS_VALUE;
+  // Containers whose timestamps do not name reordered frames (B-frames): AVI stores no presentation
+  // times (its timestamps count packets in decoding order, and FFmpeg's guesses trail by the
+  // decoder's delay); an MPEG program stream stamps only some pictures, and after a seek its demuxer
+  // gives the stamps to other pictures than from the start. There frame i is the i-th frame out of
+  // the decoder, decoding from the start of the file (as `ffmpeg -vf select=eq(n\,i)` counts).
+  const bool reordered = stream->codecpar->video_delay > 0;
+  const bool avi = info.container == "avi";
+  index.count_outputs = reordered && (avi || info.container == "mpeg");
   for (;;) {
     const int rc = av_read_frame(format.get(), packet.get());
     if (rc == AVERROR_EOF) break;
@@ -32,10 +41,12 @@ void VideoReader::State::build_index() {
       break;
     }
     if (packet->stream_index == info.stream_index && (packet->flags & AV_PKT_FLAG_DISCARD) == 0) {
-      int64_t pts = packet->pts != AV_NOPTS_VALUE ? packet->pts : packet->dts;
+      // AVI: its packet's time (FFmpeg's generated pts trail by the delay); elsewhere pts, generated
+      // where missing (AVFMT_FLAG_GENPTS, set at open).
+      int64_t pts = packet->pts != AV_NOPTS_VALUE && !(index.count_outputs && avi) ? packet->pts : packet->dts;
       if (pts == AV_NOPTS_VALUE) pts = last_pts == AV_NOPTS_VALUE ? 0 : last_pts + std::max<int64_t>(packet->duration, 1);
       last_pts = pts;
-      entries.push_back({pts, static_cast<uint8_t>((packet->flags & AV_PKT_FLAG_KEY) != 0)});
+      entries.push_back({pts, packet->dts, static_cast<uint8_t>((packet->flags & AV_PKT_FLAG_KEY) != 0)});
     }
     av_packet_unref(packet.get());
   }
@@ -45,6 +56,7 @@ void VideoReader::State::build_index() {
   index.time_base = av_q2d(stream->time_base);
   for (const Entry& entry : entries) {
     index.pts.push_back(entry.pts);
+    index.dts.push_back(entry.dts);
     index.keyframe.push_back(entry.key);
   }
   index.keyframe[0] = 1;  // decoding always starts somewhere: the first frame is the fallback seek point
@@ -64,9 +76,22 @@ int64_t VideoReader::State::keyframe_at_or_before(int64_t frame_index) const {
   return 0;
 }
 
+int64_t VideoReader::State::seek_target(int64_t frame_index) const {
+  // The first frame always by the earlier of its two timestamps: nothing lies before it, so no
+  // container lands a GOP early, and MPEG-TS (which seeks by dts) lands on its packet.
+  const int64_t pts = index.pts[frame_index];
+  const int64_t dts = index.dts[frame_index];
+  return (seek_by_dts || frame_index == 0) && dts != AV_NOPTS_VALUE ? std::min(pts, dts) : pts;
+}
+
+bool VideoReader::State::can_seek_by_dts(int64_t frame_index) const {
+  const int64_t dts = index.dts[frame_index];
+  return !seek_by_dts && frame_index > 0 && dts != AV_NOPTS_VALUE && dts < index.pts[frame_index];
+}
+
 void VideoReader::State::seek_to_frame(int64_t frame_index) {
   ++seek_count;
-  const int rc = av_seek_frame(format.get(), info.stream_index, index.pts[frame_index], AVSEEK_FLAG_BACKWARD);
+  const int rc = av_seek_frame(format.get(), info.stream_index, seek_target(frame_index), AVSEEK_FLAG_BACKWARD);
   if (rc < 0) {
     // Some demuxers (raw streams) cannot seek by timestamp: go back to the start by bytes instead.
     AV_CHECK(avformat_seek_file(format.get(), -1, INT64_MIN, 0, 0, AVSEEK_FLAG_BYTE), info.path, "seeking");

@@ -45,6 +45,9 @@ struct VideoReader::State {
   int64_t decoded_count = 0;
   int64_t generation = 0;         // bumped by every seek; packets carry it, frames of older ones are dropped
   bool drained = false;           // the decoder was sent end-of-stream: it needs a flush before more input
+  // Seeks target keyframes' dts instead of their pts: set once a seek by pts landed past its
+  // keyframe (MPEG-TS / PS, whose demuxers seek by dts; Matroska's cues are by pts, so not from the start).
+  bool seek_by_dts = false;
   bool warned_packet = false;
   bool warned_read = false;
   bool warned_corrupt = false;
@@ -62,6 +65,9 @@ struct VideoReader::State {
   int64_t frame_of_pts(int64_t pts) const;
   int64_t keyframe_at_or_before(int64_t frame) const;
   void seek_to_frame(int64_t frame);
+  int64_t seek_target(int64_t frame) const;
+  // A seek to `frame` by pts landed late and its dts would land earlier: try by dts.
+  bool can_seek_by_dts(int64_t frame) const;
   // video_reader_decode.cpp: the decode loop and the seek generation packets carry.
   DecodedFrames decode_frames(const std::vector<int64_t>& indices);
   int send_packet(AVPacket* packet);

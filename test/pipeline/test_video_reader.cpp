@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <random>
 #include <sstream>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,13 @@ const Clips& clips() {
     // 12 frames at 25 fps, then 12 at 12.5 fps.
     make("vfr.mkv", kSource + "-frames:v 24 -vf \"setpts='(N+if(gte(N,12),N-12,0))/(25*TB)'\" -fps_mode vfr "
                     "-c:v libx264 -pix_fmt yuv420p");
+    // B-frames where timestamps are awkward: MPEG-TS seeks by dts (which lies before a keyframe's
+    // pts), an MPEG program stream stamps only some pictures, AVI stores no presentation times;
+    // MPEG-2 and MPEG-4 part 2 GOPs are open (their first B-frames show before the keyframe).
+    make("h264_b.ts", kSource + "-frames:v 40 -c:v libx264 -g 12 -bf 3 -pix_fmt yuv420p");
+    make("mpeg2_b.mpg", kSource + "-frames:v 30 -c:v mpeg2video -g 12 -bf 2 -q:v 3 -pix_fmt yuv420p");
+    make("mpeg4_b.avi", kSource + "-frames:v 30 -c:v mpeg4 -g 12 -bf 2 -q:v 3 -pix_fmt yuv420p");
+    make("h264_b.avi", kSource + "-frames:v 30 -c:v libx264 -g 12 -bf 3 -pix_fmt yuv420p");
     return Clips();
   }();
   return made;
@@ -189,6 +197,42 @@ TEST_CASE("video reader: colour metadata, bit depth, layout", "[video]") {
     REQUIRE(rgb.sizes() == reference.sizes());
     const double mean = (rgb.to(torch::kFloat32) - reference.to(torch::kFloat32)).abs().mean().item<double>();
     CHECK(mean < 3.0);  // chroma subsampling loses detail on the sharp test pattern
+  }
+}
+
+TEST_CASE("video reader: B-frames in MPEG-TS, MPEG-PS and AVI give every frame the CLI gives", "[video]") {
+  // Before: a TS seek by pts landed past its keyframe (frames of the first GOP and the last ones
+  // were TT_ERR_DECODE), program streams and AVI numbered frames by misplaced or trailing stamps.
+  for (const std::string name : {"h264_b.ts", "mpeg2_b.mpg", "mpeg4_b.avi", "h264_b.avi"}) {
+    SECTION(name) {
+      tt::VideoReaderOptions always_seek;
+      always_seek.reseek_gap = 1;
+      tt::VideoReader reader(clips().path(name), always_seek);
+      const int64_t count = reader.info().frame_count;
+      CHECK(count == ffprobe_frame_count(name));
+      // The CLI's frame n is the n-th frame out of its decoder: the same libswscale path, bit-exact.
+      const torch::Tensor rgb = compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
+      const torch::Tensor reference = ffmpeg_rgb(name, "bt601", "tv", 240, 320);
+      REQUIRE(rgb.sizes() == reference.sizes());
+      CHECK(torch::equal(rgb, reference));
+      // Any frame alone, and sparse requests across GOPs, give the pixels of decoding from the start.
+      const tt::DecodedFrames all = reader.decode(all_frames(reader));
+      const int64_t middle = count / 2 + 1;
+      const std::vector<std::vector<int64_t>> requests = {{0}, {count - 1}, {middle}, {1, middle, count - 1}, {2, 3}};
+      for (const auto& request : requests) {
+        const tt::DecodedFrames got = reader.decode(request);
+        for (size_t i = 0; i < request.size(); ++i) {
+          INFO("frame " << request[i]);
+          CHECK(torch::equal(got.y[i], all.y[request[i]]));
+          CHECK(torch::equal(got.uv[i], all.uv[request[i]]));
+        }
+      }
+      // Frame times ascend, and validate-data's scan sees every frame.
+      const std::vector<double> times = reader.index().times();
+      CHECK(std::is_sorted(times.begin(), times.end()));
+      CHECK(std::adjacent_find(times.begin(), times.end()) == times.end());
+      CHECK(reader.scan().frames_decoded == count);
+    }
   }
 }
 
