@@ -53,23 +53,29 @@ torch::Tensor yuv420_to_rgb_swscale(const DecodedFrames& frames) {
   TT_CHECK(rc >= 0, ErrorCode::kInternal, "libswscale refused the colour details (matrix ",
            video_matrix_name(frames.matrix), ")");
 
-  // Planes and the RGB rows use 64-byte aligned strides like av_frame_get_buffer's, so libswscale
-  // takes the same (SIMD) code path as in the ffmpeg CLI and the output is bit-identical to it.
-  const int64_t bytes = ten_bit ? 2 : 1;
-  auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
-  const int64_t luma_stride = aligned(width * bytes);
-  const int64_t chroma_stride = aligned(chroma_w * bytes);
-  const int64_t rgb_stride = aligned(int64_t{width} * 3);
-  // torch's CPU allocator aligns to 64 bytes (std::vector would not).
-  torch::Tensor buffers = torch::empty({luma_stride * height + 2 * chroma_stride * chroma_h + rgb_stride * height},
-                                       torch::kUInt8);
-  uint8_t* luma = buffers.data_ptr<uint8_t>();
-  uint8_t* u = luma + luma_stride * height;
-  uint8_t* v = u + chroma_stride * chroma_h;
-  uint8_t* packed = v + chroma_stride * chroma_h;
+  // Source planes and the RGB picture are frames from av_frame_get_buffer, as in the ffmpeg CLI:
+  // its strides are aligned (so libswscale takes the same SIMD path and the output is bit-identical
+  // to the CLI's) and its buffers padded past the last row, which that SIMD code reads and writes
+  // (on tightly packed planes it overran the heap on some sizes and read garbage on others).
+  const auto frame_of = [](AVPixelFormat format, int w, int h) {
+    av::FramePtr frame(av::check_alloc(av_frame_alloc(), "a frame"));
+    frame->format = format;
+    frame->width = w;
+    frame->height = h;
+    AV_CHECK(av_frame_get_buffer(frame.get(), 0), "libswscale conversion", "allocating a frame");
+    return frame;
+  };
+  const av::FramePtr planar = frame_of(source_format, width, height);
+  const av::FramePtr packed = frame_of(AV_PIX_FMT_RGB24, width, height);
   const torch::Tensor y_all = frames.y.contiguous();
   const torch::Tensor uv_all = frames.uv.contiguous();
   for (int64_t t = 0; t < count; ++t) {
+    uint8_t* luma = planar->data[0];
+    uint8_t* u = planar->data[1];
+    uint8_t* v = planar->data[2];
+    const int64_t luma_stride = planar->linesize[0];
+    const int64_t u_stride = planar->linesize[1];
+    const int64_t v_stride = planar->linesize[2];
     if (ten_bit) {
       // P010 → yuv420p10le: the value sits in the high 10 bits.
       const auto* y_src = reinterpret_cast<const uint16_t*>(y_all[t].data_ptr());
@@ -79,8 +85,8 @@ torch::Tensor yuv420_to_rgb_swscale(const DecodedFrames& frames) {
         for (int64_t col = 0; col < width; ++col) y_dst[col] = static_cast<uint16_t>(y_src[row * width + col] >> 6);
       }
       for (int64_t row = 0; row < chroma_h; ++row) {
-        auto* u_dst = reinterpret_cast<uint16_t*>(u + row * chroma_stride);
-        auto* v_dst = reinterpret_cast<uint16_t*>(v + row * chroma_stride);
+        auto* u_dst = reinterpret_cast<uint16_t*>(u + row * u_stride);
+        auto* v_dst = reinterpret_cast<uint16_t*>(v + row * v_stride);
         const uint16_t* src = uv_src + row * chroma_w * 2;
         for (int64_t col = 0; col < chroma_w; ++col) {
           u_dst[col] = static_cast<uint16_t>(src[2 * col] >> 6);
@@ -93,8 +99,8 @@ torch::Tensor yuv420_to_rgb_swscale(const DecodedFrames& frames) {
       for (int64_t row = 0; row < height; ++row)
         std::memcpy(luma + row * luma_stride, y_src + row * width, static_cast<size_t>(width));
       for (int64_t row = 0; row < chroma_h; ++row) {
-        uint8_t* u_dst = u + row * chroma_stride;
-        uint8_t* v_dst = v + row * chroma_stride;
+        uint8_t* u_dst = u + row * u_stride;
+        uint8_t* v_dst = v + row * v_stride;
         const uint8_t* src = uv_src + row * chroma_w * 2;
         for (int64_t col = 0; col < chroma_w; ++col) {
           u_dst[col] = src[2 * col];
@@ -102,16 +108,12 @@ torch::Tensor yuv420_to_rgb_swscale(const DecodedFrames& frames) {
         }
       }
     }
-    const uint8_t* source[4] = {luma, u, v, nullptr};
-    const int source_stride[4] = {static_cast<int>(luma_stride), static_cast<int>(chroma_stride),
-                                  static_cast<int>(chroma_stride), 0};
-    uint8_t* target[4] = {packed, nullptr, nullptr, nullptr};
-    const int target_stride[4] = {static_cast<int>(rgb_stride), 0, 0, 0};
-    const int rows = sws_scale(context.get(), source, source_stride, 0, height, target, target_stride);
+    const int rows = sws_scale(context.get(), planar->data, planar->linesize, 0, height, packed->data,
+                               packed->linesize);
     TT_CHECK(rows == height, ErrorCode::kInternal, "libswscale converted ", rows, " of ", height, " rows");
     uint8_t* out = rgb[t].data_ptr<uint8_t>();
     for (int64_t row = 0; row < height; ++row)
-      std::memcpy(out + row * width * 3, packed + row * rgb_stride, static_cast<size_t>(width) * 3);
+      std::memcpy(out + row * width * 3, packed->data[0] + row * packed->linesize[0], static_cast<size_t>(width) * 3);
   }
   return rgb;
 }

@@ -70,6 +70,12 @@ bool is_jpeg_format(AVPixelFormat format) {
          format == AV_PIX_FMT_YUVJ440P || format == AV_PIX_FMT_YUVJ411P;
 }
 
+// Grey (with or without alpha): one luma plane, no chroma, not paletted.
+bool is_grey_format(const AVPixFmtDescriptor* descriptor) {
+  return descriptor != nullptr && (descriptor->nb_components == 1 || descriptor->nb_components == 2) &&
+         (descriptor->flags & (AV_PIX_FMT_FLAG_PAL | AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_HWACCEL)) == 0;
+}
+
 // The display matrix moved from stream side data (FFmpeg <= 6.x) to codecpar->coded_side_data
 // (added in libavcodec 60.30 = FFmpeg 6.1; av_stream_get_side_data is gone in 7.0).
 const int32_t* display_matrix(const AVStream* stream) {
@@ -200,7 +206,9 @@ void VideoReader::State::open(const std::string& path) {
   const int color_space = raw_value(par->color_space);
   const int color_range = raw_value(par->color_range);
   info.matrix = matrix_from(color_space);
-  info.full_range = color_range == AVCOL_RANGE_JPEG || is_jpeg_format(pixel_format);
+  // Grey is full range unless tagged limited, as libswscale (and so the ffmpeg CLI) reads it.
+  info.full_range = color_range == AVCOL_RANGE_JPEG || is_jpeg_format(pixel_format) ||
+                    (is_grey_format(descriptor) && color_range != AVCOL_RANGE_MPEG);
   info.color_space_tag = colour_tag(color_space, AVCOL_SPC_NB, av_color_space_name);
   info.color_range_tag = colour_tag(color_range, AVCOL_RANGE_NB, av_color_range_name);
   info.color_primaries_tag = colour_tag(raw_value(par->color_primaries), AVCOL_PRI_NB, av_color_primaries_name);

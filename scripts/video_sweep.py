@@ -13,11 +13,12 @@ Then `teletron probe --device cpu --frames ... --dump` must agree with ffmpeg's 
 same file:
   - the frame count with `ffprobe -count_frames`, and each dumped frame's time with ffprobe's
     best-effort timestamp of that frame (1 ms);
-  - the dumped pixels (after rotation, the pipeline's colour kernel) with `ffmpeg -vf select ...
-    -pix_fmt rgb24` of the same frames: mean |diff| <= 1.5 and 99th percentile <= 3 (0-255; <= 4 for
-    10-bit sources), the bias of libswscale's fixed-point arithmetic and no more (see check()).
-    teletron's frames are 4:2:0 (4:2:2 / 4:4:4 / grey go through libswscale to 4:2:0 first), so
-    the reference of those takes the same conversion before its rgb24.
+  - the dumped pixels (after rotation) with `ffmpeg -vf select ... -pix_fmt rgb24` of the same
+    frames, twice: through libswscale as the CLI (`--rgb swscale`: equal but for rounding, mean
+    |diff| <= 0.5, 99th percentile <= 1), and through the pipeline's colour kernel (mean <= 2, the
+    uniform bias of libswscale's fixed-point arithmetic; p99 <= 4); see BOUNDS. teletron's frames
+    are 4:2:0 (4:2:2 / 4:4:4 / grey go through libswscale to 4:2:0 first), so the reference of those
+    takes the same conversion before its rgb24.
   - AVI has no presentation times and is compared by frame order and pixels only.
 A draw the ffmpeg CLI cannot encode is drawn again. One line per file; exit status 1 if any file
 differs, 4 when the ffmpeg CLI or torch is missing (ctest counts it as skipped).
@@ -182,20 +183,31 @@ def ffprobe_frames(path):
 
 # teletron's frames are 4:2:0 (NV12 / P010, what NVDEC gives): other layouts go through libswscale's
 # bicubic conversion to 4:2:0 first (pipeline/video_reader_planes.cpp), so their reference does too.
-def via_420(pix_fmt):
+# The range stays the stream's as decoded (an encoder may not keep the one asked for; grey untagged
+# is full range, as libswscale reads it); deeper than 8 bits becomes 10.
+def via_420(stream):
+    pix_fmt, colour_range = stream.get("pix_fmt", ""), stream.get("color_range", "unknown")
     if pix_fmt in ("yuv420p", "yuvj420p", "yuv420p10le"):
         return ""
-    if pix_fmt.startswith("yuvj"):
-        return "yuvj420p"
-    return "yuv420p10le" if "10" in pix_fmt else "yuv420p"
+    full = colour_range == "pc" or pix_fmt.startswith("yuvj") or (pix_fmt.startswith("gray") and colour_range != "tv")
+    target = "yuv420p" if pix_fmt in ("gray", "yuvj422p", "yuvj444p") or pix_fmt.endswith("p") else "yuv420p10le"
+    ranges = "pc" if full else "tv"
+    return f",scale=flags=bicubic:in_range={ranges}:out_range={ranges},format={target}"
 
 
-def reference_frames(path, indices, width, height, pix_fmt):
+def ffprobe_stream(path):
+    """The first video stream's decoded pixel format and colour range as ffprobe reports them."""
+    result = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                             "stream=pix_fmt,color_range", "-of", "json", path], capture_output=True, text=True,
+                            timeout=120)
+    streams = json.loads(result.stdout).get("streams", []) if result.returncode == 0 else []
+    return streams[0] if streams else {}
+
+
+def reference_frames(path, indices, width, height, stream):
     """ffmpeg's rgb24 of those frames (autorotated), as a (T, H, W, 3) uint8 tensor."""
     select = "+".join(f"eq(n\\,{i})" for i in indices)
-    chain = f"select='{select}'"
-    if via_420(pix_fmt):
-        chain += f",scale=flags=bicubic,format={via_420(pix_fmt)}"
+    chain = f"select='{select}'" + via_420(stream)
     result = subprocess.run(["ffmpeg", "-v", "error", "-i", path, "-map", "0:v:0", "-vf", chain,
                              "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
                             capture_output=True, timeout=120)
@@ -223,6 +235,31 @@ def read_safetensors(path):
     return out
 
 
+def probe_dump(args, path, wanted, dump, converter):
+    """`teletron probe --dump` of those frames with that RGB converter: (stdout, None) or (None, why)."""
+    try:
+        probe = subprocess.run([args.teletron, "probe", path, "--device", "cpu", "--frames", ",".join(map(str, wanted)),
+                                "--rgb", converter, "--dump", dump], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None, "teletron probe did not finish within 120 s"
+    if probe.returncode != 0:
+        tail = (probe.stderr or probe.stdout).strip().splitlines()
+        return None, f"teletron probe exit {probe.returncode}: {tail[-1] if tail else ''}"
+    return probe.stdout, None
+
+
+# Pixel bounds (0-255) against the CLI's rgb24, per converter:
+# - swscale: teletron's frames through the same libswscale call the CLI makes, with the matrix and
+#   range teletron read from the file: equal but for rounding (seen: exactly equal). A wrong frame,
+#   a misread matrix or range, a wrong 4:2:0 conversion miss this by far.
+# - kernel (the pipeline's colour kernel): it rounds the exact formula where libswscale's fixed-point
+#   arithmetic sits lower, by a bias that is uniform over the frame and 0.7-2.0 per channel (0.7-1.2 on
+#   footage, cuda/colour.cu; up to 2.0 on this pattern's saturated colours at 10 bits): mean <= 2.
+#   Beyond the bias the two agree: p99 <= 4. A wrong matrix, range or chroma siting in the kernel
+#   gives errors of 10 and more on saturated colours.
+BOUNDS = {"swscale": (0.5, 1.0), "kernel": (2.0, 4.0)}
+
+
 def check(args, spec, path, work, number):
     """The list of disagreements for one file (empty when teletron agrees with ffmpeg)."""
     problems = []
@@ -232,46 +269,39 @@ def check(args, spec, path, work, number):
     count = len(times)
     rng = random.Random(args.seed * 100003 + number)
     wanted = sorted({0, count - 1, rng.randrange(count), rng.randrange(count)})
-    dump = os.path.join(work, "dump.safetensors")
-    try:
-        probe = subprocess.run([args.teletron, "probe", path, "--device", "cpu", "--frames", ",".join(map(str, wanted)),
-                                "--dump", dump], capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return ["teletron probe did not finish within 120 s"]
-    if probe.returncode != 0:
-        tail = (probe.stderr or probe.stdout).strip().splitlines()
-        return [f"teletron probe exit {probe.returncode}: {tail[-1] if tail else ''}"]
-    frames_line = [line for line in probe.stdout.splitlines() if line.startswith("frames:")]
-    teletron_count = int(frames_line[0].split()[1]) if frames_line else -1
-    if teletron_count != count:
-        problems.append(f"{teletron_count} frames, ffprobe decodes {count}")
-    dumped = read_safetensors(dump)
-    seconds = dumped["seconds"].tolist()
-    # AVI has no presentation times: its timestamps count packets, and FFmpeg's guesses for reordered
-    # frames trail by the decoder's delay, so there is nothing to compare times with.
-    for index, second in zip(wanted, seconds if spec["container"] != "avi" else []):
-        if times[index] is not None and abs(second - times[index]) > 1e-3:
-            problems.append(f"frame {index} at {second:.4f} s, ffprobe {times[index]:.4f} s")
-            break
-    ours = dumped["frames"]
-    reference = reference_frames(path, wanted, ours.shape[2], ours.shape[1], spec["pix_fmt"])
-    if reference is None or reference.shape != ours.shape:
-        problems.append(f"dump {tuple(ours.shape)}, ffmpeg's frames "
-                        f"{'unreadable at that size' if reference is None else tuple(reference.shape)}")
-        return problems
-    # The colour kernel rounds the exact formula; libswscale's fixed-point result sits 0.7-1.2 lower on
-    # average per channel (measured in cuda/colour.cu), and the synthetic pattern's saturated colours
-    # show it more than footage does: mean <= 1.5. The 99th percentile <= 3 (8-bit), <= 4 where the
-    # CLI takes libswscale's scaled path for deeper sources. A wrong matrix, range, chroma siting or
-    # frame misses these by far (e.g. BT.601 for BT.709: mean 3-5, p99 10+).
-    deep = "10" in spec["pix_fmt"]
-    bound_mean, bound_p99 = (1.5, 4.0) if deep else (1.5, 3.0)
-    for k, index in enumerate(wanted):
-        diff = (ours[k].to(torch.int16) - reference[k].to(torch.int16)).abs().flatten().to(torch.float32)
-        mean = diff.mean().item()
-        p99 = torch.quantile(diff[:: max(1, diff.numel() // 200000)], 0.99).item()
-        if mean > bound_mean or p99 > bound_p99:
-            problems.append(f"frame {index}: mean |diff| {mean:.2f}, p99 {p99:.0f}, max {diff.max().item():.0f}")
+    reference = None
+    for converter in ("swscale", "kernel"):
+        dump = os.path.join(work, f"dump_{converter}.safetensors")
+        stdout, why = probe_dump(args, path, wanted, dump, converter)
+        if why:
+            return problems + [why]
+        dumped = read_safetensors(dump)
+        ours = dumped["frames"]
+        if converter == "swscale":
+            frames_line = [line for line in stdout.splitlines() if line.startswith("frames:")]
+            teletron_count = int(frames_line[0].split()[1]) if frames_line else -1
+            if teletron_count != count:
+                problems.append(f"{teletron_count} frames, ffprobe decodes {count}")
+            # AVI has no presentation times: its timestamps count packets, and FFmpeg's guesses for
+            # reordered frames trail by the decoder's delay, so there is nothing to compare times with.
+            seconds = dumped["seconds"].tolist() if spec["container"] != "avi" else []
+            for index, second in zip(wanted, seconds):
+                if times[index] is not None and abs(second - times[index]) > 1e-3:
+                    problems.append(f"frame {index} at {second:.4f} s, ffprobe {times[index]:.4f} s")
+                    break
+            reference = reference_frames(path, wanted, ours.shape[2], ours.shape[1], ffprobe_stream(path))
+            if reference is None or reference.shape != ours.shape:
+                problems.append(f"dump {tuple(ours.shape)}, ffmpeg's frames "
+                                f"{'unreadable at that size' if reference is None else tuple(reference.shape)}")
+                return problems
+        bound_mean, bound_p99 = BOUNDS[converter]
+        for k, index in enumerate(wanted):
+            diff = (ours[k].to(torch.int16) - reference[k].to(torch.int16)).abs().flatten().to(torch.float32)
+            mean = diff.mean().item()
+            p99 = torch.quantile(diff[:: max(1, diff.numel() // 200000)], 0.99).item()
+            if mean > bound_mean or p99 > bound_p99:
+                problems.append(f"frame {index} ({converter}): mean |diff| {mean:.2f}, p99 {p99:.0f}, "
+                                f"max {diff.max().item():.0f}")
     return problems
 
 
