@@ -87,6 +87,10 @@ void run_probe(const ProbeOptions& options) {
     out << ", " << info.displayed_width() << "x" << info.displayed_height() << " displayed";
   out << "\n";
   out << "rotation:    " << info.rotation << " degrees clockwise (display matrix)\n";
+  out << "pixel ratio: " << info.sar_num << ":" << info.sar_den << " (sample aspect)";
+  if (info.sar_num != info.sar_den)
+    out << " (anamorphic: shown as " << info.shown_width() << "x" << info.displayed_height() << ", resized as shown)";
+  out << "\n";
   out << "pixels:      " << info.pixel_format << ", " << info.bit_depth << "-bit\n";
   out << "colour:      matrix " << video_matrix_name(info.matrix) << " (tag " << info.color_space_tag << "), range "
       << (info.full_range ? "full" : "limited") << " (tag " << info.color_range_tag << "), primaries "

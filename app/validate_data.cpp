@@ -45,7 +45,7 @@ struct SampleResult {
   bool caption_to_encode = false;   // a caption whose embedding encode-text has not written yet (not an error)
   // What the file is (filled as far as it could be read).
   std::string container, codec, pixel_format, decode_path, decode_reason;
-  int width = 0, height = 0, rotation = 0;  // displayed size (after rotation)
+  int width = 0, height = 0, rotation = 0;  // displayed size (after rotation; the width as shown, by the pixel aspect)
   int64_t frames = 0;
   double fps = 0.0, duration = 0.0;
   std::optional<double> motion;  // --motion: pixels per frame at the working resolution
@@ -124,7 +124,7 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
     result.codec = info.codec;
     result.pixel_format = info.pixel_format;
     result.rotation = info.rotation;
-    result.width = info.displayed_width();
+    result.width = static_cast<int>(info.shown_width());  // as shown: what the buckets are fitted to
     result.height = info.displayed_height();
     result.frames = info.frame_count;
     result.fps = info.frame_rate;

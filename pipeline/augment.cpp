@@ -100,9 +100,11 @@ AugmentKernelArgs augment_kernel_args(const AugmentParams& params, int64_t in_h,
   TT_ASSERT(in_h > 0 && in_w > 0 && out_h > 0 && out_w > 0, "sizes ", in_h, "x", in_w, " -> ", out_h, "x",
             out_w);
   AugmentKernelArgs args;
-  const double scale = std::max(static_cast<double>(out_h) / in_h, static_cast<double>(out_w) / in_w);
+  TT_ASSERT(params.pixel_aspect > 0.0, "pixel aspect ", params.pixel_aspect);
+  const double shown_w = static_cast<double>(in_w) * params.pixel_aspect;  // the width on screen
+  const double scale = std::max(static_cast<double>(out_h) / in_h, static_cast<double>(out_w) / shown_w);
   args.resized_h = std::max<int64_t>(out_h, std::llround(in_h * scale));
-  args.resized_w = std::max<int64_t>(out_w, std::llround(in_w * scale));
+  args.resized_w = std::max<int64_t>(out_w, std::llround(shown_w * scale));
   const int64_t slack_y = args.resized_h - out_h;
   const int64_t slack_x = args.resized_w - out_w;
   args.crop_y = std::clamp<int64_t>(std::llround(params.crop_y * slack_y), 0, slack_y);

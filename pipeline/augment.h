@@ -59,6 +59,9 @@ struct AugmentParams {
   double contrast = 1.0;
   double saturation = 1.0;
   double hue = 0.0;
+  /// Width over height of one source pixel (VideoInfo::pixel_aspect; not drawn): the resize
+  /// scales the frame as shown, so anamorphic video comes out undistorted.
+  double pixel_aspect = 1.0;
 };
 
 /// Throws kConfig naming tele_tron.data_pipeline.augment.<field> for out-of-range options.
@@ -73,7 +76,8 @@ AugmentParams draw_augment_params(const AugmentOptions& options, uint64_t seed, 
 std::array<float, 9> hue_rotation_matrix(double hue);
 
 /// Resize size and crop corner for a (in_h, in_w) source and an (out_h, out_w) output: scale by
-/// max(out_h / in_h, out_w / in_w) (rounded, at least the output), crop corner =
+/// max(out_h / in_h, out_w / (in_w * pixel_aspect)) (rounded, at least the output; the width as
+/// shown, in_w * pixel_aspect, is what scales), crop corner =
 /// round(crop_y * (resized_h - out_h)), likewise for x. Also copies flip and jitter.
 AugmentKernelArgs augment_kernel_args(const AugmentParams& params, int64_t in_h, int64_t in_w, int64_t out_h,
                                       int64_t out_w);

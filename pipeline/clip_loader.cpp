@@ -29,6 +29,7 @@ LoadedClip load_clip(VideoReader& reader, const ClipRequest& request) {
     rgb = rgb.index_select(0, torch::tensor(positions, torch::kInt64).to(rgb.device()));
   }
   clip.params = draw_augment_params(request.augment, request.seed, request.epoch, request.sample_index);
+  clip.params.pixel_aspect = reader.info().pixel_aspect();  // anamorphic video resized as shown
   clip.pixels = augment_clip(rgb, clip.params, request.height, request.width, request.augment.dtype);
   if (clip.gpu_stages) clip.gpu_stages->stop();
   return clip;

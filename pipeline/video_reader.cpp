@@ -203,6 +203,14 @@ void VideoReader::State::open(const std::string& path) {
   info.pixel_format = descriptor != nullptr ? descriptor->name : "unknown";
   info.bit_depth = descriptor != nullptr ? descriptor->comp[0].depth : 8;
   info.rotation = clockwise_rotation(stream);
+  // The stream's or the codec's sample aspect (FFmpeg's guess prefers the stream's); implausible
+  // ratios (a damaged header) count as square.
+  const AVRational sar = av_guess_sample_aspect_ratio(format.get(), stream, nullptr);
+  if (sar.num > 0 && sar.den > 0 && sar.num <= 16 * sar.den && sar.den <= 16 * sar.num) {
+    const AVRational reduced = av_mul_q(sar, AVRational{1, 1});
+    info.sar_num = reduced.num;
+    info.sar_den = reduced.den;
+  }
   const int color_space = raw_value(par->color_space);
   const int color_range = raw_value(par->color_range);
   info.matrix = matrix_from(color_space);

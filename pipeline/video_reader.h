@@ -45,6 +45,8 @@
 
 #include <torch/types.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -119,6 +121,10 @@ struct VideoInfo {
   std::string pixel_format;  // e.g. "yuv420p", "yuvj420p", "yuv420p10le"
   int bit_depth = 8;         // luma bits per sample of the stream
   int rotation = 0;          // clockwise degrees to display upright: 0, 90, 180 or 270
+  /// Sample (pixel) aspect ratio of the coded frame, width over height of one pixel (1:1 when the
+  /// file gives none): anamorphic video (DVD, HDV 1440x1080) stores 4:3 or 16:9 pictures in pixels
+  /// that are not square.
+  int sar_num = 1, sar_den = 1;
   VideoMatrix matrix = VideoMatrix::kBt601;
   bool full_range = false;
   std::string color_space_tag;  // FFmpeg's names of the raw tags, "unknown" when untagged
@@ -135,6 +141,16 @@ struct VideoInfo {
   /// The size as displayed: width and height swapped for 90/270 degree rotations.
   int displayed_width() const { return rotation == 90 || rotation == 270 ? height : width; }
   int displayed_height() const { return rotation == 90 || rotation == 270 ? width : height; }
+  /// Width over height of one pixel of the rotated frames (the sample aspect, inverted by a 90 or
+  /// 270 degree turn).
+  double pixel_aspect() const {
+    const double sar = static_cast<double>(sar_num) / static_cast<double>(sar_den);
+    return rotation == 90 || rotation == 270 ? 1.0 / sar : sar;
+  }
+  /// The rotated frame's width on screen, its height kept: displayed_width() * pixel_aspect().
+  int64_t shown_width() const {
+    return std::max<int64_t>(1, std::llround(static_cast<double>(displayed_width()) * pixel_aspect()));
+  }
 };
 
 /// Every frame of the stream in presentation order, from demuxing packets (no decoding).

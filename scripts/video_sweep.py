@@ -162,9 +162,13 @@ def make(spec, path):
     command.append(path)
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:  # seen: libsvtav1 with an audio stream and passthrough timing
+    except subprocess.TimeoutExpired:  # seen: an endless audio source beside a limited video one
+        if os.path.exists(path):
+            os.remove(path)
         return None, ["the ffmpeg CLI did not finish within 60 s"]
     if result.returncode != 0 or not os.path.exists(path) or os.path.getsize(path) == 0:
+        if os.path.exists(path):
+            os.remove(path)  # what the CLI left of a clip it could not make
         return None, result.stderr.strip().splitlines()[-1:] if result.stderr else []
     return command, []
 

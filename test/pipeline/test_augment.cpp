@@ -135,6 +135,35 @@ TEST_CASE("the geometry covers the output, keeps the aspect ratio and places the
   CHECK(args.resized_w == 960);
 }
 
+TEST_CASE("anamorphic sources are resized as shown, by their pixel aspect", "[augment]") {
+  tt::AugmentParams params;
+  // HDV: 1440x1080 stored, 4:3 pixels, shown 1920x1080 -> 480x832 scales by height to 853 wide,
+  // as a square-pixel 1080p source does (it was 480x640 and cropped: a squeezed picture).
+  params.pixel_aspect = 4.0 / 3.0;
+  auto args = tt::augment_kernel_args(params, 1080, 1440, 480, 832);
+  CHECK(args.resized_h == 480);
+  CHECK(args.resized_w == 853);
+  const tt::AugmentParams square;
+  const auto full_hd = tt::augment_kernel_args(square, 1080, 1920, 480, 832);
+  CHECK(full_hd.resized_w == args.resized_w);
+  CHECK(full_hd.crop_x == args.crop_x);
+  // NTSC DVD 16:9: 720x480 stored, 32:27 pixels, shown 853x480.
+  params.pixel_aspect = 32.0 / 27.0;
+  args = tt::augment_kernel_args(params, 480, 720, 480, 832);
+  CHECK(args.resized_h == 480);
+  CHECK(args.resized_w == 853);
+  // The reference resamples to that size: a vertical edge at a third of the stored width stays
+  // at a third of the output's uncropped width.
+  params.crop_x = 0.0;
+  params.pixel_aspect = 2.0;
+  torch::Tensor clip = torch::zeros({1, 16, 24, 3}, torch::kUInt8);
+  clip.slice(2, 8, 24).fill_(255);  // columns 8.. white: the edge at 1/3
+  const torch::Tensor out = tt::augment_reference(clip, params, 16, 48);  // (3, 1, 16, 48): shown 48 wide
+  const torch::Tensor row = out[0][0][8];
+  CHECK(row[14].item<float>() < 0.0f);  // left of the edge (16 of 48)
+  CHECK(row[18].item<float>() > 0.0f);
+}
+
 TEST_CASE("augment_reference returns (3, T, H, W) in [-1, 1]", "[augment]") {
   tt::AugmentOptions options;
   options.brightness = 0.5;

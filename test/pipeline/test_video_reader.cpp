@@ -66,6 +66,8 @@ const Clips& clips() {
     make("mpeg2_b.mpg", kSource + "-frames:v 30 -c:v mpeg2video -g 12 -bf 2 -q:v 3 -pix_fmt yuv420p");
     make("mpeg4_b.avi", kSource + "-frames:v 30 -c:v mpeg4 -g 12 -bf 2 -q:v 3 -pix_fmt yuv420p");
     make("h264_b.avi", kSource + "-frames:v 30 -c:v libx264 -g 12 -bf 3 -pix_fmt yuv420p");
+    // Anamorphic: 2:1 pixels, shown 640x240.
+    make("anamorphic.mkv", kSource + "-frames:v 4 -vf setsar=2/1 -c:v libx264 -pix_fmt yuv420p");
     return Clips();
   }();
   return made;
@@ -235,6 +237,23 @@ TEST_CASE("video reader: B-frames in MPEG-TS, MPEG-PS and AVI give every frame t
       CHECK(reader.scan().frames_decoded == count);
     }
   }
+}
+
+TEST_CASE("video reader: the sample aspect of anamorphic video, and of square-pixel video", "[video]") {
+  tt::VideoReader anamorphic(clips().path("anamorphic.mkv"));
+  CHECK(anamorphic.info().sar_num == 2);
+  CHECK(anamorphic.info().sar_den == 1);
+  CHECK(anamorphic.info().pixel_aspect() == 2.0);
+  CHECK(anamorphic.info().shown_width() == 640);
+  CHECK(anamorphic.info().displayed_height() == 240);
+  tt::VideoReader square(clips().path("h264.mp4"));
+  CHECK(square.info().pixel_aspect() == 1.0);
+  CHECK(square.info().shown_width() == 320);
+  // A 90-degree turn makes the pixels' width their height.
+  tt::VideoInfo turned = anamorphic.info();
+  turned.rotation = 90;
+  CHECK(turned.pixel_aspect() == 0.5);
+  CHECK(turned.shown_width() == 120);
 }
 
 TEST_CASE("libswscale's RGB of 4:2:0 planes at awkward sizes stays inside its buffers", "[video]") {
