@@ -9,13 +9,16 @@
 #   .testmedia   the clips and probe answers the tests make with the ffmpeg CLI (scripts/make_test_media.sh;
 #                needs build/), for `ctest` there with TELETRON_TEST_MEDIA
 #   .benchclips  two 10-s 720p H.264 clips (scripts/make_bench_clips.sh .benchclips 2)
+#   .videosweep  24 randomly drawn clips with the CLI's frames, in codecs and containers the GPU
+#                machine's FFmpeg reads (scripts/video_sweep.py --record; replayed there with
+#                --replay .videosweep --device cuda: NVDEC and the CUDA colour kernel)
 # and prints each folder's size (the device tool carries 64 MiB in all).
 # Usage: scripts/prepare_device.sh [FOLDER...]   (default: all of them)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 wanted=("$@")
-[ ${#wanted[@]} -gt 0 ] || wanted=(.device .devdeps .wheels .testmedia .benchclips)
+[ ${#wanted[@]} -gt 0 ] || wanted=(.device .devdeps .wheels .testmedia .benchclips .videosweep)
 for folder in "${wanted[@]}"; do
   if [ -e "$folder" ]; then echo "$folder: there already"; continue; fi
   case $folder in
@@ -31,6 +34,9 @@ for folder in "${wanted[@]}"; do
       ;;
     .testmedia) scripts/make_test_media.sh .testmedia build ;;
     .benchclips) scripts/make_bench_clips.sh .benchclips 2 ;;
+    .videosweep)
+      python3 scripts/video_sweep.py --teletron build/teletron --files 24 --seed 3 \
+        --codecs libx264,libx265,libvpx-vp9,libsvtav1,mpeg4 --record .videosweep ;;
     *) echo "unknown folder $folder"; exit 2 ;;
   esac
 done

@@ -22,6 +22,13 @@ same file:
   - AVI has no presentation times and is compared by frame order and pixels only.
 A draw the ffmpeg CLI cannot encode is drawn again. One line per file; exit status 1 if any file
 differs, 4 when the ffmpeg CLI or torch is missing (ctest counts it as skipped).
+
+--record DIR also saves each clip with its ffprobe answers and the CLI's frames; --replay DIR checks
+those again where there is no ffmpeg CLI, e.g. `--device cuda` on the GPU machine (NVDEC and the
+CUDA colour kernel): `video_sweep.py --teletron build/teletron --files 24 --seed 3 --codecs
+libx264,libx265,libvpx-vp9,libsvtav1,mpeg4 --record .videosweep` here (the decoders and demuxers the
+GPU machine's FFmpeg build has: scripts/prepare_device.sh makes it), carry `.videosweep`, then
+`video_sweep.py --teletron build-device/teletron --replay .videosweep --device cuda` there.
 """
 import argparse
 import json
@@ -57,8 +64,8 @@ COLOURS = [("bt709", "bt709", "bt709"), ("smpte170m", "smpte170m", "smpte170m"),
            ("bt2020nc", "bt2020", "bt2020-10")]
 
 
-def draw(rng):
-    codec = rng.choice(sorted(CODECS))
+def draw(rng, codecs=None):
+    codec = rng.choice(sorted(codecs or CODECS))
     formats, containers, even, smallest, bframes = CODECS[codec]
     spec = {"codec": codec, "pix_fmt": rng.choice(formats), "container": rng.choice(containers)}
     odd_ok = not even and spec["pix_fmt"] in ("yuv444p", "gray", "yuvj444p")
@@ -242,8 +249,9 @@ def read_safetensors(path):
 def probe_dump(args, path, wanted, dump, converter):
     """`teletron probe --dump` of those frames with that RGB converter: (stdout, None) or (None, why)."""
     try:
-        probe = subprocess.run([args.teletron, "probe", path, "--device", "cpu", "--frames", ",".join(map(str, wanted)),
-                                "--rgb", converter, "--dump", dump], capture_output=True, text=True, timeout=120)
+        probe = subprocess.run([args.teletron, "probe", path, "--device", args.device, "--frames",
+                                ",".join(map(str, wanted)), "--rgb", converter, "--dump", dump],
+                               capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return None, "teletron probe did not finish within 120 s"
     if probe.returncode != 0:
@@ -264,21 +272,21 @@ def probe_dump(args, path, wanted, dump, converter):
 BOUNDS = {"swscale": (0.5, 1.0), "kernel": (2.0, 4.0)}
 
 
-def check(args, spec, path, work, number):
-    """The list of disagreements for one file (empty when teletron agrees with ffmpeg)."""
-    problems = []
-    times = ffprobe_frames(path)
-    if not times:
-        return ["ffprobe reads no frames"]
-    count = len(times)
+def wanted_frames(args, count, number):
     rng = random.Random(args.seed * 100003 + number)
-    wanted = sorted({0, count - 1, rng.randrange(count), rng.randrange(count)})
-    reference = None
+    return sorted({0, count - 1, rng.randrange(count), rng.randrange(count)})
+
+
+def check(args, spec, path, work, wanted, times, reference=None):
+    """The list of disagreements for one file (empty when teletron agrees with ffmpeg), and the
+    CLI's reference frames (made here when not given: a replay brings them recorded)."""
+    problems = []
+    count = len(times)
     for converter in ("swscale", "kernel"):
         dump = os.path.join(work, f"dump_{converter}.safetensors")
         stdout, why = probe_dump(args, path, wanted, dump, converter)
         if why:
-            return problems + [why]
+            return problems + [why], reference
         dumped = read_safetensors(dump)
         ours = dumped["frames"]
         if converter == "swscale":
@@ -293,11 +301,12 @@ def check(args, spec, path, work, number):
                 if times[index] is not None and abs(second - times[index]) > 1e-3:
                     problems.append(f"frame {index} at {second:.4f} s, ffprobe {times[index]:.4f} s")
                     break
-            reference = reference_frames(path, wanted, ours.shape[2], ours.shape[1], ffprobe_stream(path))
+            if reference is None:
+                reference = reference_frames(path, wanted, ours.shape[2], ours.shape[1], ffprobe_stream(path))
             if reference is None or reference.shape != ours.shape:
                 problems.append(f"dump {tuple(ours.shape)}, ffmpeg's frames "
                                 f"{'unreadable at that size' if reference is None else tuple(reference.shape)}")
-                return problems
+                return problems, None
         bound_mean, bound_p99 = BOUNDS[converter]
         for k, index in enumerate(wanted):
             diff = (ours[k].to(torch.int16) - reference[k].to(torch.int16)).abs().flatten().to(torch.float32)
@@ -306,7 +315,12 @@ def check(args, spec, path, work, number):
             if mean > bound_mean or p99 > bound_p99:
                 problems.append(f"frame {index} ({converter}): mean |diff| {mean:.2f}, p99 {p99:.0f}, "
                                 f"max {diff.max().item():.0f}")
-    return problems
+    return problems, reference
+
+
+def report(number, spec, problems):
+    print(f"{'ok  ' if not problems else 'FAIL'} {number:3d} {describe(spec)}"
+          + ("" if not problems else "\n       " + "\n       ".join(problems)), flush=True)
 
 
 def sweep(args, work):
@@ -319,21 +333,52 @@ def sweep(args, work):
         if attempts > 4 * args.files + 8:
             print(f"video_sweep: only {made} of {args.files} clips could be encoded in {attempts - 1} draws")
             return 1
-        spec = draw(rng)
-        path = os.path.join(work, f"clip_{made:03d}.{spec['container']}")
+        spec = draw(rng, args.codecs)
+        name = f"clip_{made:03d}.{spec['container']}"
+        path = os.path.join(work, name)
         command, why = make(spec, path)
         if command is None:
             print(f"  (not encodable, drawn again: {describe(spec)}: {' '.join(why)})")
             continue
         made += 1
-        problems = check(args, spec, path, work, made)
+        times = ffprobe_frames(path)
+        if not times:
+            problems, reference = ["ffprobe reads no frames"], None
+        else:
+            wanted = wanted_frames(args, len(times), made)
+            problems, reference = check(args, spec, path, work, wanted, times)
         if problems:
             failures += 1
-        print(f"{'ok  ' if not problems else 'FAIL'} {made:3d} {describe(spec)}"
-              + ("" if not problems else "\n       " + "\n       ".join(problems)))
+        report(made, spec, problems)
+        if args.record and reference is not None:
+            # The clip, what ffprobe and the CLI made of it: a machine without the CLI replays it.
+            shutil.copy(path, os.path.join(args.record, name))
+            torch.save(reference.clone(), os.path.join(args.record, name + ".reference.pt"))
+            with open(os.path.join(args.record, name + ".json"), "w") as f:
+                json.dump({"number": made, "spec": spec, "wanted": wanted, "times": times}, f)
         if not args.keep:
             os.remove(path)
     print(f"video_sweep: {made - failures}/{made} files decode as ffmpeg does (seed {args.seed})")
+    return 1 if failures else 0
+
+
+def replay(args, work):
+    """The recorded clips of --record, checked again (e.g. --device cuda on the GPU machine)."""
+    records = sorted(name for name in os.listdir(args.replay) if name.endswith(".json"))
+    if not records:
+        print(f"video_sweep: no recorded clips in {args.replay} (make them with --record)")
+        return 1
+    failures = 0
+    for record in records:
+        with open(os.path.join(args.replay, record)) as f:
+            saved = json.load(f)
+        path = os.path.join(args.replay, record[: -len(".json")])
+        reference = torch.load(path + ".reference.pt")
+        problems, _ = check(args, saved["spec"], path, work, saved["wanted"], saved["times"], reference)
+        failures += bool(problems)
+        report(saved["number"], saved["spec"], problems)
+    print(f"video_sweep: {len(records) - failures}/{len(records)} recorded files decode as ffmpeg does "
+          f"(--device {args.device})")
     return 1 if failures else 0
 
 
@@ -344,7 +389,21 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", help="keep the clips here (with --keep) instead of a temporary folder")
     parser.add_argument("--keep", action="store_true", help="keep each clip after its check")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="teletron probe's decode path (cuda: NVDEC where it takes the file)")
+    parser.add_argument("--codecs", type=lambda text: text.split(","),
+                        help=f"draw only these encoders (comma-separated; of {', '.join(sorted(CODECS))})")
+    parser.add_argument("--record", help="also save each clip, its ffprobe answers and the CLI's frames here")
+    parser.add_argument("--replay", help="check the clips saved by --record instead (no ffmpeg CLI needed)")
     args = parser.parse_args()
+    unknown = sorted(set(args.codecs or []) - set(CODECS))
+    if unknown:
+        parser.error(f"--codecs: unknown {', '.join(unknown)} (choose from {', '.join(sorted(CODECS))})")
+    if args.replay:
+        with tempfile.TemporaryDirectory(prefix="tt_video_sweep_") as work:
+            return replay(args, work)
+    if args.record:
+        os.makedirs(args.record, exist_ok=True)
     if not shutil.which("ffmpeg") or not shutil.which("ffprobe"):
         print("video_sweep: skipped (needs the ffmpeg CLI: ffmpeg and ffprobe on PATH)")
         return 4
