@@ -328,12 +328,15 @@ TEST_CASE("the CUDA augment kernel matches the reference", "[gpu][augment]") {
   options.contrast = 0.3;
   options.saturation = 0.5;
   options.hue = 0.1;
-  const int64_t sizes[][4] = {
-      {720, 1280, 480, 832}, {362, 642, 480, 832}, {1080, 1920, 240, 416}, {64, 64, 64, 64}};
+  // The last two anamorphic (HDV's 4:3 pixels, a 16:9 DVD's 32:27): the resize scales the axes apart.
+  const int64_t sizes[][4] = {{720, 1280, 480, 832}, {362, 642, 480, 832}, {1080, 1920, 240, 416},
+                              {64, 64, 64, 64},      {540, 720, 480, 832}, {480, 720, 240, 416}};
+  const double pixel_aspects[] = {1.0, 1.0, 1.0, 1.0, 4.0 / 3.0, 32.0 / 27.0};
   int64_t sample = 0;
   for (const auto& s : sizes) {
     auto clip = (sample % 2 == 0) ? smooth_clip(5, s[0], s[1]) : random_clip(5, s[0], s[1], sample);
-    auto params = tt::draw_augment_params(options, 42, 0, sample++);
+    auto params = tt::draw_augment_params(options, 42, 0, sample);
+    params.pixel_aspect = pixel_aspects[sample++];
     auto reference = tt::augment_reference(clip, params, s[2], s[3]);
     auto gpu_clip = clip.to(torch::kCUDA);
     auto f32 = tt::augment_clip(gpu_clip, params, s[2], s[3], torch::kFloat32);
