@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -206,10 +207,12 @@ void VideoReader::State::open(const std::string& path) {
   // The stream's or the codec's sample aspect (FFmpeg's guess prefers the stream's); implausible
   // ratios (a damaged header) count as square.
   const AVRational sar = av_guess_sample_aspect_ratio(format.get(), stream, nullptr);
-  if (sar.num > 0 && sar.den > 0 && sar.num <= 16 * sar.den && sar.den <= 16 * sar.num) {
-    const AVRational reduced = av_mul_q(sar, AVRational{1, 1});
-    info.sar_num = reduced.num;
-    info.sar_den = reduced.den;
+  const int64_t sar_num = sar.num, sar_den = sar.den;  // 64-bit: a crafted ratio near INT_MAX
+  if (sar_num > 0 && sar_den > 0 && sar_num <= 16 * sar_den && sar_den <= 16 * sar_num) {
+    int reduced_num = 1, reduced_den = 1;
+    av_reduce(&reduced_num, &reduced_den, sar_num, sar_den, INT_MAX);
+    info.sar_num = reduced_num;
+    info.sar_den = reduced_den;
   }
   const int color_space = raw_value(par->color_space);
   const int color_range = raw_value(par->color_range);

@@ -254,6 +254,12 @@ TEST_CASE("video reader: the sample aspect of anamorphic video, and of square-pi
   turned.rotation = 90;
   CHECK(turned.pixel_aspect() == 0.5);
   CHECK(turned.shown_width() == 120);
+  // An AVI whose video properties header gives a ratio of terms near INT_MAX (2139225729:857761409,
+  // a fuzzer's find: the plausibility bound once multiplied them by 16 in int) keeps that ratio.
+  tt::VideoReader crafted(std::string(TELETRON_SOURCE_DIR) + "/test/fuzz/regressions/video_reader/sar_near_int_max.avi");
+  CHECK(crafted.info().sar_num == 2139225729);
+  CHECK(crafted.info().sar_den == 857761409);
+  CHECK(std::abs(crafted.info().pixel_aspect() - 2139225729.0 / 857761409.0) < 1e-12);
 }
 
 TEST_CASE("libswscale's RGB of 4:2:0 planes at awkward sizes stays inside its buffers", "[video]") {
