@@ -132,7 +132,7 @@ struct VideoInfo {
   std::string color_primaries_tag;
   std::string color_transfer_tag;
   double frame_rate = 0.0;        // average frames per second (0 when unknown)
-  double duration_seconds = 0.0;  // stream (or container) duration, 0 when unknown
+  double duration_seconds = 0.0;  // stream (or container) duration; without one, the frame index's span
   int64_t header_frame_count = 0; // what the container header says (0 = not stored, e.g. Matroska)
   int64_t frame_count = 0;        // from the frame index: exact
   std::string decode_path;        // "nvdec" or "cpu"
@@ -162,7 +162,8 @@ struct FrameIndex {
   std::vector<int64_t> dts;
   /// Frames reordered (B-frames) in a container whose timestamps cannot name them (AVI: no
   /// presentation times; MPEG program streams: stamps misplaced after a seek): frame i is the i-th
-  /// frame out of the decoder, decoding from the start of the file, not found by timestamp.
+  /// frame out of the decoder, decoding from the start of the file, not found by timestamp. Also
+  /// set for streams without any timestamps (raw .h264 / .hevc elementary streams).
   bool count_outputs = false;
   double time_base = 0.0;       // seconds per pts tick
   /// Seconds of frame i (pts * time_base, the same number as ffprobe's pts_time).

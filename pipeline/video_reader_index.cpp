@@ -20,6 +20,7 @@ void VideoReader::State::build_index() {
   };
   std::vector<Entry> entries;
   int64_t last_pts = AV_NOPTS_VALUE;
+  bool stamped = false;  // some packet of the stream carried a pts or a dts
   // Containers whose timestamps do not name reordered frames (B-frames): AVI stores no presentation
   // times (its timestamps count packets in decoding order, and FFmpeg's guesses trail by the
   // decoder's delay); an MPEG program stream stamps only some pictures, and after a seek its demuxer
@@ -43,6 +44,7 @@ void VideoReader::State::build_index() {
     if (packet->stream_index == info.stream_index && (packet->flags & AV_PKT_FLAG_DISCARD) == 0) {
       // AVI: its packet's time (FFmpeg's generated pts trail by the delay); elsewhere pts, generated
       // where missing (AVFMT_FLAG_GENPTS, set at open).
+      stamped = stamped || packet->pts != AV_NOPTS_VALUE || packet->dts != AV_NOPTS_VALUE;
       int64_t pts = packet->pts != AV_NOPTS_VALUE && !(index.count_outputs && avi) ? packet->pts : packet->dts;
       if (pts == AV_NOPTS_VALUE) pts = last_pts == AV_NOPTS_VALUE ? 0 : last_pts + std::max<int64_t>(packet->duration, 1);
       last_pts = pts;
@@ -52,6 +54,10 @@ void VideoReader::State::build_index() {
   }
   TT_CHECK_HINT(!entries.empty(), ErrorCode::kDecode, av::kDecodeHint, info.path,
                 ": the video stream holds no frames");
+  // Raw elementary streams (.h264, .hevc: no container) carry no timestamps at all: the times above
+  // count packet durations (the frame rate), and the decoder's frames carry none to look up, so
+  // frame i is the i-th frame out of the decoder from the start, as in AVI.
+  if (!stamped) index.count_outputs = true;
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.pts < b.pts; });
   index.time_base = av_q2d(stream->time_base);
   for (const Entry& entry : entries) {
@@ -61,6 +67,11 @@ void VideoReader::State::build_index() {
   }
   index.keyframe[0] = 1;  // decoding always starts somewhere: the first frame is the fallback seek point
   info.frame_count = index.size();
+  // No duration in the header (raw streams): the index's span plus one frame.
+  if (info.duration_seconds <= 0.0 && index.size() > 0) {
+    const double frame_seconds = info.frame_rate > 0.0 ? 1.0 / info.frame_rate : 0.0;
+    info.duration_seconds = index.seconds(index.size() - 1) - index.seconds(0) + frame_seconds;
+  }
 }
 
 int64_t VideoReader::State::frame_of_pts(int64_t pts) const {

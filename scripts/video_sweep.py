@@ -48,16 +48,20 @@ except ImportError as error:
 
 # codec -> pixel formats, containers, whether width/height must be even, the smallest side, B-frames.
 CODECS = {
-    "libx264": (["yuv420p", "yuv422p", "yuv444p", "yuv420p10le"], ["mp4", "mkv", "mov", "ts"], True, 16, True),
-    "libx265": (["yuv420p", "yuv420p10le", "yuv444p"], ["mp4", "mkv"], True, 64, True),
-    "libvpx-vp9": (["yuv420p", "yuv444p", "yuv420p10le"], ["webm", "mkv"], False, 16, False),
-    "libsvtav1": (["yuv420p", "yuv420p10le"], ["mkv", "mp4"], True, 64, False),
-    "mpeg2video": (["yuv420p", "yuv422p"], ["ts", "mkv", "mpg"], True, 16, True),
-    "mpeg4": (["yuv420p"], ["avi", "mp4", "mkv"], True, 16, True),
-    "mjpeg": (["yuvj420p", "yuvj422p", "yuvj444p"], ["avi", "mkv", "mov"], False, 16, False),
+    "libx264": (["yuv420p", "yuv422p", "yuv444p", "yuv420p10le"], ["mp4", "mkv", "mov", "ts", "h264", "flv"], True, 16, True),
+    "libx265": (["yuv420p", "yuv420p10le", "yuv444p"], ["mp4", "mkv", "hevc"], True, 64, True),
+    "libvpx-vp9": (["yuv420p", "yuv444p", "yuv420p10le"], ["webm", "mkv", "ivf"], False, 16, False),
+    "libsvtav1": (["yuv420p", "yuv420p10le"], ["mkv", "mp4", "ivf"], True, 64, False),
+    "mpeg2video": (["yuv420p", "yuv422p"], ["ts", "mkv", "mpg", "m2v"], True, 16, True),
+    "mpeg4": (["yuv420p"], ["avi", "mp4", "mkv", "m4v"], True, 16, True),
+    "mjpeg": (["yuvj420p", "yuvj422p", "yuvj444p"], ["avi", "mkv", "mov", "mjpeg"], False, 16, False),
     "prores_ks": (["yuv422p10le", "yuv444p10le"], ["mov"], True, 16, False),
     "ffv1": (["yuv420p", "yuv444p", "gray", "yuv420p10le", "yuv422p"], ["mkv", "avi"], False, 16, False),
+    "wrapped_avframe": (["yuv420p", "yuv422p", "yuv444p", "gray"], ["y4m"], False, 16, False),
 }
+# Elementary streams without a container (no timestamps: frames are counted in decoding output,
+# their times come from the frame rate) and raw YUV4MPEG.
+RAW = ("h264", "hevc", "m2v", "m4v", "mjpeg", "y4m")
 RATES = ["24", "25", "30", "30000/1001", "12", "60"]
 # (colorspace, primaries, transfer) tags as the ffmpeg CLI names them.
 COLOURS = [("bt709", "bt709", "bt709"), ("smpte170m", "smpte170m", "smpte170m"), ("bt470bg", "bt470bg", "gamma28"),
@@ -79,7 +83,7 @@ def draw(rng, codecs=None):
     spec["frames"] = rng.randint(3, 40)
     spec["rate"] = rng.choice(RATES)
     spec["bframes"] = rng.choice([0, 2, 3]) if bframes else 0
-    spec["vfr"] = spec["container"] not in ("avi", "mpg") and rng.random() < 0.3
+    spec["vfr"] = spec["container"] not in ("avi", "mpg") + RAW and rng.random() < 0.3
     spec["rotate"] = rng.choice([0, 90, 180, 270]) if spec["container"] in ("mp4", "mov") and rng.random() < 0.4 else 0
     spec["sar"] = rng.choice(["1/1", "4/3", "10/11", "16/15"]) if rng.random() < 0.3 else ""
     spec["colour"] = rng.choice(COLOURS) if rng.random() < 0.6 else None

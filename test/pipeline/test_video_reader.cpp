@@ -66,6 +66,10 @@ const Clips& clips() {
     make("mpeg2_b.mpg", kSource + "-frames:v 30 -c:v mpeg2video -g 12 -bf 2 -q:v 3 -pix_fmt yuv420p");
     make("mpeg4_b.avi", kSource + "-frames:v 30 -c:v mpeg4 -g 12 -bf 2 -q:v 3 -pix_fmt yuv420p");
     make("h264_b.avi", kSource + "-frames:v 30 -c:v libx264 -g 12 -bf 3 -pix_fmt yuv420p");
+    // Elementary streams without a container: no timestamps at all, and B-frames.
+    make("h264_b.h264", kSource + "-frames:v 30 -c:v libx264 -g 12 -bf 3 -pix_fmt yuv420p");
+    make("hevc_b.hevc", kSource + "-frames:v 24 -c:v libx265 -x265-params log-level=none:keyint=8:bframes=3 "
+                                  "-pix_fmt yuv420p");
     // Anamorphic: 2:1 pixels, shown 640x240.
     make("anamorphic.mkv", kSource + "-frames:v 4 -vf setsar=2/1 -c:v libx264 -pix_fmt yuv420p");
     return Clips();
@@ -203,10 +207,13 @@ TEST_CASE("video reader: colour metadata, bit depth, layout", "[video]") {
   }
 }
 
-TEST_CASE("video reader: B-frames in MPEG-TS, MPEG-PS and AVI give every frame the CLI gives", "[video]") {
+TEST_CASE("video reader: B-frames in MPEG-TS, MPEG-PS, AVI and raw streams give every frame the CLI gives",
+          "[video]") {
   // Before: a TS seek by pts landed past its keyframe (frames of the first GOP and the last ones
-  // were TT_ERR_DECODE), program streams and AVI numbered frames by misplaced or trailing stamps.
-  for (const std::string name : {"h264_b.ts", "mpeg2_b.mpg", "mpeg4_b.avi", "h264_b.avi"}) {
+  // were TT_ERR_DECODE), program streams and AVI numbered frames by misplaced or trailing stamps,
+  // and raw .h264 / .hevc streams (no timestamps) never found frame 0 (TT_ERR_DECODE).
+  for (const std::string name : {"h264_b.ts", "mpeg2_b.mpg", "mpeg4_b.avi", "h264_b.avi", "h264_b.h264",
+                                 "hevc_b.hevc"}) {
     SECTION(name) {
       tt::VideoReaderOptions always_seek;
       always_seek.reseek_gap = 1;
@@ -235,6 +242,8 @@ TEST_CASE("video reader: B-frames in MPEG-TS, MPEG-PS and AVI give every frame t
       CHECK(std::is_sorted(times.begin(), times.end()));
       CHECK(std::adjacent_find(times.begin(), times.end()) == times.end());
       CHECK(reader.scan().frames_decoded == count);
+      // A duration also where the file states none (raw streams): the frames at 25 fps.
+      CHECK(std::abs(reader.info().duration_seconds - static_cast<double>(count) / 25.0) < 0.05);
     }
   }
 }
