@@ -160,10 +160,18 @@ struct FrameIndex {
   /// (N) each frame's packet's decode timestamp (AV_NOPTS_VALUE where the container gives none):
   /// the seek target in containers that seek by it (MPEG-TS / PS land past a keyframe sought by pts).
   std::vector<int64_t> dts;
+  /// (N) each frame's packet's size in bytes: a seek that lands elsewhere shows in the first packet.
+  std::vector<int64_t> packet_size;
+  /// The demuxer seeks through FFmpeg's generic index (raw streams, image pipes, IVF, Ogg), whose
+  /// byte positions can be those of the read chunk a frame began in rather than of the frame: the
+  /// first packet after each seek is checked against the index (decode falls back to counting from
+  /// the start when it is not the one indexed).
+  bool check_seeks = false;
   /// Frames reordered (B-frames) in a container whose timestamps cannot name them (AVI: no
   /// presentation times; MPEG program streams: stamps misplaced after a seek): frame i is the i-th
   /// frame out of the decoder, decoding from the start of the file, not found by timestamp. Also
-  /// set for streams without any timestamps (raw .h264 / .hevc elementary streams).
+  /// set for streams without any timestamps (raw .h264 / .hevc elementary streams) and for streams
+  /// where two frames share one timestamp.
   bool count_outputs = false;
   double time_base = 0.0;       // seconds per pts tick
   /// Seconds of frame i (pts * time_base, the same number as ffprobe's pts_time).

@@ -108,6 +108,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   bool need_seek = true;
   bool draining = false;
   int64_t last_frame = -1;             // index of the last frame the decoder returned since the seek
+  bool check_landing = false;          // the next packet of the stream is the first after a seek
   int64_t outputs = 0;                 // frames of the current seek out of the decoder (count_outputs)
   // Counting frames needs every frame out of the decoder: none may be skipped.
   const bool skip_unneeded = s.options.skip_unneeded_frames && !by_count;
@@ -134,6 +135,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
       TT_CHECK_HINT(s.seek_count < max_seeks, ErrorCode::kDecode, av::kDecodeHint, info.path, ": seeking for frame ",
                     indices[next], " did not converge after ", s.seek_count, " seeks (damaged index or timestamps?)");
       s.seek_to_frame(seek_frame);
+      check_landing = s.index.check_seeks && !by_count;
       need_seek = false;
       draining = false;
       last_frame = -1;
@@ -152,6 +154,23 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
                                                "); concealing and going on"));
       } else {
         if (s.packet->stream_index == info.stream_index) {
+          if (check_landing) {
+            // FFmpeg's generic index can send a seek into the middle of a frame (a raw MJPEG
+            // stream: the read chunk's position), whose packet then mixes two frames and decodes to
+            // garbage without an error; Ogg stamps a variable-rate Theora stream's packets after a
+            // seek otherwise than when read from the start. Not a packet indexed for that time:
+            // this file is decoded from the start from now on, frames counted out of the decoder
+            // as the CLI counts them.
+            check_landing = false;
+            const int64_t landed = s.frame_of_pts(s.packet->pts);
+            if (s.packet->pts != AV_NOPTS_VALUE &&
+                (landed < 0 || s.packet->size != s.index.packet_size[static_cast<size_t>(landed)])) {
+              av_packet_unref(s.packet.get());
+              s.warn_once(s.warned_seek, "seeks land on other packets than the index names (a raw stream or Ogg?); decoding from the start");
+              s.index.count_outputs = true;
+              return s.decode_frames(indices);
+            }
+          }
           if (skip_unneeded) {
             // A frame nothing needs: let the decoder drop it if nothing references it either.
             const int64_t packet_frame = s.frame_of_pts(s.packet->pts);

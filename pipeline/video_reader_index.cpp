@@ -16,6 +16,7 @@ void VideoReader::State::build_index() {
   struct Entry {
     int64_t pts;
     int64_t dts;
+    int64_t size;
     uint8_t key;
   };
   std::vector<Entry> entries;
@@ -48,7 +49,7 @@ void VideoReader::State::build_index() {
       int64_t pts = packet->pts != AV_NOPTS_VALUE && !(index.count_outputs && avi) ? packet->pts : packet->dts;
       if (pts == AV_NOPTS_VALUE) pts = last_pts == AV_NOPTS_VALUE ? 0 : last_pts + std::max<int64_t>(packet->duration, 1);
       last_pts = pts;
-      entries.push_back({pts, packet->dts, static_cast<uint8_t>((packet->flags & AV_PKT_FLAG_KEY) != 0)});
+      entries.push_back({pts, packet->dts, packet->size, static_cast<uint8_t>((packet->flags & AV_PKT_FLAG_KEY) != 0)});
     }
     av_packet_unref(packet.get());
   }
@@ -58,13 +59,19 @@ void VideoReader::State::build_index() {
   // count packet durations (the frame rate), and the decoder's frames carry none to look up, so
   // frame i is the i-th frame out of the decoder from the start, as in AVI.
   if (!stamped) index.count_outputs = true;
+  index.check_seeks = (format->iformat->flags & AVFMT_GENERIC_INDEX) != 0;
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.pts < b.pts; });
   index.time_base = av_q2d(stream->time_base);
   for (const Entry& entry : entries) {
     index.pts.push_back(entry.pts);
     index.dts.push_back(entry.dts);
+    index.packet_size.push_back(entry.size);
     index.keyframe.push_back(entry.key);
   }
+  // Two frames with one time (Theora in Ogg at a variable rate: its granule positions cannot stamp
+  // every frame) cannot be told apart by timestamp either.
+  for (size_t k = 1; k < index.pts.size() && !index.count_outputs; ++k)
+    if (index.pts[k] == index.pts[k - 1]) index.count_outputs = true;
   index.keyframe[0] = 1;  // decoding always starts somewhere: the first frame is the fallback seek point
   info.frame_count = index.size();
   // No duration in the header (raw streams): the index's span plus one frame.

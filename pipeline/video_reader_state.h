@@ -48,6 +48,7 @@ struct VideoReader::State {
   // Seeks target keyframes' dts instead of their pts: set once a seek by pts landed past its
   // keyframe (MPEG-TS / PS, whose demuxers seek by dts; Matroska's cues are by pts, so not from the start).
   bool seek_by_dts = false;
+  bool warned_seek = false;
   bool warned_packet = false;
   bool warned_read = false;
   bool warned_corrupt = false;

@@ -52,11 +52,13 @@ CODECS = {
     "libx265": (["yuv420p", "yuv420p10le", "yuv444p"], ["mp4", "mkv", "hevc"], True, 64, True),
     "libvpx-vp9": (["yuv420p", "yuv444p", "yuv420p10le"], ["webm", "mkv", "ivf"], False, 16, False),
     "libsvtav1": (["yuv420p", "yuv420p10le"], ["mkv", "mp4", "ivf"], True, 64, False),
-    "mpeg2video": (["yuv420p", "yuv422p"], ["ts", "mkv", "mpg", "m2v"], True, 16, True),
+    "mpeg2video": (["yuv420p", "yuv422p"], ["ts", "mkv", "mpg", "m2v", "mxf"], True, 16, True),
     "mpeg4": (["yuv420p"], ["avi", "mp4", "mkv", "m4v"], True, 16, True),
     "mjpeg": (["yuvj420p", "yuvj422p", "yuvj444p"], ["avi", "mkv", "mov", "mjpeg"], False, 16, False),
     "prores_ks": (["yuv422p10le", "yuv444p10le"], ["mov"], True, 16, False),
     "ffv1": (["yuv420p", "yuv444p", "gray", "yuv420p10le", "yuv422p"], ["mkv", "avi"], False, 16, False),
+    "wmv2": (["yuv420p"], ["wmv"], True, 16, False),
+    "libtheora": (["yuv420p", "yuv422p", "yuv444p"], ["ogv"], True, 16, False),
     "wrapped_avframe": (["yuv420p", "yuv422p", "yuv444p", "gray"], ["y4m"], False, 16, False),
 }
 # Elementary streams without a container (no timestamps: frames are counted in decoding output,
@@ -90,6 +92,8 @@ def draw(rng, codecs=None):
     spec["full_range"] = spec["pix_fmt"].startswith("yuvj") or (spec["pix_fmt"] != "gray" and rng.random() < 0.15)
     spec["offset"] = rng.choice([0.0, 0.0, 1.5, 10.25]) if spec["container"] in ("mkv", "mp4", "mov", "ts") else 0.0
     spec["audio_first"] = spec["container"] in ("mkv", "mp4", "mov") and rng.random() < 0.2
+    # Fragmented MP4 / MOV (moof boxes, as streaming and some cameras write them).
+    spec["fragmented"] = spec["container"] in ("mp4", "mov") and rng.random() < 0.25
     return spec
 
 
@@ -112,6 +116,8 @@ def describe(spec):
         parts.append(f"+{spec['offset']}s")
     if spec["audio_first"]:
         parts.append("audio-first")
+    if spec.get("fragmented"):
+        parts.append("fragmented")
     return " ".join(parts)
 
 
@@ -170,6 +176,10 @@ def make(spec, path):
         command += ["-metadata:s:v:0", f"rotate={spec['rotate']}"]
     if spec["offset"]:
         command += ["-output_ts_offset", str(spec["offset"])]
+    if spec.get("fragmented"):
+        command += ["-movflags", "frag_keyframe+empty_moov"]
+    if spec["container"] == "m4v":
+        command += ["-f", "m4v"]  # the raw MPEG-4 part 2 stream (by extension the CLI writes MP4)
     command.append(path)
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=60)

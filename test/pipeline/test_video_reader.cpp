@@ -70,6 +70,17 @@ const Clips& clips() {
     make("h264_b.h264", kSource + "-frames:v 30 -c:v libx264 -g 12 -bf 3 -pix_fmt yuv420p");
     make("hevc_b.hevc", kSource + "-frames:v 24 -c:v libx265 -x265-params log-level=none:keyint=8:bframes=3 "
                                   "-pix_fmt yuv420p");
+    // Seek-hostile: FFmpeg's generic index puts a raw MJPEG stream's frames at the positions of the
+    // chunks they were read in; Theora at a variable rate is stamped otherwise after a seek than
+    // when read from the start, and (here at 29.97 fps) gives some frames the time of the one before.
+    // Small frames (~2-4 KB): a seek lands in the 4-KB read chunk where the frame began, here on a
+    // truncated earlier frame for frame 7, which decodes to garbage without an error.
+    make("mjpeg_raw.mjpeg", "-f lavfi -i testsrc2=size=128x64:rate=25 -frames:v 16 -c:v mjpeg -q:v 3 -pix_fmt yuvj420p");
+    make("theora_vfr.ogv", kSource + "-frames:v 24 -vf \"setpts='(N+floor(N/3))/(25*TB)'\" -fps_mode passthrough "
+                                     "-c:v libtheora -q:v 6 -pix_fmt yuv420p");
+    make("theora_shared.ogv", "-f lavfi -i testsrc2=size=320x240:rate=30000/1001 -frames:v 28 "
+                              "-vf \"setpts=(N+floor(N/3))/(30000/1001)/TB\" -fps_mode passthrough "
+                              "-c:v libtheora -q:v 6 -pix_fmt yuv420p");
     // Anamorphic: 2:1 pixels, shown 640x240.
     make("anamorphic.mkv", kSource + "-frames:v 4 -vf setsar=2/1 -c:v libx264 -pix_fmt yuv420p");
     return Clips();
@@ -244,6 +255,43 @@ TEST_CASE("video reader: B-frames in MPEG-TS, MPEG-PS, AVI and raw streams give 
       CHECK(reader.scan().frames_decoded == count);
       // A duration also where the file states none (raw streams): the frames at 25 fps.
       CHECK(std::abs(reader.info().duration_seconds - static_cast<double>(count) / 25.0) < 0.05);
+    }
+  }
+}
+
+TEST_CASE("video reader: a raw MJPEG stream (seeks land inside frames) and Theora at a variable rate (stamps "
+          "move after a seek; frames share a time) give every frame the CLI gives", "[video]") {
+  // Before: frame 7 of the MJPEG stream alone decoded to a mix of two frames (no error); Theora's
+  // seeks did not converge (TT_ERR_DECODE), and the second frame of a shared time never came.
+  struct File {
+    std::string name, range;
+    int64_t height, width;
+  };
+  const std::vector<File> files = {
+      {"mjpeg_raw.mjpeg", "pc", 64, 128}, {"theora_vfr.ogv", "tv", 240, 320}, {"theora_shared.ogv", "tv", 240, 320}};
+  for (const auto& [name, range, height, width] : files) {
+    SECTION(name) {
+      tt::VideoReaderOptions always_seek;
+      always_seek.reseek_gap = 1;
+      tt::VideoReader reader(clips().path(name), always_seek);
+      const int64_t count = reader.info().frame_count;
+      CHECK(count == ffprobe_frame_count(name));
+      const torch::Tensor rgb = compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
+      const torch::Tensor reference = ffmpeg_rgb(name, "bt601", range, height, width);
+      REQUIRE(rgb.sizes() == reference.sizes());
+      CHECK(torch::equal(rgb, reference));
+      const tt::DecodedFrames all = reader.decode(all_frames(reader));
+      const std::vector<std::vector<int64_t>> requests = {{7}, {count - 1}, {1, count / 2, count - 2}, {3, 4}};
+      for (const auto& request : requests) {
+        // A fresh reader each time: the first seek that lands wrong switches a reader to counting.
+        tt::VideoReader fresh(clips().path(name), always_seek);
+        const tt::DecodedFrames got = fresh.decode(request);
+        for (size_t i = 0; i < request.size(); ++i) {
+          INFO("frame " << request[i]);
+          CHECK(torch::equal(got.y[i], all.y[request[i]]));
+          CHECK(torch::equal(got.uv[i], all.uv[request[i]]));
+        }
+      }
     }
   }
 }
