@@ -154,19 +154,19 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
                                                "); concealing and going on"));
       } else {
         if (s.packet->stream_index == info.stream_index) {
-          if (check_landing) {
+          if (check_landing && s.packet->pts != AV_NOPTS_VALUE) {
             // FFmpeg's generic index can send a seek into the middle of a frame (a raw MJPEG
             // stream: the read chunk's position), whose packet then mixes two frames and decodes to
             // garbage without an error; Ogg stamps a variable-rate Theora stream's packets after a
             // seek otherwise than when read from the start. Not a packet indexed for that time:
             // this file is decoded from the start from now on, frames counted out of the decoder
-            // as the CLI counts them.
+            // as the CLI counts them. (The first stamped packet: Ogg stamps a page's last one.)
             check_landing = false;
             const int64_t landed = s.frame_of_pts(s.packet->pts);
-            if (s.packet->pts != AV_NOPTS_VALUE &&
-                (landed < 0 || s.packet->size != s.index.packet_size[static_cast<size_t>(landed)])) {
+            if (landed < 0 || s.packet->size != s.index.packet_size[static_cast<size_t>(landed)]) {
               av_packet_unref(s.packet.get());
-              s.warn_once(s.warned_seek, "seeks land on other packets than the index names (a raw stream or Ogg?); decoding from the start");
+              s.warn_once(s.warned_seek, "seeks land on other packets than the index names (a raw stream or Ogg?); "
+                                         "decoding from the start");
               s.index.count_outputs = true;
               return s.decode_frames(indices);
             }
