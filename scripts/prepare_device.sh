@@ -36,7 +36,8 @@ for folder in "${wanted[@]}"; do
     .benchclips) scripts/make_bench_clips.sh .benchclips 2 ;;
     .videosweep)
       python3 scripts/video_sweep.py --teletron build/teletron --files 24 --seed 3 \
-        --codecs libx264,libx265,libvpx-vp9,libsvtav1,mpeg4 --record .videosweep ;;
+        --codecs libx264,libx265,libvpx-vp9,libsvtav1,mpeg4 --containers mp4,mov,mkv,webm,avi,ts,h264,hevc,ivf \
+        --record .videosweep ;;
     *) echo "unknown folder $folder"; exit 2 ;;
   esac
 done

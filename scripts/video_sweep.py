@@ -70,9 +70,11 @@ COLOURS = [("bt709", "bt709", "bt709"), ("smpte170m", "smpte170m", "smpte170m"),
            ("bt2020nc", "bt2020", "bt2020-10")]
 
 
-def draw(rng, codecs=None):
-    codec = rng.choice(sorted(codecs or CODECS))
+def draw(rng, codecs=None, allowed=None):
+    usable = [c for c in sorted(codecs or CODECS) if not allowed or set(CODECS[c][1]) & set(allowed)]
+    codec = rng.choice(usable)
     formats, containers, even, smallest, bframes = CODECS[codec]
+    containers = [c for c in containers if not allowed or c in allowed]
     spec = {"codec": codec, "pix_fmt": rng.choice(formats), "container": rng.choice(containers)}
     odd_ok = not even and spec["pix_fmt"] in ("yuv444p", "gray", "yuvj444p")
     sides = []
@@ -347,7 +349,7 @@ def sweep(args, work):
         if attempts > 4 * args.files + 8:
             print(f"video_sweep: only {made} of {args.files} clips could be encoded in {attempts - 1} draws")
             return 1
-        spec = draw(rng, args.codecs)
+        spec = draw(rng, args.codecs, args.containers)
         name = f"clip_{made:03d}.{spec['container']}"
         path = os.path.join(work, name)
         command, why = make(spec, path)
@@ -407,12 +409,17 @@ def main():
                         help="teletron probe's decode path (cuda: NVDEC where it takes the file)")
     parser.add_argument("--codecs", type=lambda text: text.split(","),
                         help=f"draw only these encoders (comma-separated; of {', '.join(sorted(CODECS))})")
+    parser.add_argument("--containers", type=lambda text: text.split(","),
+                        help="draw only these containers (file extensions, comma-separated; e.g. the ones "
+                             "another FFmpeg build demuxes)")
     parser.add_argument("--record", help="also save each clip, its ffprobe answers and the CLI's frames here")
     parser.add_argument("--replay", help="check the clips saved by --record instead (no ffmpeg CLI needed)")
     args = parser.parse_args()
     unknown = sorted(set(args.codecs or []) - set(CODECS))
     if unknown:
         parser.error(f"--codecs: unknown {', '.join(unknown)} (choose from {', '.join(sorted(CODECS))})")
+    if args.containers and not any(set(CODECS[c][1]) & set(args.containers) for c in (args.codecs or CODECS)):
+        parser.error("--containers: none of them is written by the codecs drawn")
     if args.replay:
         with tempfile.TemporaryDirectory(prefix="tt_video_sweep_") as work:
             return replay(args, work)
