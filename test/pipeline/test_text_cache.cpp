@@ -97,6 +97,41 @@ TEST_CASE("manifest rows carry captions (key or <stem>.txt) that resolve to the 
   CHECK_THROWS_AS(tt::open_text_cache(cache), tt::Error);
 }
 
+TEST_CASE("<stem>.txt captions: UTF-8 with or without a byte-order mark, UTF-16 with one; other encodings are "
+          "the row's error",
+          "[text_cache]") {
+  TempDir dir("tt_caption_files");
+  std::string manifest;
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"plain", "caf\xC3\xA9 au lait\n"},                                  // UTF-8
+      {"bom8", "\xEF\xBB\xBF" "caf\xC3\xA9 au lait\r\n"},                // UTF-8 with BOM, CRLF
+      {"utf16le", std::string("\xFF\xFE" "c\0a\0f\0\xE9\0 \0\x3D\xD8\x31\xDE\n\0", 18)},  // café 😱
+      {"utf16be", std::string("\xFE\xFF\0c\0a\0f\0\xE9", 10)},
+      {"latin1", "caf\xE9 au lait\n"},                                      // cp1252 / Latin-1
+      {"overlong", "a\xC0\xAF"},                                             // "/" in two bytes
+      {"surrogate", "a\xED\xA0\x80"},                                        // U+D800 in UTF-8
+      {"cut", "caf\xC3"},                                                    // a sequence cut short
+      {"odd16", std::string("\xFF\xFE" "c\0a", 5)},                         // half a UTF-16 unit
+      {"lone16", std::string("\xFF\xFE" "\x3D\xD8" "a\0", 6)},              // an unpaired high surrogate
+  };
+  for (const auto& [stem, bytes] : files) {
+    write(dir / (stem + ".mp4"), "not a video");
+    write(dir / (stem + ".txt"), bytes);
+    manifest += "{\"video\": \"" + stem + ".mp4\"}\n";
+  }
+  write(dir / "train.jsonl", manifest);
+  const std::vector<tt::VideoManifestRow> rows = tt::read_video_manifest(dir / "train.jsonl");
+  REQUIRE(rows.size() == files.size());
+  CHECK((rows[0].error.empty() && rows[0].caption == "caf\xC3\xA9 au lait"));
+  CHECK((rows[1].error.empty() && rows[1].caption == "caf\xC3\xA9 au lait"));  // the same text, so the same cache key
+  CHECK((rows[2].error.empty() && rows[2].caption == "caf\xC3\xA9 \xF0\x9F\x98\xB1"));
+  CHECK((rows[3].error.empty() && rows[3].caption == "caf\xC3\xA9"));
+  CHECK_THAT(rows[4].error, ContainsSubstring("latin1.txt is not UTF-8 (byte 0xE9 at offset 3"));
+  CHECK_THAT(rows[4].error, ContainsSubstring("iconv"));
+  for (size_t i = 5; i < 8; ++i) CHECK_THAT(rows[i].error, ContainsSubstring("is not UTF-8"));
+  for (size_t i = 8; i < 10; ++i) CHECK_THAT(rows[i].error, ContainsSubstring("not valid UTF-16"));
+}
+
 TEST_CASE("load_empty_caption reads the empty caption's file and checks it against the model and the dataset",
           "[text_cache][caption_dropout]") {
   TempDir dir("tt_empty_caption");
