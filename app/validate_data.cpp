@@ -84,8 +84,12 @@ void check_against_buckets(const Plan& plan, const VideoReader& reader, SampleRe
   const std::vector<double> times = reader.index().times();
   bool any_frames = false, any_size = false;
   int64_t least_needed = INT64_MAX;
+  size_t least = 0;  // the bucket whose sampler needs the fewest frames
   for (size_t b = 0; b < buckets.size(); ++b) {
-    least_needed = std::min(least_needed, frames_needed(plan.samplers[b]));
+    if (frames_needed(plan.samplers[b]) < least_needed) {
+      least_needed = frames_needed(plan.samplers[b]);
+      least = b;
+    }
     const BucketFit fit = fit_bucket(buckets[b], plan.samplers[b], times, result.width, result.height);
     if (fit.both()) return;
     any_frames |= fit.frames;
@@ -96,10 +100,23 @@ void check_against_buckets(const Plan& plan, const VideoReader& reader, SampleRe
     bucket_list += (bucket_list.empty() ? "" : ", ") + bucket_text(b);
     size_list += (size_list.empty() ? "" : ", ") + str_cat(b.width, "x", b.height);
   }
-  if (!any_frames)
+  if (!any_frames) {
+    // The fps and motion samplers take frames 1 / target_fps apart: what they need is a time span,
+    // which a clip with enough frames at a higher rate can still miss (33 frames at 25 fps span
+    // 1.28 s; 33 at 24 fps need 1.333 s).
+    const FrameSamplerOptions& sampler = plan.samplers[least];
+    std::string span;
+    if ((sampler.mode == FrameSampleMode::kFps || sampler.mode == FrameSampleMode::kMotion) && !times.empty()) {
+      char text[128];
+      std::snprintf(text, sizeof(text), " frames spanning %.3f s at %g fps, and this clip's frames span %.3f s",
+                    static_cast<double>(sampler.samples - 1) / sampler.target_fps, sampler.target_fps,
+                    times.back() - times.front());
+      span = text;
+    }
     result.fail("too_short", str_cat("has ", result.frames, " frames (", result.duration, " s); the ",
-                                     frame_sample_mode_name(plan.samplers[0].mode), " sampler needs at least ",
-                                     least_needed, " (buckets ", bucket_list, ")"));
+                                     frame_sample_mode_name(sampler.mode), " sampler needs at least ", least_needed,
+                                     span, " (buckets ", bucket_list, ")"));
+  }
   if (!any_size)
     result.fail("too_small", str_cat("is ", result.width, "x", result.height, " (width x height, after rotation); "
                                      "no bucket fits inside it (", size_list, ")"));

@@ -107,6 +107,8 @@ TEST_CASE("validate-data: the default bucket reports short and small clips with 
   CHECK(result.exit_code == 3);
   CHECK_THAT(result.output, ContainsSubstring("has 12 frames"));
   CHECK_THAT(result.output, ContainsSubstring("needs at least 33"));
+  // The fps sampler's need is a time span: 32 gaps of 1/24 s.
+  CHECK_THAT(result.output, ContainsSubstring("33 frames spanning 1.333 s at 24 fps, and this clip's frames span"));
   CHECK_THAT(result.output, ContainsSubstring("is 320x240 (width x height, after rotation)"));
   CHECK_THAT(result.output, ContainsSubstring("is 176x144"));
   CHECK_THAT(result.output, ContainsSubstring("too_short"));
