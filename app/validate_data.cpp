@@ -107,8 +107,10 @@ void check_against_buckets(const Plan& plan, const VideoReader& reader, SampleRe
     const FrameSamplerOptions& sampler = plan.samplers[least];
     std::string span;
     if ((sampler.mode == FrameSampleMode::kFps || sampler.mode == FrameSampleMode::kMotion) && !times.empty()) {
-      char text[128];
-      std::snprintf(text, sizeof(text), " frames spanning %.3f s at %g fps, and this clip's frames span %.3f s",
+      char text[256];
+      std::snprintf(text, sizeof(text),
+                    " frames spanning %.3f s at %g fps, and this clip's frames span %.3f s; "
+                    "data_pipeline.frame_sampler.target_fps at the clips' own rate (or mode: uniform) takes them whole",
                     static_cast<double>(sampler.samples - 1) / sampler.target_fps, sampler.target_fps,
                     times.back() - times.front());
       span = text;
