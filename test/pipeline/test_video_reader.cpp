@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -160,6 +161,22 @@ torch::Tensor ffmpeg_rgb(const std::string& name, const std::string& matrix, con
   return torch::from_blob(const_cast<char*>(bytes.data()), {count, height, width, 3}, torch::kUInt8).clone();
 }
 
+// A reader of clip `name` that seeks at every gap between wanted frames, after checking its frame count
+// against ffprobe's and its RGB (through libswscale, as the CLI converts) bit-exact against the CLI's
+// on frames 0, kRgbStride, ...: the CLI's frame n is the n-th frame out of its decoder.
+std::unique_ptr<tt::VideoReader> reader_like_cli(const std::string& name, const std::string& range, int64_t height,
+                                                 int64_t width) {
+  tt::VideoReaderOptions always_seek;
+  always_seek.reseek_gap = 1;
+  auto reader = std::make_unique<tt::VideoReader>(clips().path(name), always_seek);
+  CHECK(reader->info().frame_count == ffprobe_frame_count(name));
+  const torch::Tensor rgb = compared_frames(reader->decode_rgb(all_frames(*reader), tt::RgbConverter::kSwscale));
+  const torch::Tensor reference = ffmpeg_rgb(name, "bt601", range, height, width);
+  REQUIRE(rgb.sizes() == reference.sizes());
+  CHECK(torch::equal(rgb, reference));
+  return reader;
+}
+
 struct RgbCase {
   std::string name;
   std::string matrix;  // the scale filter's name
@@ -258,16 +275,9 @@ TEST_CASE("video reader: B-frames in MPEG-TS, MPEG-PS, AVI and raw streams give 
   REQUIRE_FALSE(names.empty());
   for (const std::string& name : names) {
     SECTION(name) {
-      tt::VideoReaderOptions always_seek;
-      always_seek.reseek_gap = 1;
-      tt::VideoReader reader(clips().path(name), always_seek);
+      const std::unique_ptr<tt::VideoReader> opened = reader_like_cli(name, "tv", 240, 320);
+      tt::VideoReader& reader = *opened;
       const int64_t count = reader.info().frame_count;
-      CHECK(count == ffprobe_frame_count(name));
-      // The CLI's frame n is the n-th frame out of its decoder: the same libswscale path, bit-exact.
-      const torch::Tensor rgb = compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
-      const torch::Tensor reference = ffmpeg_rgb(name, "bt601", "tv", 240, 320);
-      REQUIRE(rgb.sizes() == reference.sizes());
-      CHECK(torch::equal(rgb, reference));
       // Any frame alone, and sparse requests across GOPs, give the pixels of decoding from the start.
       const tt::DecodedFrames all = reader.decode(all_frames(reader));
       const int64_t middle = count / 2 + 1;
@@ -300,25 +310,22 @@ TEST_CASE("video reader: a raw MJPEG stream (seeks land inside frames) and Theor
     int64_t height, width;
   };
   std::vector<File> files;
-  const std::vector<File> all = {
+  const std::vector<File> candidates = {
       {"mjpeg_raw.mjpeg", "pc", 64, 128}, {"theora_vfr.ogv", "tv", 240, 320}, {"theora_shared.ogv", "tv", 240, 320}};
-  const std::vector<std::string> readable = readable_clips({all[0].name, all[1].name, all[2].name});
-  for (const File& file : all)
+  const std::vector<std::string> readable =
+      readable_clips({candidates[0].name, candidates[1].name, candidates[2].name});
+  for (const File& file : candidates)
     if (std::find(readable.begin(), readable.end(), file.name) != readable.end()) files.push_back(file);
   if (files.empty()) SKIP("this FFmpeg build reads none of these formats (replayed media)");
   for (const auto& [name, range, height, width] : files) {
     SECTION(name) {
-      tt::VideoReaderOptions always_seek;
-      always_seek.reseek_gap = 1;
-      tt::VideoReader reader(clips().path(name), always_seek);
+      const std::unique_ptr<tt::VideoReader> opened = reader_like_cli(name, range, height, width);
+      tt::VideoReader& reader = *opened;
       const int64_t count = reader.info().frame_count;
-      CHECK(count == ffprobe_frame_count(name));
-      const torch::Tensor rgb = compared_frames(reader.decode_rgb(all_frames(reader), tt::RgbConverter::kSwscale));
-      const torch::Tensor reference = ffmpeg_rgb(name, "bt601", range, height, width);
-      REQUIRE(rgb.sizes() == reference.sizes());
-      CHECK(torch::equal(rgb, reference));
       const tt::DecodedFrames all = reader.decode(all_frames(reader));
       const std::vector<std::vector<int64_t>> requests = {{7}, {count - 1}, {1, count / 2, count - 2}, {3, 4}};
+      tt::VideoReaderOptions always_seek;
+      always_seek.reseek_gap = 1;
       for (const auto& request : requests) {
         // A fresh reader each time: the first seek that lands wrong switches a reader to counting.
         tt::VideoReader fresh(clips().path(name), always_seek);
