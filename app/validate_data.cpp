@@ -83,13 +83,9 @@ void check_against_buckets(const Plan& plan, const VideoReader& reader, SampleRe
   const auto& buckets = plan.config.data.buckets;
   const std::vector<double> times = reader.index().times();
   bool any_frames = false, any_size = false;
-  int64_t least_needed = INT64_MAX;
   size_t least = 0;  // the bucket whose sampler needs the fewest frames
   for (size_t b = 0; b < buckets.size(); ++b) {
-    if (frames_needed(plan.samplers[b]) < least_needed) {
-      least_needed = frames_needed(plan.samplers[b]);
-      least = b;
-    }
+    if (frames_needed(plan.samplers[b]) < frames_needed(plan.samplers[least])) least = b;
     const BucketFit fit = fit_bucket(buckets[b], plan.samplers[b], times, result.width, result.height);
     if (fit.both()) return;
     any_frames |= fit.frames;
@@ -111,13 +107,12 @@ void check_against_buckets(const Plan& plan, const VideoReader& reader, SampleRe
       std::snprintf(text, sizeof(text),
                     " frames spanning %.3f s at %g fps, and this clip's frames span %.3f s; "
                     "data_pipeline.frame_sampler.target_fps at the clips' own rate (or mode: uniform) takes them whole",
-                    static_cast<double>(sampler.samples - 1) / sampler.target_fps, sampler.target_fps,
-                    times.back() - times.front());
+                    fps_window_seconds(sampler), sampler.target_fps, times.back() - times.front());
       span = text;
     }
     result.fail("too_short", str_cat("has ", result.frames, " frames (", result.duration, " s); the ",
-                                     frame_sample_mode_name(sampler.mode), " sampler needs at least ", least_needed,
-                                     span, " (buckets ", bucket_list, ")"));
+                                     frame_sample_mode_name(sampler.mode), " sampler needs at least ",
+                                     frames_needed(sampler), span, " (buckets ", bucket_list, ")"));
   }
   if (!any_size)
     result.fail("too_small", str_cat("is ", result.width, "x", result.height, " (width x height, after rotation); "

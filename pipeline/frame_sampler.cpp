@@ -90,7 +90,7 @@ double motion_start(const MotionProfile& profile, double duration, double window
 std::vector<int64_t> sample_fps(const FrameSamplerOptions& options, const std::vector<double>& times,
                                 SampleRng& rng, const MotionProfile* motion) {
   const int64_t samples = options.samples;
-  const double window = static_cast<double>(samples - 1) / options.target_fps;
+  const double window = fps_window_seconds(options);
   const double duration = times.back() - times.front();
   if (duration + kTimeEpsilon < window)
     too_short(options, static_cast<int64_t>(times.size()), frames_needed(options),
@@ -157,6 +157,10 @@ int64_t frames_needed(const FrameSamplerOptions& options) {
   const int64_t gaps = options.samples - 1;
   if (gaps > 0 && options.stride > (INT64_MAX - 1) / gaps) return INT64_MAX;
   return gaps * options.stride + 1;
+}
+
+double fps_window_seconds(const FrameSamplerOptions& options) {
+  return static_cast<double>(options.samples - 1) / options.target_fps;
 }
 
 double window_motion(const MotionProfile& profile, double begin, double end) {

@@ -76,6 +76,9 @@ double window_motion(const MotionProfile& profile, double begin, double end);
 /// The fewest frames a clip needs for this mode (fps mode: at target_fps; the actual need follows
 /// the timestamps, see sample_frames). validate-data reports clips below it.
 int64_t frames_needed(const FrameSamplerOptions& options);
+/// fps and motion modes: the seconds from the first sample's time to the last's, (samples - 1) /
+/// target_fps, which the clip's frames must span.
+double fps_window_seconds(const FrameSamplerOptions& options);
 
 /// The VAE compresses time 4x with a causal first frame, so a clip must hold 4n+1 frames.
 /// Throws kConfig naming both keys (e.g. tele_tron.data_pipeline.frame_sampler.samples_per_clip

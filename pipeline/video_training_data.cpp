@@ -532,13 +532,14 @@ class VideoTrainingData : public TrainingData {
         VideoReader reader(row.video, probe);
         const VideoInfo& info = reader.info();
         // As shown: an anamorphic frame's width counts with its pixel aspect.
-        const double width = static_cast<double>(info.shown_width());
+        const int64_t shown_width = info.shown_width();
+        const double width = static_cast<double>(shown_width);
         const double height = info.displayed_height();
         const std::vector<double> times = reader.index().times();
         double best = 0.0;
         for (size_t b = 0; b < buckets_.size(); ++b) {
           const Bucket& bucket = buckets_[b];
-          if (!fit_bucket(bucket, samplers_[b], times, info.shown_width(), info.displayed_height()).both()) continue;
+          if (!fit_bucket(bucket, samplers_[b], times, shown_width, info.displayed_height()).both()) continue;
           const double mismatch = std::fabs(std::log((width / height) /
                                                      (static_cast<double>(bucket.width) / static_cast<double>(bucket.height))));
           const double area = static_cast<double>(bucket.width * bucket.height);

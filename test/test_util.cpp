@@ -88,13 +88,13 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
+}  // namespace
+
 bool has_ffmpeg_cli() {
   static const bool found =
       run_command("command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null").exit_code == 0;
   return found;
 }
-
-}  // namespace
 
 const std::string& media_dir() {
   static const std::string dir = [] {

@@ -36,6 +36,9 @@ CommandResult run_teletron(const std::string& args);
 /// Runs any shell command, capturing stdout+stderr.
 CommandResult run_command(const std::string& command);
 
+/// Whether ffmpeg and ffprobe are on PATH (else media_command replays what was recorded).
+bool has_ffmpeg_cli();
+
 /// Folder holding the media the tests make with the ffmpeg CLI (clips, rgb24 frames, ffprobe answers).
 /// $TELETRON_TEST_MEDIA when set (made absolute, created if missing) is persistent: filled on a machine
 /// with the CLI (scripts/make_test_media.sh), carried, replayed on one without. Otherwise one fresh TempDir
