@@ -114,10 +114,10 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
   const bool skip_unneeded = s.options.skip_unneeded_frames && !by_count;
   if (!skip_unneeded) s.codec->skip_frame = AVDISCARD_DEFAULT;
   // Nothing came out of the seek keyframe or after it before a later frame (or the end): the
-  // demuxer landed past the keyframe. MPEG-TS / PS seek by dts, which lies before a keyframe's pts
-  // when frames are reordered: seek there by dts from now on; otherwise from the keyframe before.
-  // Returns false when there is no earlier place to start from.
-  auto landed_late = [&]() {
+  // demuxer landed past the keyframe. Arranges the next seek to start earlier — MPEG-TS / PS seek
+  // by dts, which lies before a keyframe's pts when frames are reordered: by dts from now on;
+  // otherwise from the keyframe before — and returns true; false when there is no earlier place.
+  auto seek_earlier_if_landed_late = [&]() {
     if (last_frame >= seek_frame) return false;
     if (s.can_seek_by_dts(seek_frame)) {
       s.seek_by_dts = true;
@@ -190,7 +190,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
       const int rc = avcodec_receive_frame(s.codec.get(), s.frame.get());
       if (rc == AVERROR(EAGAIN)) break;
       if (rc == AVERROR_EOF) {
-        if (next < frames && landed_late()) {
+        if (next < frames && seek_earlier_if_landed_late()) {
           restart = true;
           break;
         }
@@ -215,8 +215,9 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
         if (found > indices[next]) {
           // The wanted frame was skipped: right after a seek the demuxer landed too late (start
           // again from earlier); otherwise the decoder dropped it.
-          TT_CHECK_HINT(landed_late(), ErrorCode::kDecode, av::kDecodeHint, info.path, ": frame ", indices[next],
-                        " (t=", s.index.seconds(indices[next]), " s) was not produced by the decoder (damaged data?)");
+          TT_CHECK_HINT(seek_earlier_if_landed_late(), ErrorCode::kDecode, av::kDecodeHint, info.path,
+                        ": frame ", indices[next], " (t=", s.index.seconds(indices[next]),
+                        " s) was not produced by the decoder (damaged data?)");
           restart = true;
         } else {
           if (corrupt) {
@@ -243,7 +244,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
         break;
       }
     }
-    if (draining && !need_seek && next < frames && !landed_late()) {
+    if (draining && !need_seek && next < frames && !seek_earlier_if_landed_late()) {
       TT_CHECK_HINT(false, ErrorCode::kDecode, av::kDecodeHint, info.path, ": frame ", indices[next], " (t=",
                     s.index.seconds(indices[next]), " s) never came out of the decoder (damaged data?)");
     }
