@@ -30,9 +30,17 @@ TEST_CASE("spin_until_set waits for another stream's flag or its timeout; busy_f
   const c10::cuda::CUDAStream held = c10::cuda::getStreamFromPool(false, 0);
   const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool(false, 0);
   REQUIRE(held != other);
+  // The flag is zeroed on the current (default) stream, the spin runs on a non-blocking one: without
+  // the wait the spin could read the block's earlier contents (the allocator hands the previous
+  // section's flag, set to 1, back) and end at once, as a run on the H100 did.
+  const auto make_flag = [&] {
+    torch::Tensor flag = torch::zeros({1}, ints);
+    torch::cuda::synchronize();
+    return flag;
+  };
 
   SECTION("the flag ends the spin") {
-    torch::Tensor flag = torch::zeros({1}, ints);
+    torch::Tensor flag = make_flag();
     torch::Tensor timed_out;
     {
       c10::cuda::CUDAStreamGuard guard(held);
@@ -46,7 +54,7 @@ TEST_CASE("spin_until_set waits for another stream's flag or its timeout; busy_f
     CHECK(timed_out.item<int32_t>() == 0);
   }
   SECTION("no flag: the spin gives up at its timeout and says so") {
-    torch::Tensor flag = torch::zeros({1}, ints);
+    torch::Tensor flag = make_flag();
     torch::Tensor timed_out;
     {
       c10::cuda::CUDAStreamGuard guard(held);
