@@ -107,6 +107,11 @@ void run_probe(const ProbeOptions& options) {
   out << "first/last:  t=" << seconds_text(index.seconds(0)) << " s / t=" << seconds_text(index.seconds(index.size() - 1))
       << " s\n";
   out << "decode path: " << info.decode_path << " (" << info.decode_reason << ")\n";
+  if (info.decodes_from_start.empty())
+    out << "seeking:     to keyframes, frames found by timestamp\n";
+  else
+    out << "seeking:     none: frame i is the i-th frame decoded from the start (" << info.decodes_from_start
+        << "); every read decodes from the start of the file, so " << kDecodesFromStartHint << "\n";
 
   if (!options.flow.empty()) {
     write_flow_picture(reader, options, out);

@@ -45,6 +45,8 @@ struct SampleResult {
   bool caption_to_encode = false;   // a caption whose embedding encode-text has not written yet (not an error)
   // What the file is (filled as far as it could be read).
   std::string container, codec, pixel_format, decode_path, decode_reason;
+  std::string decodes_from_start;  // why this file cannot seek (VideoInfo::decodes_from_start); empty when it can
+  bool cpu_fallback = false;       // on CUDA, decoded on the CPU path instead of NVDEC
   int width = 0, height = 0, rotation = 0;  // displayed size (after rotation; the width as shown, by the pixel aspect)
   int64_t frames = 0;
   double fps = 0.0, duration = 0.0;
@@ -146,8 +148,12 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
     const ScanReport scan = reader.scan();  // may switch the reader to the CPU path
     result.decode_path = reader.info().decode_path;
     result.decode_reason = reader.info().decode_reason;
-    if (plan.reader.device.is_cuda() && result.decode_path == "cpu")
-      result.notes.push_back("cpu_fallback: " + result.decode_reason);
+    result.cpu_fallback = plan.reader.device.is_cuda() && result.decode_path == "cpu";
+    if (result.cpu_fallback) result.notes.push_back("cpu_fallback: " + result.decode_reason);
+    result.decodes_from_start = reader.info().decodes_from_start;
+    if (!result.decodes_from_start.empty())
+      result.notes.push_back(str_cat("decodes_from_start: ", result.decodes_from_start, "; every sample decodes up to ",
+                                     result.frames, " frames"));
     for (const std::string& problem : scan.problems) result.fail("damaged", problem);
     if (scan.clean() && result.decode_path == "nvdec") {
       // NVDEC decodes slice data without FFmpeg's error detection: flipped bits come out as
@@ -243,6 +249,7 @@ nlohmann::json to_json(const SampleResult& r) {
   j["duration_s"] = r.duration;
   j["decode_path"] = r.decode_path;
   j["decode_reason"] = r.decode_reason;
+  j["seeks"] = r.decodes_from_start.empty();
   if (r.motion) j["motion"] = *r.motion;
   return j;
 }
@@ -381,11 +388,12 @@ int run_validate_data(const ValidateDataOptions& options) {
 
   // Summary by reason, with the first example of each.
   std::map<std::string, std::pair<int64_t, std::string>> by_reason;
-  int64_t errors = 0, fallbacks = 0, to_encode = 0;
+  int64_t errors = 0, fallbacks = 0, to_encode = 0, unseekable = 0;
   for (const SampleResult& r : results) {
     errors += r.error ? 1 : 0;
     to_encode += r.caption_to_encode ? 1 : 0;
-    fallbacks += r.notes.empty() ? 0 : 1;
+    fallbacks += r.cpu_fallback ? 1 : 0;
+    unseekable += r.decodes_from_start.empty() ? 0 : 1;
     for (const std::string& reason : r.reasons) {
       auto& entry = by_reason[reason];
       if (entry.first++ > 0) continue;
@@ -411,7 +419,16 @@ int run_validate_data(const ValidateDataOptions& options) {
   if (fallbacks > 0) {
     std::cout << "\n" << fallbacks << " sample(s) decode on the CPU path instead of NVDEC:\n";
     for (const SampleResult& r : results)
-      if (!r.notes.empty()) std::cout << "  line " << r.line << " " << r.video << ": " << r.decode_reason << "\n";
+      if (r.cpu_fallback) std::cout << "  line " << r.line << " " << r.video << ": " << r.decode_reason << "\n";
+  }
+  if (unseekable > 0) {
+    // Not errors: such files train, but each sample decodes from the file's start.
+    std::cout << "\n" << unseekable << " sample(s) cannot seek: each read decodes from the start of the file ("
+              << kDecodesFromStartHint << "):\n";
+    for (const SampleResult& r : results)
+      if (!r.decodes_from_start.empty())
+        std::cout << "  line " << r.line << " " << r.video << ": " << r.decodes_from_start << ", " << r.frames
+                  << " frames\n";
   }
   if (to_encode > 0)
     std::cout << "\n" << to_encode << " sample(s) have a caption whose embedding is not in the text cache "
@@ -436,7 +453,8 @@ int run_validate_data(const ValidateDataOptions& options) {
                           {"unit", "mean optical-flow magnitude, pixels per frame at the working resolution"},
                           {"cache", MotionCache::path_for(plan.manifest)}};
     nlohmann::json summary = {{"samples", results.size()}, {"ok", results.size() - errors}, {"errors", errors},
-                              {"cpu_fallback", fallbacks}, {"captions_to_encode", to_encode}};
+                              {"cpu_fallback", fallbacks}, {"decodes_from_start", unseekable},
+                              {"captions_to_encode", to_encode}};
     for (const auto& [reason, entry] : by_reason) summary["by_reason"][reason] = entry.first;
     report["summary"] = summary;
     report["samples"] = nlohmann::json::array();

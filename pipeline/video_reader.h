@@ -137,6 +137,11 @@ struct VideoInfo {
   int64_t frame_count = 0;        // from the frame index: exact
   std::string decode_path;        // "nvdec" or "cpu"
   std::string decode_reason;      // why that path, e.g. the cuvidGetDecoderCaps answer
+  /// Empty where frames are found by seeking to a keyframe and by their timestamps; otherwise why
+  /// frame i is the i-th frame out of the decoder from the start of the file instead (every request
+  /// then decodes from the start: slow on long files; a remux into MP4/MKV restores seeks). Set
+  /// when the index is built, or by the first seek that lands on another packet than indexed.
+  std::string decodes_from_start;
 
   /// The size as displayed: width and height swapped for 90/270 degree rotations.
   int displayed_width() const { return rotation == 90 || rotation == 270 ? height : width; }
@@ -152,6 +157,11 @@ struct VideoInfo {
     return std::max<int64_t>(1, std::llround(static_cast<double>(displayed_width()) * pixel_aspect()));
   }
 };
+
+/// What to do about a file whose VideoInfo::decodes_from_start is set (probe, validate-data).
+inline constexpr const char* kDecodesFromStartHint =
+    "a long clip loads slowly; re-encode it into MP4 (e.g. ffmpeg -i IN -c:v libx264 -crf 18 OUT.mp4), or remux "
+    "a raw H.264/HEVC stream (ffmpeg -framerate FPS -i IN -c copy OUT.mkv)";
 
 /// Every frame of the stream in presentation order, from demuxing packets (no decoding).
 struct FrameIndex {

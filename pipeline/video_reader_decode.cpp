@@ -168,6 +168,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
               s.warn_once(s.warned_seek, "seeks land on other packets than the index names (a raw stream or Ogg?); "
                                          "decoding from the start");
               s.index.count_outputs = true;
+              s.info.decodes_from_start = "seeks land on other packets than the index names";
               return s.decode_frames(indices);
             }
           }

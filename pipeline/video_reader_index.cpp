@@ -30,6 +30,9 @@ void VideoReader::State::build_index() {
   const bool reordered = stream->codecpar->video_delay > 0;
   const bool avi = info.container == "avi";
   index.count_outputs = reordered && (avi || info.container == "mpeg");
+  if (index.count_outputs)
+    info.decodes_from_start = avi ? "AVI with reordered frames (B-frames) stores no presentation times"
+                                  : "an MPEG program stream with reordered frames (B-frames) stamps only some pictures";
   for (;;) {
     const int rc = av_read_frame(format.get(), packet.get());
     if (rc == AVERROR_EOF) break;
@@ -58,7 +61,10 @@ void VideoReader::State::build_index() {
   // Raw elementary streams (.h264, .hevc: no container) carry no timestamps at all: the times above
   // count packet durations (the frame rate), and the decoder's frames carry none to look up, so
   // frame i is the i-th frame out of the decoder from the start, as in AVI.
-  if (!stamped) index.count_outputs = true;
+  if (!stamped) {
+    index.count_outputs = true;
+    info.decodes_from_start = "a raw elementary stream without timestamps";
+  }
   index.check_seeks = (format->iformat->flags & AVFMT_GENERIC_INDEX) != 0;
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.pts < b.pts; });
   index.time_base = av_q2d(stream->time_base);
@@ -71,7 +77,10 @@ void VideoReader::State::build_index() {
   // Two frames with one time (Theora in Ogg at a variable rate: its granule positions cannot stamp
   // every frame) cannot be told apart by timestamp either.
   for (size_t k = 1; k < index.pts.size() && !index.count_outputs; ++k)
-    if (index.pts[k] == index.pts[k - 1]) index.count_outputs = true;
+    if (index.pts[k] == index.pts[k - 1]) {
+      index.count_outputs = true;
+      info.decodes_from_start = "two frames share one timestamp";
+    }
   index.keyframe[0] = 1;  // decoding always starts somewhere: the first frame is the fallback seek point
   info.frame_count = index.size();
   // No duration in the header (raw streams): the index's span plus one frame.

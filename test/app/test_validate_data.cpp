@@ -165,6 +165,39 @@ TEST_CASE("validate-data before encode-text: captions without embeddings are lis
   CHECK(report["summary"]["errors"] == 0);
 }
 
+TEST_CASE("validate-data and probe name the clips that cannot seek (a raw H.264 stream) and the way out; not errors",
+          "[validate]") {
+  TempDir dir("tt_validate_seek");
+  const std::string seeks = h264_clip();
+  const std::string raw = clip("vd_raw.h264", "-f lavfi -i testsrc2=size=320x240:rate=25 -frames:v 12 -c:v libx264 "
+                                              "-g 6 -pix_fmt yuv420p -f h264");
+  tt::test::write_file(dir / "manifest.jsonl", "{\"video\": \"" + seeks + "\"}\n{\"video\": \"" + raw + "\"}\n");
+  const std::string report_path = dir / "r.json";
+  const auto result = run_teletron("validate-data '" + (dir / "manifest.jsonl") +
+                                   "' --device cpu --set 'data.buckets=[{frames: 1, height: 64, width: 64}]' --report '" +
+                                   report_path + "' 2>&1");
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.output, ContainsSubstring("1 sample(s) cannot seek: each read decodes from the start of the file"));
+  CHECK_THAT(result.output, ContainsSubstring("line 2 " + raw + ": a raw elementary stream without timestamps, 12 frames"));
+  CHECK_THAT(result.output, ContainsSubstring("ffmpeg -framerate FPS -i IN -c copy OUT.mkv"));
+  const nlohmann::json report = read_report(report_path);
+  CHECK(report["summary"]["decodes_from_start"] == 1);
+  CHECK(report["summary"]["errors"] == 0);
+  CHECK(report["samples"][0]["seeks"] == true);
+  CHECK(report["samples"][1]["seeks"] == false);
+  CHECK(report["samples"][0]["notes"].empty());
+  CHECK_THAT(report["samples"][1]["notes"].dump(), ContainsSubstring("decodes_from_start: a raw elementary stream"));
+
+  const auto probe_raw = run_teletron("probe '" + raw + "' 2>&1");
+  INFO(probe_raw.output);
+  CHECK_THAT(probe_raw.output, ContainsSubstring("seeking:     none: frame i is the i-th frame decoded from the start "
+                                                 "(a raw elementary stream without timestamps)"));
+  const auto probe_mp4 = run_teletron("probe '" + seeks + "' 2>&1");
+  INFO(probe_mp4.output);
+  CHECK_THAT(probe_mp4.output, ContainsSubstring("seeking:     to keyframes, frames found by timestamp"));
+}
+
 TEST_CASE("validate-data on CUDA flags the same rows", "[gpu][validate]") {
   Dataset d;
   make_dataset(d);  // made (recorded) before the GPU check so machines with the CLI record it
