@@ -106,6 +106,7 @@ void run_probe(const ProbeOptions& options) {
   out << "keyframes:   " << keyframes << "\n";
   out << "first/last:  t=" << seconds_text(index.seconds(0)) << " s / t=" << seconds_text(index.seconds(index.size() - 1))
       << " s\n";
+  (void)reader.try_seeks();  // raw MJPEG, Ogg: only a seek shows whether seeks land where indexed
   out << "decode path: " << info.decode_path << " (" << info.decode_reason << ")\n";
   if (info.decodes_from_start.empty())
     out << "seeking:     to keyframes, frames found by timestamp\n";

@@ -145,6 +145,12 @@ SampleResult check_sample(const Plan& plan, const VideoManifestRow& row) {
     result.frames = info.frame_count;
     result.fps = info.frame_rate;
     result.duration = info.duration_seconds;
+    // Raw MJPEG, Ogg: only a seek shows whether they can, and only before the scan (after reading
+    // the whole file FFmpeg's generic index is exact; training's fresh readers are not).
+    try {
+      (void)reader.try_seeks();
+    } catch (const Error&) {  // damage: the scan describes it
+    }
     const ScanReport scan = reader.scan();  // may switch the reader to the CPU path
     result.decode_path = reader.info().decode_path;
     result.decode_reason = reader.info().decode_reason;

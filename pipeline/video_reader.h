@@ -248,6 +248,14 @@ class VideoReader {
   /// CPU path (the reader stays there, decode_reason says so) so the report is about the file.
   ScanReport scan();
 
+  /// Where the demuxer seeks through FFmpeg's generic index (FrameIndex::check_seeks), whether its
+  /// seeks land where the index says shows only on a seek: decodes two frames alone (past the
+  /// middle, then the second-last), so that info().decodes_from_start is known before training
+  /// reads the file (validate-data). Does nothing for other files. Returns decodes_from_start.
+  /// Call it first: once a reader has decoded the whole file (scan), FFmpeg's generic index holds
+  /// exact positions and its seeks land right, where a freshly opened reader's (training's) do not.
+  const std::string& try_seeks();
+
   /// How many decoder seeks the last decode() made (for tests and benchmarks).
   int last_seek_count() const;
   /// How many frames the decoder produced in the last decode() (needed or not; for benchmarks).

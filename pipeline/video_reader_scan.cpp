@@ -24,6 +24,16 @@ ScanReport VideoReader::scan() {
   return s.scan_once();
 }
 
+const std::string& VideoReader::try_seeks() {
+  const State& s = *state_;
+  const int64_t count = s.index.size();
+  for (const int64_t frame : {count / 2 + 1, count - 2}) {
+    if (!s.index.check_seeks || s.index.count_outputs || frame <= 0 || frame >= count) break;
+    (void)decode({frame});  // a landing other than indexed switches the reader to counting and says why
+  }
+  return s.info.decodes_from_start;
+}
+
 ScanReport VideoReader::State::scan_once() {
   ScanReport report;
   report.frames_indexed = index.size();

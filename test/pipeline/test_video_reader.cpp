@@ -352,6 +352,12 @@ TEST_CASE("video reader: a raw MJPEG stream (seeks land inside frames) and Theor
       const std::string expected = name == "theora_shared.ogv" ? "two frames share one timestamp"
                                                                : "seeks land on other packets than the index names";
       CHECK(reasons.count(expected) == 1);
+      // try_seeks finds it out before any read (validate-data), and leaves a seeking file alone.
+      tt::VideoReader probed(clips().path(name));
+      CHECK(probed.try_seeks() == expected);
+      tt::VideoReader mp4(clips().path("h264.mp4"));
+      CHECK(mp4.try_seeks().empty());
+      CHECK(mp4.last_seek_count() == 0);
     }
   }
 }
