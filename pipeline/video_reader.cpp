@@ -308,10 +308,34 @@ void VideoReader::State::switch_to_cpu(const std::string& reason) {
   open_decoder();
 }
 
+bool VideoFileNotes::first_warning(const std::string& path, const std::string& message) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return warned_.emplace(path, message).second;
+}
+
+void VideoFileNotes::set_decodes_from_start(const std::string& path, const std::string& reason) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  decodes_from_start_[path] = reason;
+}
+
+std::string VideoFileNotes::decodes_from_start(const std::string& path) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = decodes_from_start_.find(path);
+  return it == decodes_from_start_.end() ? std::string() : it->second;
+}
+
 VideoReader::VideoReader(const std::string& path, VideoReaderOptions options) : state_(std::make_unique<State>()) {
   state_->options = options;
   state_->open(path);
   state_->build_index();
+  if (state_->options.notes && !state_->index.count_outputs) {
+    // An earlier reader of this file found its seeks land elsewhere: count from the start at once.
+    std::string reason = state_->options.notes->decodes_from_start(state_->info.path);
+    if (!reason.empty()) {
+      state_->index.count_outputs = true;
+      state_->info.decodes_from_start = std::move(reason);
+    }
+  }
 }
 
 VideoReader::~VideoReader() = default;

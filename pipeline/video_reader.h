@@ -48,8 +48,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/colour.h"
@@ -65,6 +69,25 @@ const char* video_matrix_name(VideoMatrix matrix);
 enum class RgbConverter {
   kColourKernel,  // tt::yuv420_to_rgb (cuda/ops.h): the pipeline's converter (CPU: its reference)
   kSwscale,       // libswscale, bicubic chroma: equals the ffmpeg CLI's rgb24 output
+};
+
+/// What the readers of one dataset learn about its files, shared among them (training opens a fresh
+/// reader per sample): each warning is logged once per file rather than once per reader, and a file
+/// found unable to seek (a seek that landed on other packets than indexed) is read by counting from
+/// its next open on, without the wasted seek. Thread-safe; owned by whoever opens the readers (a
+/// training run's data), never process-wide.
+class VideoFileNotes {
+ public:
+  /// True the first time this message is given for this file.
+  bool first_warning(const std::string& path, const std::string& message);
+  void set_decodes_from_start(const std::string& path, const std::string& reason);
+  /// Empty when nothing was learned.
+  std::string decodes_from_start(const std::string& path) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::pair<std::string, std::string>> warned_;
+  std::map<std::string, std::string> decodes_from_start_;
 };
 
 struct VideoReaderOptions {
@@ -97,6 +120,8 @@ struct VideoReaderOptions {
   int flush_on_seek = -1;
   /// No log warnings about damage; problems() still lists them (validate-data reports them itself).
   bool quiet = false;
+  /// Shared by the readers of one dataset (see VideoFileNotes); none: each reader on its own.
+  std::shared_ptr<VideoFileNotes> notes;
 };
 
 /// One stream of the container, for `teletron probe`.

@@ -169,6 +169,7 @@ DecodedFrames VideoReader::State::decode_frames(const std::vector<int64_t>& indi
                                          "decoding from the start");
               s.index.count_outputs = true;
               s.info.decodes_from_start = "seeks land on other packets than the index names";
+              if (s.options.notes) s.options.notes->set_decodes_from_start(s.info.path, s.info.decodes_from_start);
               return s.decode_frames(indices);
             }
           }

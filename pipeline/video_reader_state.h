@@ -80,8 +80,10 @@ struct VideoReader::State {
   ScanReport scan_once();
 
   void warn_once(bool& flag, const std::string& message) {
-    if (!flag && !options.quiet) spdlog::warn("{}: {} (reported once per file)", info.path, message);
+    if (flag) return;
     flag = true;
+    if (options.quiet || (options.notes && !options.notes->first_warning(info.path, message))) return;
+    spdlog::warn("{}: {} (reported once per file)", info.path, message);
   }
 };
 

@@ -43,6 +43,9 @@ class VideoTrainingData : public TrainingData {
     samplers_ = options.samplers;
     TT_ASSERT(samplers_.size() == buckets_.size(), samplers_.size(), " samplers for ", buckets_.size(), " buckets");
     reader_options_ = options.reader;
+    // One reader per sample: what one learns about a file (warnings given, seeks that do not land)
+    // serves the next.
+    if (!reader_options_.notes) reader_options_.notes = std::make_shared<VideoFileNotes>();
     vae_dtype_ = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
     augment_ = options.augment;
     augment_.dtype = vae_dtype_;

@@ -2,6 +2,8 @@
 #include "test/test_util.h"
 
 #include <catch2/catch_test_macros.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -20,6 +22,14 @@
 #include <unistd.h>
 
 namespace tt::test {
+
+CapturedLog::CapturedLog() : out_(std::make_shared<std::ostringstream>()), previous_(spdlog::default_logger()) {
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*out_);
+  sink->set_pattern("%l %v");
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+}
+
+CapturedLog::~CapturedLog() { spdlog::set_default_logger(previous_); }
 
 TempDir::TempDir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");

@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include "core/errors.h"
+#include "test/captured_log.h"
 
 namespace tt::test {
 

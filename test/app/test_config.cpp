@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <optional>
@@ -23,6 +22,7 @@
 #include "app/config.h"
 #include "app/config_schema.h"
 #include "core/errors.h"
+#include "test/captured_log.h"
 
 using Catch::Matchers::ContainsSubstring;
 
@@ -153,24 +153,8 @@ bool has_warning(const tt::Config& config, const std::string& path, const std::s
   return false;
 }
 
-// Routes spdlog's default logger into a string for one scope (what warn_unused_keys writes).
-class CapturedLog {
- public:
-  CapturedLog() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    sink->set_pattern("%l %v");
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
-
 std::string logged_warnings(const tt::Config& config, tt::Command command) {
-  CapturedLog log;
+  tt::test::CapturedLog log;
   tt::warn_unused_keys(config, command);
   return log.text();
 }

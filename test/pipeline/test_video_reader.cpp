@@ -362,6 +362,68 @@ TEST_CASE("video reader: a raw MJPEG stream (seeks land inside frames) and Theor
   }
 }
 
+TEST_CASE("video readers sharing VideoFileNotes: a file's warning once, and a file that cannot seek counted from "
+          "its next open", "[video]") {
+  // Training opens a reader per sample: before, every sample of a raw MJPEG stream logged the same
+  // warning and paid for a seek that lands wrong before decoding from the start.
+  const std::vector<std::string> readable = readable_clips({"mjpeg_raw.mjpeg"});
+  if (readable.empty()) SKIP("this FFmpeg build reads no MJPEG (replayed media)");
+  const std::string path = clips().path("mjpeg_raw.mjpeg");
+  tt::VideoReader reference(path);
+  const tt::DecodedFrames all = reference.decode(all_frames(reference));
+  const auto warnings_in = [](const std::string& text) {
+    int64_t count = 0;
+    for (size_t at = text.find("seeks land on other packets"); at != std::string::npos;
+         at = text.find("seeks land on other packets", at + 1))
+      ++count;
+    return count;
+  };
+  for (const bool shared : {false, true}) {
+    INFO("notes shared: " << shared);
+    tt::VideoReaderOptions options;
+    if (shared) options.notes = std::make_shared<tt::VideoFileNotes>();
+    const tt::test::CapturedLog log;
+    std::vector<std::string> reasons_at_open;
+    for (int sample = 0; sample < 3; ++sample) {
+      tt::VideoReader reader(path, options);
+      reasons_at_open.push_back(reader.info().decodes_from_start);
+      const tt::DecodedFrames got = reader.decode({7 + sample});
+      CHECK(torch::equal(got.y[0], all.y[7 + sample]));
+      CHECK(reader.info().decodes_from_start == "seeks land on other packets than the index names");
+    }
+    CHECK(reasons_at_open[0].empty());
+    CHECK(reasons_at_open[1].empty() == !shared);
+    CHECK(reasons_at_open[2].empty() == !shared);
+    CHECK(warnings_in(log.text()) == (shared ? 1 : 3));
+  }
+  // Damage every reader of a file meets (bytes flipped in the second half: a rejected packet, a
+  // concealed frame): each message once per file among readers sharing notes.
+  const tt::test::TempDir dir("tt_notes");
+  std::string bytes = tt::test::read_file(clips().path("vfr.mkv"));
+  for (size_t i = bytes.size() / 2; i < bytes.size(); i += 97) bytes[i] = static_cast<char>(bytes[i] ^ 0x5A);
+  const std::string damaged = dir / "damaged.mkv";
+  tt::test::write_file(damaged, bytes);
+  int64_t lines[2] = {0, 0};  // warnings logged: readers on their own, readers sharing notes
+  for (const bool shared : {false, true}) {
+    tt::VideoReaderOptions options;
+    if (shared) options.notes = std::make_shared<tt::VideoFileNotes>();
+    const tt::test::CapturedLog log;
+    for (int sample = 0; sample < 3; ++sample) {
+      tt::VideoReader reader(damaged, options);
+      try {
+        (void)reader.decode(all_frames(reader));
+      } catch (const tt::Error&) {  // a frame lost to the damage: the warnings before it count
+      }
+    }
+    const std::string text = log.text();
+    for (size_t at = text.find("(reported once per file)"); at != std::string::npos;
+         at = text.find("(reported once per file)", at + 1))
+      ++lines[shared];
+  }
+  CHECK(lines[1] >= 1);
+  CHECK(lines[0] == 3 * lines[1]);
+}
+
 TEST_CASE("video reader: the sample aspect of anamorphic video, and of square-pixel video", "[video]") {
   tt::VideoReader anamorphic(clips().path("anamorphic.mkv"));
   CHECK(anamorphic.info().sar_num == 2);
