@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -324,10 +325,80 @@ std::string VideoFileNotes::decodes_from_start(const std::string& path) const {
   return it == decodes_from_start_.end() ? std::string() : it->second;
 }
 
+namespace {
+
+// The file's size and modification time (ns), or -1s where it cannot be read: what tells a kept
+// index that its file changed.
+std::pair<int64_t, int64_t> size_and_mtime_ns(const std::string& path) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  if (error) return {-1, -1};
+  const auto modified = std::filesystem::last_write_time(path, error);
+  if (error) return {-1, -1};
+  return {static_cast<int64_t>(size),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(modified.time_since_epoch()).count()};
+}
+
+}  // namespace
+
+std::shared_ptr<const VideoFileNotes::Indexed> VideoFileNotes::index(const std::string& path, int stream_index) const {
+  const auto [size, modified_ns] = size_and_mtime_ns(path);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = indexes_.find(path);
+  if (it == indexes_.end() || size < 0 || it->second.size != size || it->second.modified_ns != modified_ns ||
+      it->second.indexed->stream_index != stream_index)
+    return nullptr;
+  return it->second.indexed;
+}
+
+void VideoFileNotes::keep_index(const std::string& path, std::shared_ptr<const Indexed> indexed) {
+  const auto [size, modified_ns] = size_and_mtime_ns(path);
+  if (size < 0 || !indexed || indexed->index.size() > kIndexBudgetFrames) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, added] = indexes_.try_emplace(path);
+  if (!added) {
+    indexed_frames_ -= it->second.indexed->index.size();
+  } else {
+    index_order_.push_back(path);
+  }
+  indexed_frames_ += indexed->index.size();
+  it->second = Kept{std::move(indexed), size, modified_ns};
+  while (indexed_frames_ > kIndexBudgetFrames && !index_order_.empty()) {
+    const auto oldest = indexes_.find(index_order_.front());
+    indexed_frames_ -= oldest->second.indexed->index.size();
+    indexes_.erase(oldest);
+    index_order_.pop_front();
+  }
+}
+
 VideoReader::VideoReader(const std::string& path, VideoReaderOptions options) : state_(std::make_unique<State>()) {
   state_->options = options;
   state_->open(path);
-  state_->build_index();
+  State& s = *state_;
+  const std::shared_ptr<const VideoFileNotes::Indexed> kept =
+      s.options.notes ? s.options.notes->index(s.info.path, s.info.stream_index) : nullptr;
+  if (kept) {
+    s.index = kept->index;
+    s.info.frame_count = kept->frame_count;
+    s.info.duration_seconds = kept->duration_seconds;
+    s.info.decodes_from_start = kept->decodes_from_start;
+    s.index_read_error = kept->read_error;
+    s.index_problem = kept->read_problem;
+    s.index_reused = true;
+  } else {
+    s.build_index();
+    if (s.options.notes) {
+      auto indexed = std::make_shared<VideoFileNotes::Indexed>();
+      indexed->index = s.index;
+      indexed->stream_index = s.info.stream_index;
+      indexed->frame_count = s.info.frame_count;
+      indexed->duration_seconds = s.info.duration_seconds;
+      indexed->decodes_from_start = s.info.decodes_from_start;
+      indexed->read_error = s.index_read_error;
+      indexed->read_problem = s.index_problem;
+      s.options.notes->keep_index(s.info.path, std::move(indexed));
+    }
+  }
   if (state_->options.notes && !state_->index.count_outputs) {
     // An earlier reader of this file found its seeks land elsewhere: count from the start at once.
     std::string reason = state_->options.notes->decodes_from_start(state_->info.path);
@@ -342,6 +413,7 @@ VideoReader::~VideoReader() = default;
 
 const VideoInfo& VideoReader::info() const { return state_->info; }
 const FrameIndex& VideoReader::index() const { return state_->index; }
+bool VideoReader::index_reused() const { return state_->index_reused; }
 int VideoReader::last_seek_count() const { return state_->seek_count; }
 int64_t VideoReader::last_decoded_count() const { return state_->decoded_count; }
 int64_t VideoReader::nvdec_decoder_inits() const { return state_->nvdec_events.inits; }

@@ -55,6 +55,7 @@ struct VideoReader::State {
   bool warned_convert = false;
   bool index_read_error = false;
   std::string index_problem;
+  bool index_reused = false;  // the index came from options.notes (built by an earlier reader)
 
   // video_reader.cpp: the file, its stream (VideoInfo), the decode path and the decoder.
   void open(const std::string& path);

@@ -424,6 +424,35 @@ TEST_CASE("video readers sharing VideoFileNotes: a file's warning once, and a fi
   CHECK(lines[0] == 3 * lines[1]);
 }
 
+TEST_CASE("video readers sharing VideoFileNotes build a file's frame index once, and again when the file changes",
+          "[video]") {
+  const tt::test::TempDir dir("tt_notes_index");
+  const std::string path = dir / "clip.mkv";
+  tt::test::write_file(path, tt::test::read_file(clips().path("vfr.mkv")));
+  tt::VideoReaderOptions options;
+  options.notes = std::make_shared<tt::VideoFileNotes>();
+  tt::VideoReader first(path, options);
+  CHECK_FALSE(first.index_reused());
+  const tt::DecodedFrames expected = first.decode({3, first.info().frame_count - 1});
+  tt::VideoReader second(path, options);
+  CHECK(second.index_reused());
+  CHECK(second.index().pts == first.index().pts);
+  CHECK(second.index().keyframe == first.index().keyframe);
+  CHECK(second.info().frame_count == first.info().frame_count);
+  CHECK(second.info().duration_seconds == first.info().duration_seconds);
+  const tt::DecodedFrames again = second.decode({3, second.info().frame_count - 1});
+  CHECK(torch::equal(again.y, expected.y));
+  CHECK(torch::equal(again.uv, expected.uv));
+  // Another file in its place (another size): indexed anew, its own frame count.
+  tt::test::write_file(path, tt::test::read_file(clips().path("h264.mp4")));
+  tt::VideoReader changed(path, options);
+  CHECK_FALSE(changed.index_reused());
+  CHECK(changed.info().frame_count == tt::VideoReader(clips().path("h264.mp4")).info().frame_count);
+  CHECK(tt::VideoReader(path, options).index_reused());
+  // Readers without notes build their own.
+  CHECK_FALSE(tt::VideoReader(path).index_reused());
+}
+
 TEST_CASE("video reader: the sample aspect of anamorphic video, and of square-pixel video", "[video]") {
   tt::VideoReader anamorphic(clips().path("anamorphic.mkv"));
   CHECK(anamorphic.info().sar_num == 2);
