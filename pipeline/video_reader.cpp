@@ -10,7 +10,6 @@
 #include <torch/torch.h>
 
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +21,7 @@
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include "core/content_hash.h"
 #include "core/errors.h"
 #include "cuda/ops.h"
 #include "pipeline/av_handles.h"
@@ -327,42 +327,37 @@ std::string VideoFileNotes::decodes_from_start(const std::string& path) const {
 
 namespace {
 
-// The file's size and modification time (ns), or -1s where it cannot be read: what tells a kept
-// index that its file changed.
-std::pair<int64_t, int64_t> size_and_mtime_ns(const std::string& path) {
-  std::error_code error;
-  const auto size = std::filesystem::file_size(path, error);
-  if (error) return {-1, -1};
-  const auto modified = std::filesystem::last_write_time(path, error);
-  if (error) return {-1, -1};
-  return {static_cast<int64_t>(size),
-          std::chrono::duration_cast<std::chrono::nanoseconds>(modified.time_since_epoch()).count()};
+// The file's file_stamp, empty where it cannot be read (then nothing is kept or reused).
+std::string stamp_or_empty(const std::string& path) {
+  try {
+    return file_stamp(path);
+  } catch (const Error&) {
+    return {};
+  }
 }
 
 }  // namespace
 
 std::shared_ptr<const VideoFileNotes::Indexed> VideoFileNotes::index(const std::string& path, int stream_index) const {
-  const auto [size, modified_ns] = size_and_mtime_ns(path);
+  const std::string stamp = stamp_or_empty(path);
   const std::lock_guard<std::mutex> lock(mutex_);
   const auto it = indexes_.find(path);
-  if (it == indexes_.end() || size < 0 || it->second.size != size || it->second.modified_ns != modified_ns ||
+  if (it == indexes_.end() || stamp.empty() || it->second.stamp != stamp ||
       it->second.indexed->stream_index != stream_index)
     return nullptr;
   return it->second.indexed;
 }
 
-void VideoFileNotes::keep_index(const std::string& path, std::shared_ptr<const Indexed> indexed) {
-  const auto [size, modified_ns] = size_and_mtime_ns(path);
-  if (size < 0 || !indexed || indexed->index.size() > kIndexBudgetFrames) return;
+void VideoFileNotes::keep_index(const std::string& path, Indexed indexed) {
+  std::string stamp = stamp_or_empty(path);
+  const int64_t frames = indexed.index.size();
+  if (stamp.empty() || frames > kIndexBudgetFrames) return;
   const std::lock_guard<std::mutex> lock(mutex_);
   auto [it, added] = indexes_.try_emplace(path);
-  if (!added) {
-    indexed_frames_ -= it->second.indexed->index.size();
-  } else {
-    index_order_.push_back(path);
-  }
-  indexed_frames_ += indexed->index.size();
-  it->second = Kept{std::move(indexed), size, modified_ns};
+  if (added) index_order_.push_back(path);
+  else indexed_frames_ -= it->second.indexed->index.size();
+  indexed_frames_ += frames;
+  it->second = Kept{std::make_shared<const Indexed>(std::move(indexed)), std::move(stamp)};
   while (indexed_frames_ > kIndexBudgetFrames && !index_order_.empty()) {
     const auto oldest = indexes_.find(index_order_.front());
     indexed_frames_ -= oldest->second.indexed->index.size();
@@ -372,39 +367,31 @@ void VideoFileNotes::keep_index(const std::string& path, std::shared_ptr<const I
 }
 
 VideoReader::VideoReader(const std::string& path, VideoReaderOptions options) : state_(std::make_unique<State>()) {
-  state_->options = options;
-  state_->open(path);
   State& s = *state_;
-  const std::shared_ptr<const VideoFileNotes::Indexed> kept =
-      s.options.notes ? s.options.notes->index(s.info.path, s.info.stream_index) : nullptr;
-  if (kept) {
+  s.options = std::move(options);
+  s.open(path);
+  if (!s.options.notes) {
+    s.build_index();
+    return;
+  }
+  VideoFileNotes& notes = *s.options.notes;
+  if (const auto kept = notes.index(s.info.path, s.info.stream_index)) {
     s.index = kept->index;
-    s.info.frame_count = kept->frame_count;
-    s.info.duration_seconds = kept->duration_seconds;
     s.info.decodes_from_start = kept->decodes_from_start;
-    s.index_read_error = kept->read_error;
     s.index_problem = kept->read_problem;
+    s.index_read_error = !s.index_problem.empty();
     s.index_reused = true;
+    s.finish_index();
   } else {
     s.build_index();
-    if (s.options.notes) {
-      auto indexed = std::make_shared<VideoFileNotes::Indexed>();
-      indexed->index = s.index;
-      indexed->stream_index = s.info.stream_index;
-      indexed->frame_count = s.info.frame_count;
-      indexed->duration_seconds = s.info.duration_seconds;
-      indexed->decodes_from_start = s.info.decodes_from_start;
-      indexed->read_error = s.index_read_error;
-      indexed->read_problem = s.index_problem;
-      s.options.notes->keep_index(s.info.path, std::move(indexed));
-    }
+    notes.keep_index(s.info.path, {s.index, s.info.stream_index, s.info.decodes_from_start, s.index_problem});
   }
-  if (state_->options.notes && !state_->index.count_outputs) {
+  if (!s.index.count_outputs) {
     // An earlier reader of this file found its seeks land elsewhere: count from the start at once.
-    std::string reason = state_->options.notes->decodes_from_start(state_->info.path);
+    std::string reason = notes.decodes_from_start(s.info.path);
     if (!reason.empty()) {
-      state_->index.count_outputs = true;
-      state_->info.decodes_from_start = std::move(reason);
+      s.index.count_outputs = true;
+      s.info.decodes_from_start = std::move(reason);
     }
   }
 }

@@ -209,7 +209,7 @@ struct FrameIndex {
 /// found unable to seek (a seek that landed on other packets than indexed) is read by counting from
 /// its next open on, without the wasted seek; and each file's frame index is built once (it demuxes
 /// every packet: the whole file's bytes, 0.2 s for a 2-minute 720p clip from the page cache) and
-/// reused while the file's size and modification time stay the same, up to kIndexBudgetFrames frames
+/// reused while the file's size and modification time (file_stamp) stay the same, up to kIndexBudgetFrames frames
 /// kept (the oldest go first). Thread-safe; owned by whoever opens the readers (a training run's
 /// data), never process-wide.
 class VideoFileNotes {
@@ -218,11 +218,8 @@ class VideoFileNotes {
   struct Indexed {
     FrameIndex index;
     int stream_index = -1;
-    int64_t frame_count = 0;
-    double duration_seconds = 0.0;
-    std::string decodes_from_start;
-    bool read_error = false;
-    std::string read_problem;
+    std::string decodes_from_start;  // VideoInfo's, as the index left it
+    std::string read_problem;        // the demuxer stopped early (empty: read to the end)
   };
   /// About 25 bytes a frame: 8M frames are ~200 MB.
   static constexpr int64_t kIndexBudgetFrames = 8'000'000;
@@ -234,12 +231,12 @@ class VideoFileNotes {
   std::string decodes_from_start(const std::string& path) const;
   /// The index kept for this file and stream, or null (none, or the file changed since).
   std::shared_ptr<const Indexed> index(const std::string& path, int stream_index) const;
-  void keep_index(const std::string& path, std::shared_ptr<const Indexed> indexed);
+  void keep_index(const std::string& path, Indexed indexed);
 
  private:
   struct Kept {
     std::shared_ptr<const Indexed> indexed;
-    int64_t size = -1, modified_ns = -1;  // the file when it was indexed
+    std::string stamp;  // core/content_hash.h file_stamp when it was indexed
   };
   mutable std::mutex mutex_;
   std::set<std::pair<std::string, std::string>> warned_;

@@ -82,6 +82,10 @@ void VideoReader::State::build_index() {
       info.decodes_from_start = "two frames share one timestamp";
     }
   index.keyframe[0] = 1;  // decoding always starts somewhere: the first frame is the fallback seek point
+  finish_index();
+}
+
+void VideoReader::State::finish_index() {
   info.frame_count = index.size();
   // No duration in the header (raw streams): the index's span plus one frame.
   if (info.duration_seconds <= 0.0 && index.size() > 0) {

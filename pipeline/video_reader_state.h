@@ -64,6 +64,9 @@ struct VideoReader::State {
   void switch_to_cpu(const std::string& reason);
   // video_reader_index.cpp: the frame index and seeks.
   void build_index();
+  // What the index tells VideoInfo (frame count; the duration where the header has none): after
+  // build_index, or after taking an index an earlier reader built (options.notes).
+  void finish_index();
   int64_t frame_of_pts(int64_t pts) const;
   int64_t keyframe_at_or_before(int64_t frame) const;
   void seek_to_frame(int64_t frame);
