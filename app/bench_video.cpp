@@ -104,7 +104,10 @@ BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
   const TorchThreads threads(o.mode == "cpu" ? 1 : at::get_num_threads());
   const bool on_gpu = o.mode != "cpu" && resolve_device(o.device, "--device").is_cuda();  // a bad --device: here
   const int workers = std::max(1, o.workers);
-  const int64_t tasks = static_cast<int64_t>(o.clips.size()) * std::max(1, o.passes);
+  // Every worker busy for the whole row: with fewer clips than workers the list is cycled (each
+  // repeat samples other frames: the sample index differs), else a 16-worker row timed 4 clips.
+  const int64_t tasks =
+      std::max(static_cast<int64_t>(o.clips.size()), static_cast<int64_t>(workers)) * std::max(1, o.passes);
 
   auto run_workers = [&](int64_t count, Totals& totals) {
     std::atomic<int64_t> next{0};

@@ -19,7 +19,8 @@ struct BenchVideoOptions {
   std::vector<std::string> clips;
   std::string mode = "gpu";    // decode-only | sample | gpu | cpu
   int workers = 4;             // concurrent clips (NVDEC sessions on the GPU)
-  int passes = 2;              // each clip is processed this many times (after one warm-up clip per worker)
+  int passes = 2;              // max(clips, workers) x passes clips timed, the list cycled (after one
+                               // warm-up clip per worker)
   int64_t frames = 33;         // samples per clip
   std::string sampler = "stratified";
   int64_t height = 480, width = 832;

@@ -386,7 +386,9 @@ int run_cli(int argc, char** argv) {
                         "--suite pipeline: the whole pipeline's rows, one per worker count (one CPU core each)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  bench_cmd->add_option("--passes", bench.pipeline.passes, "--suite pipeline: times each clip is processed per row")
+  bench_cmd->add_option("--passes", bench.pipeline.passes,
+                        "--suite pipeline: times each clip is processed per row (each worker's clips, with fewer "
+                        "clips than workers: the list is cycled)")
       ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--sampler", bench.pipeline.sampler, "--suite pipeline: the frame sampler (fps: at 24 fps)")
       ->check(CLI::IsMember({"uniform", "stratified", "random", "fps"}));
@@ -602,7 +604,9 @@ int run_cli(int argc, char** argv) {
                               "What runs: decode-only (every frame), sample (the sampled frames, decoded only), gpu, cpu")
       ->check(CLI::IsMember({"decode-only", "sample", "gpu", "cpu"}));
   bench_video_cmd->add_option("--workers", bench_video.workers, "Clips in flight at once")->check(CLI::PositiveNumber);
-  bench_video_cmd->add_option("--passes", bench_video.passes, "Times each clip is processed")->check(CLI::PositiveNumber);
+  bench_video_cmd->add_option("--passes", bench_video.passes,
+                              "Times each clip is processed; with fewer clips than --workers, the list is cycled "
+                              "so each worker takes this many")->check(CLI::PositiveNumber);
   bench_video_cmd->add_option("--frames", bench_video.frames, "Samples per clip")->check(CLI::PositiveNumber);
   bench_video_cmd->add_option("--sampler", bench_video.sampler, "Frame sampler mode (fps: at 24 fps)")
       ->check(CLI::IsMember({"uniform", "stratified", "random", "fps"}));

@@ -6,6 +6,9 @@ BGR->RGB, cv2.resize (INTER_AREA when shrinking) to cover 480x832, centre crop, 
 [-1, 1] and a (3, T, H, W) float32 array. The sample: the same stratified rule as teletron's (one
 random frame in each of T equal strata). Prints clips/s and decoded frames/s and appends a JSON line.
 
+Clips timed: max(clips, procs) x passes, the list cycled (each repeat another seed), as teletron's
+bench-video does, so every process stays busy.
+
 Usage: bench_opencv.py --procs 16 --passes 2 [--json FILE] CLIP...
 """
 import argparse
@@ -63,7 +66,7 @@ def main():
     parser.add_argument("--frames", type=int, default=33)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    tasks = [(args.clips[t % len(args.clips)], t, args.frames, 480, 832) for t in range(len(args.clips) * args.passes)]
+    tasks = [(args.clips[t % len(args.clips)], t, args.frames, 480, 832) for t in range(max(len(args.clips), args.procs) * args.passes)]
     with mp.Pool(args.procs) as pool:
         pool.map(one_clip, tasks[: args.procs])  # warm-up: imports, page cache
         start = time.perf_counter()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU machine: issue 14's memory rows (carry .device, and .wheels/diffusers for the peer row).
+# GPU machine: issue 14's memory rows (carry .device, and .wheels for the peer row).
 # Builds into build-device/ (kept by a warm machine between calls), then, each part a table row in
 # $OUT/summary.txt and its log in $OUT:
 #   scripts/gpu_memory.sh PART...   the parts in order, one build:
@@ -101,8 +101,7 @@ case "$part" in
     bench_row 1b_full_ckpt --preset 1b --set model.activation_checkpointing=true
     ;;
   peer)
-    python3 -m pip install -q --no-index --no-deps --find-links "$root/.wheels/diffusers" diffusers >"$out/pip.log" 2>&1 ||
-      echo "diffusers wheel not installed (see pip.log)" | tee -a "$out/summary.txt"
+    use_diffusers_wheels || echo "diffusers wheels not installed (see pip.log)" | tee -a "$out/summary.txt"
     timeout "$limit" python3 "$here/bench_lora_peer.py" --preset 13b --rank 32 --alpha 32 --checkpointing \
       --compile none --warmup 1 --steps "$steps" --json "$out/peer_lora.json" --trace "$out/traces" 2>&1 |
       tee "$out/peer_lora.log" | grep -E "^\||^peer kernel time" | tee -a "$out/summary.txt"

@@ -486,6 +486,30 @@ TEST_CASE(
   CHECK_THAT(other.output, ContainsSubstring("is not a bench --suite pipeline JSON file"));
 }
 
+TEST_CASE("bench-video keeps every worker busy: fewer clips than workers are cycled, each worker takes --passes",
+          "[cli][bench][video]") {
+  const auto made = tt::test::media_command(
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt "
+      "yuv420p "
+      "'{media}/bench_pipeline.mp4'");
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  const std::string clip = tt::test::media_dir() + "/bench_pipeline.mp4";
+  // One clip, three workers, two passes: six clips timed (one clip twice would leave two workers idle
+  // while the row says three); two clips and one worker: four.
+  auto cycled = run_teletron("bench-video --mode decode-only --device cpu --workers 3 --passes 2 " + clip + " 2>&1");
+  INFO(cycled.output);
+  REQUIRE(cycled.exit_code == 0);
+  CHECK_THAT(cycled.output, ContainsSubstring("3 workers, "));
+  CHECK_THAT(cycled.output, ContainsSubstring(": 6 clips in "));
+  CHECK_THAT(cycled.output, ContainsSubstring("(180 decoded, 180 needed,"));
+  auto listed = run_teletron("bench-video --mode decode-only --device cpu --workers 1 --passes 2 " + clip + " " +
+                             clip + " 2>&1");
+  INFO(listed.output);
+  REQUIRE(listed.exit_code == 0);
+  CHECK_THAT(listed.output, ContainsSubstring(": 4 clips in "));
+}
+
 TEST_CASE(
     "bench on the GPU splits its fwd+bwd peak into parameters, gradients, autocast copies, inputs and "
     "activations",
