@@ -497,12 +497,25 @@ TEST_CASE("bench-video keeps every worker busy: fewer clips than workers are cyc
   const std::string clip = tt::test::media_dir() + "/bench_pipeline.mp4";
   // One clip, three workers, two passes: six clips timed (one clip twice would leave two workers idle
   // while the row says three); two clips and one worker: four.
-  auto cycled = run_teletron("bench-video --mode decode-only --device cpu --workers 3 --passes 2 " + clip + " 2>&1");
+  tt::test::TempDir dir("tt_bench_video");
+  const std::string json = dir / "rows.json";
+  auto cycled = run_teletron("bench-video --mode decode-only --device cpu --workers 3 --passes 2 --json " + json + " " +
+                             clip + " 2>&1");
   INFO(cycled.output);
   REQUIRE(cycled.exit_code == 0);
   CHECK_THAT(cycled.output, ContainsSubstring("3 workers, "));
   CHECK_THAT(cycled.output, ContainsSubstring(": 6 clips in "));
   CHECK_THAT(cycled.output, ContainsSubstring("(180 decoded, 180 needed,"));
+  // Where a clip's time goes in its worker: opening it, then the mode's work.
+  CHECK_THAT(cycled.output, ContainsSubstring(" ms opening it (demuxer, decoder, frame index) and "));
+  CHECK_THAT(cycled.output, ContainsSubstring(" ms decoding every frame"));
+  const nlohmann::json row = nlohmann::json::parse(tt::test::read_file(json));
+  CHECK(row["clips"] == 6);
+  CHECK(row["open_ms_per_clip"].get<double>() > 0);
+  CHECK(row["work_ms_per_clip"].get<double>() > 0);
+  // Each worker's clips one after another: their time in the workers fits in workers x the row's wall time.
+  CHECK((row["open_ms_per_clip"].get<double>() + row["work_ms_per_clip"].get<double>()) * 6 <=
+        3 * row["seconds"].get<double>() * 1000 * 1.01);
   auto listed = run_teletron("bench-video --mode decode-only --device cpu --workers 1 --passes 2 " + clip + " " +
                              clip + " 2>&1");
   INFO(listed.output);
