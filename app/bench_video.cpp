@@ -181,8 +181,8 @@ BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
   const double clips_done = static_cast<double>(std::max<int64_t>(1, totals.clips));
   const double open_ms = static_cast<double>(totals.open_us) / 1000.0 / clips_done;
   const double work_ms = static_cast<double>(totals.work_us) / 1000.0 / clips_done;
-  std::printf("bench-video %s: per clip in its worker, %.1f ms opening it (demuxer, decoder, frame index) and %.1f ms "
-              "%s\n",
+  std::printf("bench-video %s: per clip in its worker, %.1f ms opening it (demuxer, decoder, frame index) and "
+              "%.1f ms %s\n",
               o.label.c_str(), open_ms, work_ms, work_name(o.mode));
   if (!o.json.empty()) {
     nlohmann::json row = {{"label", o.label},          {"mode", o.mode},

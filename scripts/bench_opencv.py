@@ -66,7 +66,8 @@ def main():
     parser.add_argument("--frames", type=int, default=33)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    tasks = [(args.clips[t % len(args.clips)], t, args.frames, 480, 832) for t in range(max(len(args.clips), args.procs) * args.passes)]
+    count = max(len(args.clips), args.procs) * args.passes
+    tasks = [(args.clips[t % len(args.clips)], t, args.frames, 480, 832) for t in range(count)]
     with mp.Pool(args.procs) as pool:
         pool.map(one_clip, tasks[: args.procs])  # warm-up: imports, page cache
         start = time.perf_counter()
