@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "app/bench_folder.h"
@@ -30,8 +31,9 @@ struct Totals {
   std::atomic<int64_t> clips{0}, decoded{0}, needed{0}, nvdec{0}, seeks{0}, inits{0};
   std::atomic<int64_t> gpu_stage_us{0}, gpu_stage_clips{0};  // --time-gpu-stages
   // Each clip's wall time in its worker: opening the reader (demuxer, codec and NVDEC device context,
-  // the frame index: every packet demuxed), then the mode's work (decoding and what follows).
-  std::atomic<int64_t> open_us{0}, work_us{0};
+  // the frame index: every packet demuxed), the mode's work (decoding and what follows), closing it
+  // (the decoder and its surfaces freed: on NVDEC, cuvidDestroyDecoder and cuMemFree).
+  std::atomic<int64_t> open_us{0}, work_us{0}, close_us{0};
 };
 
 using Clock = std::chrono::steady_clock;
@@ -56,7 +58,8 @@ void process(const BenchVideoOptions& o, const std::string& path, int64_t sample
   reader_options.thread_count = 1;  // parallel across clips, as the workers are
   reader_options.device = o.mode == "cpu" ? torch::Device(torch::kCPU) : resolve_device(o.device, "--device");
   const Clock::time_point opening = Clock::now();
-  VideoReader reader(path, reader_options);
+  auto owned = std::make_unique<VideoReader>(path, reader_options);
+  VideoReader& reader = *owned;
   const Clock::time_point opened = Clock::now();
   totals.open_us += micros_since(opening);
   if (o.mode == "decode-only") {
@@ -110,6 +113,9 @@ void process(const BenchVideoOptions& o, const std::string& path, int64_t sample
   totals.nvdec += reader.info().decode_path == "nvdec" ? 1 : 0;
   totals.seeks += reader.last_seek_count();
   totals.inits += reader.nvdec_decoder_inits();
+  const Clock::time_point closing = Clock::now();
+  owned.reset();
+  totals.close_us += micros_since(closing);
   ++totals.clips;
 }
 
@@ -181,9 +187,10 @@ BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
   const double clips_done = static_cast<double>(std::max<int64_t>(1, totals.clips));
   const double open_ms = static_cast<double>(totals.open_us) / 1000.0 / clips_done;
   const double work_ms = static_cast<double>(totals.work_us) / 1000.0 / clips_done;
-  std::printf("bench-video %s: per clip in its worker, %.1f ms opening it (demuxer, decoder, frame index) and "
-              "%.1f ms %s\n",
-              o.label.c_str(), open_ms, work_ms, work_name(o.mode));
+  const double close_ms = static_cast<double>(totals.close_us) / 1000.0 / clips_done;
+  std::printf("bench-video %s: per clip in its worker, %.1f ms opening it (demuxer, decoder, frame index), %.1f ms "
+              "%s, %.1f ms closing it\n",
+              o.label.c_str(), open_ms, work_ms, work_name(o.mode), close_ms);
   if (!o.json.empty()) {
     nlohmann::json row = {{"label", o.label},          {"mode", o.mode},
                           {"workers", workers},        {"cpu_cores", cpus},
@@ -195,7 +202,7 @@ BenchVideoResult run_bench_video(const BenchVideoOptions& o) {
                           {"needed_frames", totals.needed.load()}, {"decoded_frames_per_s", decoded_per_s},
                           {"nvdec_clips", totals.nvdec.load()}, {"seeks", totals.seeks.load()}, {"nvdec_inits", totals.inits.load()},
                           {"gpu_stage_ms_per_clip", gpu_stage_ms}, {"open_ms_per_clip", open_ms},
-                          {"work_ms_per_clip", work_ms}};
+                          {"work_ms_per_clip", work_ms}, {"close_ms_per_clip", close_ms}};
     std::ofstream out(o.json, std::ios::app);
     out << row.dump() << "\n";
   }
