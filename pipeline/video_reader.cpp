@@ -325,10 +325,7 @@ std::string VideoFileNotes::decodes_from_start(const std::string& path) const {
   return it == decodes_from_start_.end() ? std::string() : it->second;
 }
 
-namespace {
-
-// The file's file_stamp, empty where it cannot be read (then nothing is kept or reused).
-std::string stamp_or_empty(const std::string& path) {
+std::string VideoFileNotes::stamp_of(const std::string& path) {
   try {
     return file_stamp(path);
   } catch (const Error&) {
@@ -336,31 +333,27 @@ std::string stamp_or_empty(const std::string& path) {
   }
 }
 
-}  // namespace
-
-std::shared_ptr<const VideoFileNotes::Indexed> VideoFileNotes::index(const std::string& path, int stream_index) const {
-  const std::string stamp = stamp_or_empty(path);
+std::shared_ptr<const VideoFileNotes::Indexed> VideoFileNotes::index(const std::string& path, const std::string& stamp,
+                                                                     int stream_index) const {
+  if (stamp.empty()) return nullptr;
   const std::lock_guard<std::mutex> lock(mutex_);
   const auto it = indexes_.find(path);
-  if (it == indexes_.end() || stamp.empty() || it->second.stamp != stamp ||
-      it->second.indexed->stream_index != stream_index)
-    return nullptr;
-  return it->second.indexed;
+  if (it == indexes_.end() || it->second->stamp != stamp || it->second->stream_index != stream_index) return nullptr;
+  return it->second;
 }
 
 void VideoFileNotes::keep_index(const std::string& path, Indexed indexed) {
-  std::string stamp = stamp_or_empty(path);
   const int64_t frames = indexed.index.size();
-  if (stamp.empty() || frames > kIndexBudgetFrames) return;
+  if (indexed.stamp.empty() || frames > kIndexBudgetFrames) return;
   const std::lock_guard<std::mutex> lock(mutex_);
   auto [it, added] = indexes_.try_emplace(path);
   if (added) index_order_.push_back(path);
-  else indexed_frames_ -= it->second.indexed->index.size();
+  else indexed_frames_ -= it->second->index.size();
   indexed_frames_ += frames;
-  it->second = Kept{std::make_shared<const Indexed>(std::move(indexed)), std::move(stamp)};
+  it->second = std::make_shared<const Indexed>(std::move(indexed));
   while (indexed_frames_ > kIndexBudgetFrames && !index_order_.empty()) {
     const auto oldest = indexes_.find(index_order_.front());
-    indexed_frames_ -= oldest->second.indexed->index.size();
+    indexed_frames_ -= oldest->second->index.size();
     indexes_.erase(oldest);
     index_order_.pop_front();
   }
@@ -369,13 +362,16 @@ void VideoFileNotes::keep_index(const std::string& path, Indexed indexed) {
 VideoReader::VideoReader(const std::string& path, VideoReaderOptions options) : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.options = std::move(options);
-  s.open(path);
   if (!s.options.notes) {
+    s.open(path);
     s.build_index();
     return;
   }
   VideoFileNotes& notes = *s.options.notes;
-  if (const auto kept = notes.index(s.info.path, s.info.stream_index)) {
+  // Before opening: a file replaced after this shows as another stamp to the next reader.
+  std::string stamp = VideoFileNotes::stamp_of(path);
+  s.open(path);
+  if (const auto kept = notes.index(s.info.path, stamp, s.info.stream_index)) {
     s.index = kept->index;
     s.info.decodes_from_start = kept->decodes_from_start;
     s.index_problem = kept->read_problem;
@@ -384,7 +380,8 @@ VideoReader::VideoReader(const std::string& path, VideoReaderOptions options) : 
     s.finish_index();
   } else {
     s.build_index();
-    notes.keep_index(s.info.path, {s.index, s.info.stream_index, s.info.decodes_from_start, s.index_problem});
+    notes.keep_index(s.info.path,
+                     {s.index, s.info.stream_index, s.info.decodes_from_start, s.index_problem, std::move(stamp)});
   }
   if (!s.index.count_outputs) {
     // An earlier reader of this file found its seeks land elsewhere: count from the start at once.

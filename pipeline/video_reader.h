@@ -214,12 +214,13 @@ struct FrameIndex {
 /// data), never process-wide.
 class VideoFileNotes {
  public:
-  /// A frame index as VideoReader built it, with what building it found.
+  /// A frame index as VideoReader built it, with what building it found and the file it describes.
   struct Indexed {
     FrameIndex index;
     int stream_index = -1;
     std::string decodes_from_start;  // VideoInfo's, as the index left it
     std::string read_problem;        // the demuxer stopped early (empty: read to the end)
+    std::string stamp;               // core/content_hash.h file_stamp taken before the file was opened
   };
   /// About 25 bytes a frame: 8M frames are ~200 MB.
   static constexpr int64_t kIndexBudgetFrames = 8'000'000;
@@ -229,19 +230,18 @@ class VideoFileNotes {
   void set_decodes_from_start(const std::string& path, const std::string& reason);
   /// Empty when nothing was learned.
   std::string decodes_from_start(const std::string& path) const;
-  /// The index kept for this file and stream, or null (none, or the file changed since).
-  std::shared_ptr<const Indexed> index(const std::string& path, int stream_index) const;
+  /// The file's file_stamp, empty where it cannot be read (then no index is kept or reused).
+  static std::string stamp_of(const std::string& path);
+  /// The index kept for this file and stream while the file's stamp is still `stamp`, or null.
+  std::shared_ptr<const Indexed> index(const std::string& path, const std::string& stamp, int stream_index) const;
+  /// Kept unless its stamp is empty or it alone exceeds the budget.
   void keep_index(const std::string& path, Indexed indexed);
 
  private:
-  struct Kept {
-    std::shared_ptr<const Indexed> indexed;
-    std::string stamp;  // core/content_hash.h file_stamp when it was indexed
-  };
   mutable std::mutex mutex_;
   std::set<std::pair<std::string, std::string>> warned_;
   std::map<std::string, std::string> decodes_from_start_;
-  std::map<std::string, Kept> indexes_;
+  std::map<std::string, std::shared_ptr<const Indexed>> indexes_;
   std::deque<std::string> index_order_;  // oldest first
   int64_t indexed_frames_ = 0;
 };

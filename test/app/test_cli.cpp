@@ -31,6 +31,17 @@ int count(const std::string& text, const std::string& fragment) {
   return n;
 }
 
+// The bench tests' clip: 30 frames of 96x80 H.264 at 24 fps, a keyframe every 10.
+std::string bench_clip() {
+  const auto made = tt::test::media_command(
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt "
+      "yuv420p "
+      "'{media}/bench_pipeline.mp4'");
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  return tt::test::media_dir() + "/bench_pipeline.mp4";
+}
+
 }  // namespace
 
 TEST_CASE("an unknown command is a usage error, also with --help", "[cli]") {
@@ -403,13 +414,7 @@ TEST_CASE(
     "bench --suite pipeline times each stage's CPU row (the GPU rows say why they cannot run), writes the "
     "JSON and the chart, and --compare flags a row slower than before",
     "[cli][bench][video]") {
-  const auto made = tt::test::media_command(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt "
-      "yuv420p "
-      "'{media}/bench_pipeline.mp4'");
-  INFO(made.output);
-  REQUIRE(made.exit_code == 0);
-  const std::string clip = tt::test::media_dir() + "/bench_pipeline.mp4";
+  const std::string clip = bench_clip();
   tt::test::TempDir dir("tt_bench_pipeline");
   const std::string json = dir / "now.json", svg = dir / "now.svg";
   const std::string args =
@@ -488,13 +493,7 @@ TEST_CASE(
 
 TEST_CASE("bench-video keeps every worker busy: fewer clips than workers are cycled, each worker takes --passes",
           "[cli][bench][video]") {
-  const auto made = tt::test::media_command(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt "
-      "yuv420p "
-      "'{media}/bench_pipeline.mp4'");
-  INFO(made.output);
-  REQUIRE(made.exit_code == 0);
-  const std::string clip = tt::test::media_dir() + "/bench_pipeline.mp4";
+  const std::string clip = bench_clip();
   // One clip, three workers, two passes: six clips timed (one clip twice would leave two workers idle
   // while the row says three); two clips and one worker: four.
   tt::test::TempDir dir("tt_bench_video");
