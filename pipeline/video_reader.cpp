@@ -333,12 +333,14 @@ std::string VideoFileNotes::stamp_of(const std::string& path) {
   }
 }
 
-std::shared_ptr<const VideoFileNotes::Indexed> VideoFileNotes::index(const std::string& path, const std::string& stamp,
+std::shared_ptr<const VideoFileNotes::Indexed> VideoFileNotes::index(const std::string& path,
+                                                                     const std::string& stamp,
                                                                      int stream_index) const {
   if (stamp.empty()) return nullptr;
   const std::lock_guard<std::mutex> lock(mutex_);
   const auto it = indexes_.find(path);
-  if (it == indexes_.end() || it->second->stamp != stamp || it->second->stream_index != stream_index) return nullptr;
+  if (it == indexes_.end() || it->second->stamp != stamp || it->second->stream_index != stream_index)
+    return nullptr;
   return it->second;
 }
 
@@ -348,7 +350,8 @@ void VideoFileNotes::keep_index(const std::string& path, Indexed indexed) {
   const std::lock_guard<std::mutex> lock(mutex_);
   auto [it, added] = indexes_.try_emplace(path);
   if (added) index_order_.push_back(path);
-  else indexed_frames_ -= it->second->index.size();
+  else
+    indexed_frames_ -= it->second->index.size();
   indexed_frames_ += frames;
   it->second = std::make_shared<const Indexed>(std::move(indexed));
   while (indexed_frames_ > kIndexBudgetFrames && !index_order_.empty()) {
@@ -380,8 +383,8 @@ VideoReader::VideoReader(const std::string& path, VideoReaderOptions options) : 
     s.finish_index();
   } else {
     s.build_index();
-    notes.keep_index(s.info.path,
-                     {s.index, s.info.stream_index, s.info.decodes_from_start, s.index_problem, std::move(stamp)});
+    notes.keep_index(s.info.path, {s.index, s.info.stream_index, s.info.decodes_from_start, s.index_problem,
+                                   std::move(stamp)});
   }
   if (!s.index.count_outputs) {
     // An earlier reader of this file found its seeks land elsewhere: count from the start at once.
