@@ -31,15 +31,21 @@ int count(const std::string& text, const std::string& fragment) {
   return n;
 }
 
-// The bench tests' clip: 30 frames of 96x80 H.264 at 24 fps, a keyframe every 10.
-std::string bench_clip() {
-  const auto made = tt::test::media_command(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x80:rate=24 -frames:v 30 -c:v libx264 -g 10 -pix_fmt "
-      "yuv420p "
-      "'{media}/bench_pipeline.mp4'");
+// A 24-fps test pattern clip `name` in media_dir(), made by the ffmpeg CLI (replayed where there is
+// none): `frames` frames of `size`, encoded with `codec` (the command text is the replay's key).
+std::string test_pattern_clip(const std::string& name, const std::string& size, int frames,
+                              const std::string& codec) {
+  const auto made = tt::test::media_command("ffmpeg -v error -y -f lavfi -i testsrc2=size=" + size +
+                                            ":rate=24 -frames:v " + std::to_string(frames) + " " + codec +
+                                            " -pix_fmt yuv420p '{media}/" + name + "'");
   INFO(made.output);
   REQUIRE(made.exit_code == 0);
-  return tt::test::media_dir() + "/bench_pipeline.mp4";
+  return tt::test::media_dir() + "/" + name;
+}
+
+// The bench tests' clip: 30 frames of 96x80 H.264, a keyframe every 10.
+std::string bench_clip() {
+  return test_pattern_clip("bench_pipeline.mp4", "96x80", 30, "-c:v libx264 -g 10");
 }
 
 }  // namespace
@@ -383,16 +389,11 @@ TEST_CASE(
   CHECK(j["rows"][2]["ms_per_sample"].get<double>() > 0);
 
   // --flow-frames: a real frame (here a test pattern's) moved by known maps adds four cases.
-  const auto made = tt::test::media_command(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=160x120:rate=24 -frames:v 12 -c:v libx264 -pix_fmt "
-      "yuv420p "
-      "'{media}/bench_flow_frames.mp4'");
-  INFO(made.output);
-  REQUIRE(made.exit_code == 0);
+  const std::string flow_clip = test_pattern_clip("bench_flow_frames.mp4", "160x120", 12, "-c:v libx264");
   const std::string frames_json = dir / "frames.json";
   auto framed =
       run_teletron("bench --suite flow --device cpu --height 96 --width 128 --cpu-workers 1 --flow-frames " +
-                   tt::test::media_dir() + "/bench_flow_frames.mp4 --json " + frames_json + " 2>&1");
+                   flow_clip + " --json " + frames_json + " 2>&1");
   INFO(framed.output);
   REQUIRE(framed.exit_code == 0);
   CHECK_THAT(framed.output, ContainsSubstring("frame two layers (2, 1) / (-6, 3) px"));
