@@ -108,6 +108,8 @@ void run_bench(const BenchOptions& options) {
   if (o.text_valid == 0) o.text_valid = o.text_tokens;
   torch::NoGradGuard no_grad_outside;  // re-enabled around the timed step
   const torch::Device device = resolve_device(o.config.train.device, "tele_tron.train.device");
+  // As training sets it (train.expandable_segments, train.memory_cap), before anything is allocated.
+  const AllocatorSetup allocator = configure_cuda_allocator(device, allocator_options_from(o.config.train));
   const bool autocast = device.is_cuda() && o.config.mixed_precision.enabled;
   const bool fp16 = o.config.mixed_precision.dtype == "fp16";
   const torch::Dtype half = fp16 ? torch::kHalf : torch::kBFloat16;
@@ -122,9 +124,17 @@ void run_bench(const BenchOptions& options) {
     Config probe_config = o.config;
     probe_config.cuda_graph.enabled = "false";
     probe_config.gradient_accumulation = 1;
-    const double capacity =
-        static_cast<double>(gpu_memory(device).total) * std::min(1.0, o.config.train.memory_cap);
+    const double capacity = planning_capacity(gpu_memory(device), o.config.train.memory_cap);
     if (o.max_frames) {
+      // Plain segments fragment at long clips (16.3 GiB of an H100 unusable at 113x720x1280 with
+      // 13B LoRA): the prediction packs the estimate as expandable segments do.
+      if (!allocator.expandable_segments)
+        spdlog::warn(
+            "bench --max-frames: the CUDA allocator's expandable segments are off{}: a step at the "
+            "predicted length may run out of memory through fragmentation; set "
+            "train.expandable_segments: true (or --set train.expandable_segments=true) here and in "
+            "the training config",
+            allocator.environment.empty() ? std::string() : str_cat(" (", allocator.environment, ")"));
       o.frames = longest_clip_frames(probe_config, mc, o.height, o.width, o.batch, o.text_tokens, device,
                                      capacity, &tried, o.max_frames_checks);
       spdlog::info(

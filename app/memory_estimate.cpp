@@ -418,6 +418,13 @@ int64_t longest_clip_frames(const Config& config, const HunyuanVideoConfig& mode
   return 4 * (n - 1) + 1;
 }
 
+double planning_capacity(const GpuMemory& memory, double memory_cap) {
+  const double share = static_cast<double>(memory.total) * std::min(1.0, memory_cap);
+  const double reach =
+      memory.available > 0 ? static_cast<double>(memory.available) : static_cast<double>(memory.total);
+  return kPlanningShare * std::min(share, reach);
+}
+
 std::string describe_estimate(const MemoryEstimate& e, double capacity_bytes) {
   std::ostringstream s;
   const CountedMemory& c = e.counted;
@@ -435,7 +442,7 @@ std::string describe_estimate(const MemoryEstimate& e, double capacity_bytes) {
     << gib(e.activation_bytes_per_sample()) << " per sample)\n";
   s << "  peak " << gib(e.peak_bytes) << " (" << mode << "); without checkpointing " << gib(e.peak_without_checkpointing)
     << ", with every block checkpointed " << gib(e.peak_with_checkpointing);
-  if (capacity_bytes > 0) s << "; the device offers " << gib(capacity_bytes);
+  if (capacity_bytes > 0) s << "; a step may use " << gib(capacity_bytes);
   return s.str();
 }
 
@@ -459,7 +466,7 @@ void check_estimate_fits(const MemoryEstimate& e, const Config& config, double c
   for (size_t i = 0; i < ways.size(); ++i) hint += (i ? "; " : "") + ways[i];
   hint += "; train.memory_check: false skips this check";
   throw Error(ErrorCode::kMemory,
-              str_cat("the step needs about ", gib(e.peak_bytes), " of GPU memory and the device offers ",
+              str_cat("the step needs about ", gib(e.peak_bytes), " of GPU memory and may use ",
                       gib(capacity_bytes), " (", describe_estimate(e, capacity_bytes), ")"),
               hint);
 }

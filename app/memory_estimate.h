@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "core/device.h"
 #include "model/hunyuan_config.h"
 #include "model/transformer.h"
 
@@ -64,6 +65,16 @@ CheckpointCounts checkpoint_counts(int64_t doubles, int64_t singles, int64_t eve
 /// The share of the memory check's capacity that model.activation_checkpointing: auto plans for:
 /// the estimate is meant to be within 10 % of the measured peak.
 inline constexpr double kAutoCheckpointShare = 0.9;
+/// The share of what the allocator can reach that the memory check and bench --max-frames plan a
+/// step for: 2 % kept back for the estimate's error (within 0.9 % of the measured peak on the GPU)
+/// and the allocator's rounding.
+inline constexpr double kPlanningShare = 0.98;
+/// Above this share of the planned capacity, a step with plain allocator segments is warned of
+/// fragmentation.
+inline constexpr double kCloseToCapacity = 0.8;
+/// The bytes a step may plan for on a device: train.memory_cap's share of its memory, no more than
+/// the allocator can hold (memory.available; total where that is unknown), times kPlanningShare.
+double planning_capacity(const GpuMemory& memory, double memory_cap);
 
 /// The counted parts of a step's memory (bytes), from the architecture alone.
 struct CountedMemory {

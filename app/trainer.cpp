@@ -932,8 +932,7 @@ void Trainer::check_memory_estimate() {
   const auto started = std::chrono::steady_clock::now();
   // The online encoder runs beside the step (vae.memory_share): what it measured is not the step's.
   const double side = dataset_->side_memory_bytes();
-  const double capacity =
-      static_cast<double>(gpu_memory(device_).total) * std::min(1.0, config_.train.memory_cap) - side;
+  const double capacity = planning_capacity(gpu_memory(device_), config_.train.memory_cap) - side;
   const MemoryEstimate estimate = estimate_step_memory(config_, model_config_, shape, device_,
                                                        /*both_modes=*/true, kAutoCheckpointShare * capacity);
   checkpoint_plan_ = estimate.checkpointed;
@@ -942,6 +941,14 @@ void Trainer::check_memory_estimate() {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                automatic ? "the check, not auto's plan" : "it");
   if (config_.train.memory_check) check_estimate_fits(estimate, config_, capacity);
+  // Plain segments fragment when a step fills the device (a fifth of it at one long 720p clip).
+  if (!allocator_.expandable_segments && estimate.measured &&
+      estimate.peak_bytes > kCloseToCapacity * capacity)
+    spdlog::warn(
+        "the step's estimated peak is {:.0f} % of what it may use and the CUDA allocator's expandable "
+        "segments are off: fragmentation may stop it with out of memory; set "
+        "tele_tron.train.expandable_segments: true",
+        100.0 * estimate.peak_bytes / capacity);
 }
 
 void run_training(const TrainRequest& request) {

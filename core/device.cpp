@@ -15,9 +15,10 @@
 #include "core/errors.h"
 
 #ifdef TELETRON_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -104,6 +105,10 @@ GpuMemory gpu_memory(const torch::Device& device) {
     memory.allocated = stats.allocated_bytes[0].current;
     memory.peak = stats.allocated_bytes[0].peak;
     memory.total = static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+    size_t free = 0, total = 0;
+    const c10::cuda::CUDAGuard guard(device.index());
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    memory.available = stats.reserved_bytes[0].current + static_cast<int64_t>(free);
     memory.known = true;
   }
 #endif

@@ -26,10 +26,12 @@ double peak_memory_gb(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);
 
 /// The CUDA caching allocator's bytes on `device` (known = false on the CPU): allocated now, the
-/// peak since reset_peak_memory, and the device's total memory.
+/// peak since reset_peak_memory, and the device's total memory; `available`, the most the allocator
+/// could hold now (what it holds plus the driver's free bytes), lies below total by the CUDA context,
+/// the libraries' own memory and other processes' (about 0.7 GiB of an H100 for one process).
 struct GpuMemory {
   bool known = false;
-  int64_t allocated = 0, peak = 0, total = 0;
+  int64_t allocated = 0, peak = 0, total = 0, available = 0;
 };
 GpuMemory gpu_memory(const torch::Device& device);
 /// Bytes as GiB for messages: two decimals from 1 GiB up ("33.04 GiB", "300 GiB"), three

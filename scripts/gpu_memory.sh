@@ -113,7 +113,7 @@ case "$part" in
     # optimizer step: its peak is the step's, LoRA's AdamW is small), 560 s.
     WARMUP=0 steps=1 limit=${LONGEST_TIMEOUT:-560} bench_row 13b_lora_720p_longest --preset 13b \
       --set model.lora.rank=32 --set model.lora.alpha=32 --set model.activation_checkpointing=true \
-      --height 720 --width 1280 --max-frames --max-frames-checks 0 --no-optimizer
+      --set train.expandable_segments=true --height 720 --width 1280 --max-frames --max-frames-checks 0 --no-optimizer
     ;;
   *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -5,8 +5,9 @@
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
 
-#include <limits>
+#include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <limits>
 
 #include <cmath>
 
@@ -21,6 +22,7 @@
 #include "test/test_util.h"
 
 using Catch::Matchers::ContainsSubstring;
+using Catch::Matchers::WithinRel;
 
 namespace {
 
@@ -208,6 +210,26 @@ TEST_CASE("memory estimate: a step that does not fit is TT_ERR_MEMORY with the n
   }
   e.peak_bytes = 100.0 * (1ull << 30);
   CHECK_NOTHROW(tt::check_estimate_fits(e, config, capacity));
+}
+
+TEST_CASE("memory estimate: a step plans for the share of the device the allocator can reach, less 2 %",
+          "[memory]") {
+  constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;
+  tt::GpuMemory memory;
+  memory.known = true;
+  memory.total = static_cast<int64_t>(79.18 * kGiBytes);
+  // The CUDA context and the libraries hold 0.73 GiB the allocator cannot get (an H100's, measured).
+  memory.available = static_cast<int64_t>(78.45 * kGiBytes);
+  CHECK_THAT(tt::planning_capacity(memory, 1.0) / kGiBytes, WithinRel(0.98 * 78.45, 1e-9));
+  // A memory cap below what the allocator reaches: the cap's share of the whole device.
+  CHECK_THAT(tt::planning_capacity(memory, 0.5) / kGiBytes, WithinRel(0.98 * 0.5 * 79.18, 1e-9));
+  CHECK(tt::planning_capacity(memory, 2.0) == tt::planning_capacity(memory, 1.0));
+  // Another process holds most of the device: what is left is what a step may plan for.
+  memory.available = static_cast<int64_t>(10.0 * kGiBytes);
+  CHECK_THAT(tt::planning_capacity(memory, 0.5) / kGiBytes, WithinRel(9.8, 1e-9));
+  // Unknown reach (0): the device's total.
+  memory.available = 0;
+  CHECK_THAT(tt::planning_capacity(memory, 1.0) / kGiBytes, WithinRel(0.98 * 79.18, 1e-9));
 }
 
 TEST_CASE("memory estimate: the step shape is the largest bucket at the micro-batch (dynamic: its minimum)",

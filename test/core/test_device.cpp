@@ -1,10 +1,12 @@
-// Device helpers that run anywhere: the CUDA allocator's settings string (core/device.h). Setting
-// the allocator itself is covered on the GPU by test/app/test_train_precision.cpp's [gpu] cases.
+// Device helpers: the CUDA allocator's settings string (core/device.h), anywhere; the memory
+// readings on the GPU. Setting the allocator itself is covered on the GPU by
+// test/app/test_train_precision.cpp's [gpu] cases.
 #include <catch2/catch_test_macros.hpp>
 
 #include <string>
 
 #include "core/device.h"
+#include "test/test_util.h"
 
 TEST_CASE("the allocator settings keep every other entry and say expandable_segments once", "[device][memory]") {
   CHECK(tt::allocator_settings_with_expandable("", true) == "expandable_segments:True");
@@ -23,4 +25,23 @@ TEST_CASE("configure_cuda_allocator changes nothing for a CPU device", "[device]
   const tt::AllocatorSetup setup = tt::configure_cuda_allocator(torch::Device(torch::kCPU), {true, 0.5});
   CHECK_FALSE(setup.expandable_segments);
   CHECK(setup.environment.empty());
+}
+
+TEST_CASE(
+    "gpu_memory on CUDA: the allocator's reach is what it holds plus the driver's free bytes, below the "
+    "total",
+    "[device][memory][gpu]") {
+  TT_REQUIRE_GPU();
+  const torch::Device cuda(torch::kCUDA, 0);
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  const torch::Tensor held = torch::empty({kBytes}, torch::TensorOptions().dtype(torch::kUInt8).device(cuda));
+  const tt::GpuMemory memory = tt::gpu_memory(cuda);
+  REQUIRE(memory.known);
+  INFO("allocated " << memory.allocated << ", available " << memory.available << " of " << memory.total
+                    << " bytes");
+  CHECK(memory.allocated >= kBytes);
+  // The tensor's segment is the allocator's: within reach, whatever other processes take meanwhile.
+  CHECK(memory.available >= kBytes);
+  // The CUDA context is never the allocator's.
+  CHECK(memory.available < memory.total);
 }
