@@ -99,9 +99,20 @@ void run_export(const ExportOptions& options) {
   // The adapters as every LoRA reader sees them (model/lora_io.h), their scale from the metadata
   // (the trained file's, which the averages share).
   const std::string lora_path = folder + "/" + checkpoint::kLoraWeightsFile;
-  const LoraFile file = options.ema ? read_lora_tensors(load_ema(folder), safetensors::read_header(lora_path).metadata,
-                                                        folder + "/state.safetensors (EMA)")
-                                    : read_lora_file(lora_path);
+  const LoraFile file = [&] {
+    try {
+      return options.ema ? read_lora_tensors(load_ema(folder), safetensors::read_header(lora_path).metadata,
+                                             folder + "/state.safetensors (EMA)")
+                         : read_lora_file(lora_path);
+    } catch (const Error& error) {
+      // The LoRA reader's hint names the file a user gives (model.lora.weights, --lora): here the
+      // file is the checkpoint's own, and the way out is another checkpoint.
+      if (error.code() != ErrorCode::kCheckpoint) throw;
+      throw Error(error.code(), error.what(),
+                  str_cat("this checkpoint's adapters are damaged: export another checkpoint of the run (",
+                          fs::path(folder).parent_path().string(), "/step_*)"));
+    }
+  }();
   if (!options.merge_lora) {
     // B times alpha / r, and lora_alpha = r in the metadata: every diffusers version applies scale 1.
     const torch::ScalarType dtype = export_dtype(options.dtype);

@@ -143,6 +143,21 @@ TEST_CASE(
                                                         .to(torch::kBFloat16)
                                                         .to(torch::kFloat32)));  // the adapter is in it
   CHECK(torch::equal(merged16_weights.at("proj_out.weight"), base_weights.at("proj_out.weight").to(torch::kBFloat16)));
+
+  // A checkpoint whose adapters were damaged since (a NaN): TT_ERR_CHECKPOINT pointing at the run's
+  // other checkpoints, not at model.lora.weights (the hint for a LoRA file a user gives).
+  const std::string adapters = run + "/checkpoints/step_0000003/" + tt::checkpoint::kLoraWeightsFile;
+  auto tensors = tt::safetensors::load(adapters);
+  tensors.at(a_key)[0][0] = std::nan("");
+  tt::safetensors::save(adapters, tensors, tt::safetensors::read_header(adapters).metadata);
+  auto damaged = run_teletron("export " + run + " --output " + (ws.dir / "damaged") + " 2>&1");
+  INFO(damaged.output);
+  CHECK(damaged.exit_code == tt::error_exit_code(tt::ErrorCode::kCheckpoint));
+  CHECK_THAT(damaged.output, ContainsSubstring(a_key + " holds non-finite values"));
+  CHECK_THAT(damaged.output,
+             ContainsSubstring("export another checkpoint of the run (" + run + "/checkpoints/step_*)"));
+  CHECK_THAT(damaged.output, !ContainsSubstring("model.lora.weights"));
+  CHECK_FALSE(std::filesystem::exists(ws.dir / "damaged/pytorch_lora_weights.safetensors"));
 }
 
 TEST_CASE("export loads in diffusers: from_pretrained's forward equals teletron's; load_lora_adapter of the LoRA "
