@@ -91,9 +91,10 @@ nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
 }
 
 VaeRuntime named_runtime(const std::string& name) {
-  VaeRuntime rt;  // fast-auto: training's and preprocess's default (vae.tile_batch: auto)
+  VaeRuntime rt;  // fast-auto: vae.tile_batch auto, vae.fused_padding false
   if (name == "fast-auto") return rt;
-  if (name == "fast-padded") {  // fast-auto + the norm written into the convolution's padded input
+  if (name == "fast-padded") {  // fast-auto + the norm written into the convolution's padded input:
+                                // training's default
     rt.norm_pads = true;
     return rt;
   }
@@ -103,6 +104,10 @@ VaeRuntime named_runtime(const std::string& name) {
   }
   rt.tile_batch = 4;
   if (name == "fast-batched") return rt;
+  if (name == "fast-padded-batched") {  // fast-batched + the norm written into the padded input
+    rt.norm_pads = true;
+    return rt;
+  }
   rt.tile_batch = 1;
   if (name == "fast") return rt;
   if (name == "channels-last")
@@ -113,7 +118,8 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.channels_last = rt.fused_norm = false;
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
-                "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-graphs or fast-batched");
+                "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-graphs, fast-batched or "
+                "fast-padded-batched");
   return rt;
 }
 
@@ -262,6 +268,17 @@ void run_bench_vae(const BenchVaeOptions& o) {
     // The CPU keeps no allocation counters: its peak is traced over one encode (the allocator's
     // events), the last warm-up one when there is one, so that no encode runs only to be measured.
     double cpu_peak_bytes = -1;
+    // CUDA graphs keep each pass's activations in the graphs' private pool, made while warming up:
+    // replays allocate nothing, so the timed encodes' allocated peak would miss them. The pool is what
+    // stays reserved across the warm-up once the cache's free segments are handed back.
+    const bool graphed = device.is_cuda() && vae->runtime().cuda_graphs;
+    int64_t reserved_before_warmup = 0;
+    if (graphed) {  // this variant's graphs only: none an earlier variant left in the pool
+      sync(device);
+      vae->release_graphs();
+      release_cached_memory(device);
+      reserved_before_warmup = gpu_memory(device).reserved;
+    }
     for (int64_t i = 0; i < o.warmup; ++i) {
       if (!device.is_cuda() && i == o.warmup - 1) {
         cpu_peak_bytes = static_cast<double>(cpu_peak_bytes_during([&] { moments = encode(); }));
@@ -270,6 +287,11 @@ void run_bench_vae(const BenchVaeOptions& o) {
       }
     }
     sync(device);
+    int64_t graph_pool_bytes = 0;
+    if (graphed) {
+      release_cached_memory(device);
+      graph_pool_bytes = std::max<int64_t>(0, gpu_memory(device).reserved - reserved_before_warmup);
+    }
     reset_peak_memory(device);
     const auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < o.steps; ++i) moments = encode();
@@ -282,8 +304,11 @@ void run_bench_vae(const BenchVaeOptions& o) {
     // encode traced; the process high-water mark would only ever grow across variants).
     if (!device.is_cuda() && cpu_peak_bytes < 0)
       cpu_peak_bytes = static_cast<double>(cpu_peak_bytes_during([&] { moments = encode(); }));
-    const double peak =
-        device.is_cuda() ? peak_memory_gb(device) : cpu_peak_bytes / (1024.0 * 1024.0 * 1024.0);
+    // With graphs: the timed peak plus the pool (the output held in the pool is counted twice; a few MB).
+    const double peak = device.is_cuda() ? peak_memory_gb(device) + static_cast<double>(graph_pool_bytes) /
+                                                                        (1024.0 * 1024.0 * 1024.0)
+                                         : cpu_peak_bytes / (1024.0 * 1024.0 * 1024.0);
+    if (graphed) vae->release_graphs();  // the next variant starts without this one's pool
     last_moments[variant.tiling] = moments;
     const torch::Tensor output = moments.to(torch::kFloat32);
     if (!first_moments.count(variant.tiling)) first_moments[variant.tiling] = output;

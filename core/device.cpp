@@ -108,7 +108,8 @@ GpuMemory gpu_memory(const torch::Device& device) {
     size_t free = 0, total = 0;
     const c10::cuda::CUDAGuard guard(device.index());
     C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    memory.available = stats.reserved_bytes[0].current + static_cast<int64_t>(free);
+    memory.reserved = stats.reserved_bytes[0].current;
+    memory.available = memory.reserved + static_cast<int64_t>(free);
     memory.known = true;
   }
 #endif

@@ -32,6 +32,7 @@ void reset_peak_memory(const torch::Device& device);
 struct GpuMemory {
   bool known = false;
   int64_t allocated = 0, peak = 0, total = 0, available = 0;
+  int64_t reserved = 0;  // the caching allocator's segments, cached and private pools included
 };
 GpuMemory gpu_memory(const torch::Device& device);
 /// Bytes as GiB for messages: two decimals from 1 GiB up ("33.04 GiB", "300 GiB"), three

@@ -262,6 +262,11 @@ struct HunyuanVaeImpl::Graphs {
   OwnedCudaStream stream{"the VAE encoder's graph stream"};
 };
 
+void HunyuanVaeImpl::release_graphs() {
+  std::lock_guard<std::mutex> lock(graphs_mutex_);
+  graphs_.reset();
+}
+
 torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
   const int device = x.device().index();
   std::vector<int64_t> key = x.sizes().vec();
@@ -306,6 +311,7 @@ torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
 }
 #else
 struct HunyuanVaeImpl::Graphs {};
+void HunyuanVaeImpl::release_graphs() {}
 torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) { return pass(x); }
 #endif
 

@@ -152,6 +152,9 @@ class HunyuanVaeImpl : public torch::nn::Module {
   /// conv_out), "quant" (vae_stage_names). Null (the default) calls nothing.
   void set_stage_hook(std::function<void(const char*)> hook) { stage_hook_ = std::move(hook); }
   const VaeRuntime& runtime() const { return runtime_; }
+  /// VaeRuntime::cuda_graphs: drops every captured pass and gives their private pool's memory back
+  /// (the next pass of each shape is captured again). Waits for replays in flight.
+  void release_graphs();
 
   /// Fixed random weights from `seed` (tests and benchmarks without the released weights): norm gains
   /// 1, biases 0, every other weight N(0, 1 / fan_in). The same on every machine.

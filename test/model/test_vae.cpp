@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/errors.h"
@@ -340,6 +343,30 @@ TEST_CASE("teletron bench-vae times the encoder and dumps weights a diffusers fo
     flops += row["stages"][i]["matmul_flops"].get<double>();
   }
   CHECK(flops == row.at("matmul_flops").get<double>());
+}
+
+TEST_CASE("bench-vae on CUDA counts the graphs' private pool in a graphed runtime's peak",
+          "[vae][bench][gpu]") {
+  TT_REQUIRE_GPU();
+  // Replays allocate nothing: without the pool the graphed row's peak would be the input's and the
+  // output's alone, far below the eager row's, which holds the activations.
+  tt::test::TempDir dir("tt_bench_vae_graphs");
+  const auto result = tt::test::run_teletron(
+      "bench-vae --preset tiny --device cuda --frames 17 --height 128 --width 128 --tiling whole "
+      "--runtimes fast-auto,fast-graphs --warmup 2 --steps 2 --json '" +
+      (dir / "rows.jsonl") + "' 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  std::map<std::string, double> peak;
+  std::istringstream rows(tt::test::read_file(dir / "rows.jsonl"));
+  for (std::string line; std::getline(rows, line);)
+    if (!line.empty()) {
+      const nlohmann::json row = nlohmann::json::parse(line);
+      peak[row.at("runtime").get<std::string>()] = row.at("peak_gb").get<double>();
+    }
+  REQUIRE(peak.count("fast-auto") == 1);
+  REQUIRE(peak.count("fast-graphs") == 1);
+  CHECK(peak["fast-graphs"] >= 0.9 * peak["fast-auto"]);
 }
 
 TEST_CASE("VAE encoder stages: the hook marks each pass's stages in order; their FLOPs add up to the count",
