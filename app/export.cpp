@@ -108,9 +108,11 @@ void run_export(const ExportOptions& options) {
       // The LoRA reader's hint names the file a user gives (model.lora.weights, --lora): here the
       // file is the checkpoint's own, and the way out is another checkpoint.
       if (error.code() != ErrorCode::kCheckpoint) throw;
+      fs::path checkpoint(folder);
+      if (!checkpoint.has_filename()) checkpoint = checkpoint.parent_path();  // given as "step_0000500/"
       throw Error(error.code(), error.what(),
                   str_cat("this checkpoint's adapters are damaged: export another checkpoint of the run (",
-                          fs::path(folder).parent_path().string(), "/step_*)"));
+                          checkpoint.parent_path().string(), "/step_*)"));
     }
   }();
   if (!options.merge_lora) {

@@ -158,6 +158,13 @@ TEST_CASE(
              ContainsSubstring("export another checkpoint of the run (" + run + "/checkpoints/step_*)"));
   CHECK_THAT(damaged.output, !ContainsSubstring("model.lora.weights"));
   CHECK_FALSE(std::filesystem::exists(ws.dir / "damaged/pytorch_lora_weights.safetensors"));
+  // The checkpoint folder itself, given with a trailing slash: the same run's checkpoints are named.
+  auto named =
+      run_teletron("export " + run + "/checkpoints/step_0000003/ --output " + (ws.dir / "damaged") + " 2>&1");
+  INFO(named.output);
+  CHECK(named.exit_code == tt::error_exit_code(tt::ErrorCode::kCheckpoint));
+  CHECK_THAT(named.output,
+             ContainsSubstring("export another checkpoint of the run (" + run + "/checkpoints/step_*)"));
 }
 
 TEST_CASE("export loads in diffusers: from_pretrained's forward equals teletron's; load_lora_adapter of the LoRA "
