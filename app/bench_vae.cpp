@@ -98,6 +98,11 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.norm_pads = true;
     return rt;
   }
+  if (name == "fast-folded") {  // fast-padded + the resnet convolutions' biases added by the norm and
+                                // the residual sum that read their outputs
+    rt.norm_pads = rt.fold_bias = true;
+    return rt;
+  }
   if (name == "fast-graphs") {  // fast-auto + each pass shape captured as a CUDA graph and replayed
     rt.cuda_graphs = true;
     return rt;
@@ -118,8 +123,9 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.channels_last = rt.fused_norm = false;
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
-                "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-graphs, fast-batched or "
-                "fast-padded-batched");
+                "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-folded, fast-graphs, "
+                "fast-batched "
+                "or fast-padded-batched");
   return rt;
 }
 

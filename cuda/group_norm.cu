@@ -18,6 +18,11 @@
 // 3. Apply. Reads x once more and writes y = (x - mean) * scale + shift (+ SiLU), kVec at a time:
 //    channels-first gives a block a chunk of one (n, c) row, whose terms stay in registers;
 //    channels-last gives thread x the same channel vector at every position.
+// Optionally x arrives without a per-channel pre-bias (a convolution's bias left for the norm to
+// add, channels-last only): the statistics add it to every value they read, and the finalize folds
+// it into the table's mean, so the apply kernels read x unchanged.
+// Channels-last output may be a padded buffer (the causal convolution's input): the apply kernel
+// writes each value at its place inside and into every replicate pad it is the source of.
 // Centring on the mean before scaling keeps inputs with a large mean exact; short fp32 Welford
 // runs merged in double keep the variance of huge groups accurate.
 #include "cuda/group_norm.h"
@@ -153,19 +158,23 @@ static __global__ void group_stats_first_kernel(Welford<float>* __restrict__ par
 // partials (N, G, gridDim.x) <- x (N, S, C); grid (blocks per sample, N), block (C / kVec, lanes).
 template <typename T, int kVec>
 static __global__ void __launch_bounds__(1024)
-    group_stats_last_kernel(Welford<float>* __restrict__ partials, const T* __restrict__ x, int64_t batch,
-                            int64_t spatial, int64_t channels, int64_t groups, int64_t positions_per_block) {
+    group_stats_last_kernel(Welford<float>* __restrict__ partials, const T* __restrict__ x,
+                            const float* __restrict__ pre_bias, int64_t batch, int64_t spatial,
+                            int64_t channels, int64_t groups, int64_t positions_per_block) {
   __shared__ Welford<float> threads[1024];
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * positions_per_block;
   const int64_t end = begin + positions_per_block < spatial ? begin + positions_per_block : spatial;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const int vectors_per_group = static_cast<int>(channels / groups / kVec);
+  float shift[kVec];  // this thread's channels' pre-bias (0 without one)
+  for (int k = 0; k < kVec; ++k) shift[k] = pre_bias != nullptr ? pre_bias[threadIdx.x * kVec + k] : 0.0f;
   for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
     const T* sample = x + n * spatial * channels + threadIdx.x * kVec;
     Welford<float> w{0, 0, 0};
     for (int64_t p = begin + threadIdx.y; p < end; p += blockDim.y) {
       float v[kVec];
       load<T, kVec>(sample + p * channels, v);
+      for (int k = 0; k < kVec; ++k) v[k] += shift[k];
       w = merge(w, welford_of<kVec>(v));
     }
     threads[t] = w;
@@ -186,8 +195,9 @@ static __global__ void __launch_bounds__(1024)
 static __global__ void group_finalize_kernel(ChannelAffine* __restrict__ table,
                                              const Welford<float>* __restrict__ partials,
                                              int64_t blocks_per_group, const float* __restrict__ weight,
-                                             const float* __restrict__ bias, int64_t channels, int64_t groups,
-                                             double eps) {
+                                             const float* __restrict__ bias,
+                                             const float* __restrict__ pre_bias, int64_t channels,
+                                             int64_t groups, double eps) {
   __shared__ float mean, rstd;
   const int64_t row = blockIdx.x;  // n * G + g
   Welford<double> w{0, 0, 0};
@@ -205,7 +215,8 @@ static __global__ void group_finalize_kernel(ChannelAffine* __restrict__ table,
   const int64_t first = row * per_group;  // = n * C + g * per_group
   for (int64_t j = threadIdx.x; j < per_group; j += blockDim.x) {
     const int64_t c = (row % groups) * per_group + j;
-    table[first + j] = {mean, rstd * weight[c], bias[c]};
+    // x + pre_bias[c] - mean = x - (mean - pre_bias[c]): the apply kernels read x as it is.
+    table[first + j] = {pre_bias != nullptr ? mean - pre_bias[c] : mean, rstd * weight[c], bias[c]};
   }
 }
 
@@ -230,7 +241,7 @@ static __global__ void group_apply_first_kernel(T* __restrict__ y, const T* __re
 
 // Where a channels-last y puts x's positions when it is a padded buffer (GroupNormShape::padded).
 struct PadGeometry {
-  int64_t in_hw = 0, in_w = 0;                      // x's H * W and W
+  int64_t in_hw = 0, in_h = 0, in_w = 0;           // x's H * W, H and W
   int64_t out_spatial = 0, out_hw = 0, out_w = 0;  // y's positions, H' * W' and W'
   int64_t front = 0, side = 0;
 };
@@ -254,12 +265,23 @@ static __global__ void __launch_bounds__(1024)
       float v[kVec];
       load<T, kVec>(x + sample + p * channels, v);
       for (int k = 0; k < kVec; ++k) v[k] = normalize(v[k], a[k], silu);
-      int64_t q = p;
-      if (kPadded) {
-        const int64_t d = p / pad.in_hw, r = p - d * pad.in_hw, h = r / pad.in_w, w = r - h * pad.in_w;
-        q = (d + pad.front) * pad.out_hw + (h + pad.side) * pad.out_w + (w + pad.side);
+      if (!kPadded) {
+        store<T, kVec>(y + out_sample + p * channels, v);
+        continue;
       }
-      store<T, kVec>(y + out_sample + q * channels, v);
+      // Position (d, h, w) lands at (d + front, h + side, w + side) and, on the edges, also in the
+      // replicate pads it is the source of: every front frame for d = 0, the side rows above h = 0
+      // and below the last row, the side columns likewise (corners by the product of the ranges).
+      const int64_t d = p / pad.in_hw, r = p - d * pad.in_hw, h = r / pad.in_w, w = r - h * pad.in_w;
+      const int64_t d_first = d == 0 ? 0 : d + pad.front, d_last = d + pad.front;
+      const int64_t h_first = h == 0 ? 0 : h + pad.side,
+                    h_last = h == pad.in_h - 1 ? h + 2 * pad.side : h + pad.side;
+      const int64_t w_first = w == 0 ? 0 : w + pad.side,
+                    w_last = w == pad.in_w - 1 ? w + 2 * pad.side : w + pad.side;
+      for (int64_t dd = d_first; dd <= d_last; ++dd)
+        for (int64_t hh = h_first; hh <= h_last; ++hh)
+          for (int64_t ww = w_first; ww <= w_last; ++ww)
+            store<T, kVec>(y + out_sample + (dd * pad.out_hw + hh * pad.out_w + ww) * channels, v);
     }
   }
 }
@@ -312,7 +334,8 @@ dim3 block_shape(int64_t channel_vectors) {
 }
 
 template <typename T>
-void launch_stats(Welford<float>* partials, const T* x, const GroupNormShape& s, cudaStream_t stream) {
+void launch_stats(Welford<float>* partials, const T* x, const float* pre_bias, const GroupNormShape& s,
+                  cudaStream_t stream) {
   const auto per_group = static_cast<unsigned>(blocks_per_group(s));
   if (!s.channels_last) {
     const int64_t group_size = s.channels / s.groups * s.spatial;
@@ -335,10 +358,14 @@ void launch_stats(Welford<float>* partials, const T* x, const GroupNormShape& s,
   const dim3 block = block_shape(s.channels / vec);
   const int64_t ppb = stats_chunk(s);
   const int64_t n = s.batch, sp = s.spatial, c = s.channels, gr = s.groups;
-  if (vec == 8) group_stats_last_kernel<T, 8><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
-  if (vec == 4) group_stats_last_kernel<T, 4><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
-  if (vec == 2) group_stats_last_kernel<T, 2><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
-  if (vec == 1) group_stats_last_kernel<T, 1><<<g, block, 0, stream>>>(partials, x, n, sp, c, gr, ppb);
+  if (vec == 8)
+    group_stats_last_kernel<T, 8><<<g, block, 0, stream>>>(partials, x, pre_bias, n, sp, c, gr, ppb);
+  if (vec == 4)
+    group_stats_last_kernel<T, 4><<<g, block, 0, stream>>>(partials, x, pre_bias, n, sp, c, gr, ppb);
+  if (vec == 2)
+    group_stats_last_kernel<T, 2><<<g, block, 0, stream>>>(partials, x, pre_bias, n, sp, c, gr, ppb);
+  if (vec == 1)
+    group_stats_last_kernel<T, 1><<<g, block, 0, stream>>>(partials, x, pre_bias, n, sp, c, gr, ppb);
 }
 
 template <typename T>
@@ -363,6 +390,7 @@ void launch_apply(T* y, const T* x, const ChannelAffine* table, const GroupNormS
   PadGeometry pad;
   if (s.padded()) {
     pad.in_hw = s.height * s.width;
+    pad.in_h = s.height;
     pad.in_w = s.width;
     pad.out_w = s.width + 2 * s.pad_side;
     pad.out_hw = (s.height + 2 * s.pad_side) * pad.out_w;
@@ -385,16 +413,16 @@ void launch_apply(T* y, const T* x, const ChannelAffine* table, const GroupNormS
 }
 
 template <typename T>
-cudaError_t launch_all(T* y, const T* x, const float* weight, const float* bias, float* scratch,
-                       const GroupNormShape& s, cudaStream_t stream) {
+cudaError_t launch_all(T* y, const T* x, const float* weight, const float* bias, const float* pre_bias,
+                       float* scratch, const GroupNormShape& s, cudaStream_t stream) {
   auto* partials = reinterpret_cast<Welford<float>*>(scratch);  // (N, G, blocks per group)
   const int64_t per_group = blocks_per_group(s);
   auto* table = reinterpret_cast<ChannelAffine*>(partials + s.batch * s.groups * per_group);  // (N, C)
-  launch_stats<T>(partials, x, s, stream);
+  launch_stats<T>(partials, x, pre_bias, s, stream);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;
   group_finalize_kernel<<<static_cast<unsigned>(s.batch * s.groups), kThreads, 0, stream>>>(
-      table, partials, per_group, weight, bias, s.channels, s.groups, s.eps);
+      table, partials, per_group, weight, bias, pre_bias, s.channels, s.groups, s.eps);
   status = cudaGetLastError();
   if (status != cudaSuccess) return status;
   launch_apply<T>(y, x, table, s, stream);
@@ -409,18 +437,21 @@ int64_t group_norm_scratch_size(const GroupNormShape& shape) {
          sizeof(float);
 }
 
-cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const float* bias, float* scratch,
-                            const GroupNormShape& shape, cudaStream_t stream) {
+cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const float* bias,
+                            const float* pre_bias, float* scratch, const GroupNormShape& shape,
+                            cudaStream_t stream) {
   const GroupNormShape& s = shape;
   if (s.batch * s.channels * s.spatial == 0) return cudaSuccess;
   if (s.groups <= 0 || s.channels % s.groups != 0) return cudaErrorInvalidValue;
   if (s.channels_last && s.channels > kGroupNormMaxChannelsLast) return cudaErrorInvalidValue;
   if (s.padded() && (!s.channels_last || s.pad_front < 0 || s.pad_side < 0 || s.frames * s.height * s.width != s.spatial))
     return cudaErrorInvalidValue;
+  if (pre_bias != nullptr && !s.channels_last) return cudaErrorInvalidValue;
   if (s.bf16)
     return launch_all(static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(x), weight, bias,
-                      scratch, s, stream);
-  return launch_all(static_cast<float*>(y), static_cast<const float*>(x), weight, bias, scratch, s, stream);
+                      pre_bias, scratch, s, stream);
+  return launch_all(static_cast<float*>(y), static_cast<const float*>(x), weight, bias, pre_bias, scratch, s,
+                    stream);
 }
 
 }  // namespace tt::kernels

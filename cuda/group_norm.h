@@ -21,8 +21,9 @@ struct GroupNormShape {
   double eps = 1e-6;           /// added to the biased variance
   /// Channels-last only: y is a padded buffer, x's position (d, h, w) of its frames x height x width
   /// grid (their product is `spatial`) written at (d + pad_front, h + pad_side, w + pad_side) of y's
-  /// (frames + pad_front, height + 2 pad_side, width + 2 pad_side) grid; the pads themselves are left
-  /// to the caller. Both pads 0: y is dense like x.
+  /// (frames + pad_front, height + 2 pad_side, width + 2 pad_side) grid, and into the pads by
+  /// replication (the first frame into the front frames, edge rows and columns into the side ones).
+  /// Both pads 0: y is dense like x.
   int64_t frames = 0, height = 0, width = 0;
   int64_t pad_front = 0, pad_side = 0;
   bool padded() const { return pad_front > 0 || pad_side > 0; }
@@ -36,11 +37,13 @@ inline constexpr int64_t kGroupNormMaxChannelsLast = 1024;
 /// (N, C) table of per-channel affine terms.
 int64_t group_norm_scratch_size(const GroupNormShape& shape);
 
-/// y = GroupNorm(x) * weight[c] + bias[c] (then SiLU when shape.silu), statistics in fp32/fp64.
-/// x, y: (N, C, S) or (N, S, C) bf16 or fp32 as shape says, dense; weight, bias: (C) fp32;
-/// scratch: group_norm_scratch_size(shape) fp32. Everything is queued on `stream` (no host
-/// synchronisation). Returns the first launch error.
-cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const float* bias, float* scratch,
-                            const GroupNormShape& shape, cudaStream_t stream);
+/// y = GroupNorm(x + pre_bias[c]) * weight[c] + bias[c] (then SiLU when shape.silu), statistics in
+/// fp32/fp64. x, y: (N, C, S) or (N, S, C) bf16 or fp32 as shape says, dense; weight, bias: (C) fp32;
+/// pre_bias: (C) fp32 or null (channels-last only; x is read as it is, the sum is never stored);
+/// scratch: group_norm_scratch_size(shape) fp32. A padded y (shape.padded()) gets its replicate pads
+/// too. Everything is queued on `stream` (no host synchronisation). Returns the first launch error.
+cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const float* bias,
+                            const float* pre_bias, float* scratch, const GroupNormShape& shape,
+                            cudaStream_t stream);
 
 }  // namespace tt::kernels

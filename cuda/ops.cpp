@@ -337,6 +337,7 @@ torch::Tensor augment_clip_emulated(const torch::Tensor& rgb, const AugmentKerne
 
 #ifdef TELETRON_WITH_CUDA
 #include "cuda/group_norm.h"
+#include "cuda/residual_bias.h"
 #endif
 
 namespace tt {
@@ -393,8 +394,9 @@ namespace {
 
 // The kernels on src (dense in the layout `shape.channels_last` says) into y; `shape` brings the
 // layout and any padding of y, the rest is filled in here. On the current stream of src's device.
-void run_group_norm(torch::Tensor& y, const torch::Tensor& src, const torch::Tensor& weight, const torch::Tensor& bias,
-                    int64_t groups, double eps, bool silu, kernels::GroupNormShape shape) {
+void run_group_norm(torch::Tensor& y, const torch::Tensor& src, const torch::Tensor& weight,
+                    const torch::Tensor& bias, int64_t groups, double eps, bool silu,
+                    kernels::GroupNormShape shape, const torch::Tensor& pre_bias = {}) {
   shape.batch = src.size(0);
   shape.channels = src.size(1);
   shape.spatial = src.numel() / (shape.batch * shape.channels);
@@ -404,10 +406,12 @@ void run_group_norm(torch::Tensor& y, const torch::Tensor& src, const torch::Ten
   shape.eps = eps;
   auto w = weight.to(torch::kFloat32).contiguous();  // (C) fp32
   auto b = bias.to(torch::kFloat32).contiguous();    // (C) fp32
+  torch::Tensor pb = pre_bias.defined() ? pre_bias.to(torch::kFloat32).contiguous() : torch::Tensor();
   auto scratch = torch::empty({kernels::group_norm_scratch_size(shape)}, src.options().dtype(torch::kFloat32));
   auto stream = c10::cuda::getCurrentCUDAStream(src.device().index()).stream();
-  const cudaError_t status = kernels::group_norm_silu(y.data_ptr(), src.data_ptr(), w.data_ptr<float>(),
-                                                      b.data_ptr<float>(), scratch.data_ptr<float>(), shape, stream);
+  const cudaError_t status = kernels::group_norm_silu(
+      y.data_ptr(), src.data_ptr(), w.data_ptr<float>(), b.data_ptr<float>(),
+      pb.defined() ? pb.data_ptr<float>() : nullptr, scratch.data_ptr<float>(), shape, stream);
   TORCH_CHECK(status == cudaSuccess, "group_norm_silu kernel launch failed: ", cudaGetErrorString(status));
 }
 
@@ -430,9 +434,11 @@ void replicate_pad_borders(torch::Tensor& out, int64_t time, int64_t space) {
   if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
 }
 
-torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                                     int64_t groups, double eps, bool silu, int64_t time, int64_t space) {
+torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight,
+                                     const torch::Tensor& bias, int64_t groups, double eps, bool silu,
+                                     int64_t time, int64_t space, const torch::Tensor& pre_bias) {
   group_norm_check(x, weight, bias, groups);
+  if (pre_bias.defined()) group_norm_check_param(x, pre_bias, "pre_bias");
   TORCH_CHECK(x.dim() == 5 && time >= 0 && space >= 0, "group_norm_silu_padded: x must be (N, C, T, H, W) and the "
               "pads >= 0, got ", x.sizes(), " and (", time, ", ", space, ")");
   const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
@@ -445,8 +451,16 @@ torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor
   torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
                                    x.options().memory_format(fast ? at::MemoryFormat::ChannelsLast3d
                                                                   : group_norm_format(x)));
-  if (!fast) {  // the norm, then one copy into the interior
-    out.narrow(2, time, t).narrow(3, space, h).narrow(4, space, w).copy_(group_norm_silu(x, weight, bias, groups, eps, silu));
+  if (!fast) {  // the sum (rounded to x's dtype), the norm, then one copy into the interior and the borders
+    const torch::Tensor source =
+        pre_bias.defined() ? (x.to(torch::kFloat32) + pre_bias.to(torch::kFloat32).view({1, -1, 1, 1, 1}))
+                                 .to(x.scalar_type())
+                           : x;
+    out.narrow(2, time, t)
+        .narrow(3, space, h)
+        .narrow(4, space, w)
+        .copy_(group_norm_silu(source, weight, bias, groups, eps, silu));
+    replicate_pad_borders(out, time, space);
   } else {
 #ifdef TELETRON_WITH_CUDA
     const c10::cuda::CUDAGuard guard(x.device());
@@ -457,10 +471,9 @@ torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor
     shape.width = w;
     shape.pad_front = time;
     shape.pad_side = space;
-    run_group_norm(out, x, weight, bias, groups, eps, silu, shape);
+    run_group_norm(out, x, weight, bias, groups, eps, silu, shape, pre_bias);  // the borders too
 #endif
   }
-  replicate_pad_borders(out, time, space);
   return out;
 }
 
@@ -485,6 +498,37 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weigh
 #else
   TORCH_CHECK(false, "group_norm_silu: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
 #endif
+}
+
+torch::Tensor& add_residual_bias_(torch::Tensor& out, const torch::Tensor& other, const torch::Tensor& bias) {
+  TORCH_CHECK(out.dim() >= 2 && other.sizes() == out.sizes() && other.scalar_type() == out.scalar_type() &&
+                  other.device() == out.device(),
+              "add_residual_bias_: other must be like out ", out.sizes(), " ", out.scalar_type(), ", got ",
+              other.sizes(), " ", other.scalar_type(), " on ", other.device());
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == out.size(1) && bias.device() == out.device(),
+              "add_residual_bias_: expected bias (", out.size(1), ") on ", out.device(), ", got ",
+              bias.sizes(), " on ", bias.device());
+#ifdef TELETRON_WITH_CUDA
+  const auto format = out.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  const bool fast = out.is_cuda() && (out.dim() == 4 || out.dim() == 5) &&
+                    (out.scalar_type() == torch::kBFloat16 || out.scalar_type() == torch::kFloat32) &&
+                    out.is_contiguous(format) && other.is_contiguous(format) &&
+                    out.strides() == other.strides();
+  if (fast) {
+    const c10::cuda::CUDAGuard guard(out.device());
+    const torch::Tensor b = bias.to(torch::kFloat32).contiguous();
+    const cudaError_t status =
+        kernels::add_residual_bias(out.data_ptr(), other.data_ptr(), b.data_ptr<float>(), out.numel(),
+                                   out.size(1), out.scalar_type() == torch::kBFloat16,
+                                   c10::cuda::getCurrentCUDAStream(out.device().index()).stream());
+    TORCH_CHECK(status == cudaSuccess,
+                "add_residual_bias kernel launch failed: ", cudaGetErrorString(status));
+    return out;
+  }
+#endif
+  std::vector<int64_t> shape(static_cast<size_t>(out.dim()), 1);
+  shape[1] = out.size(1);
+  return out.add_(other).add_(bias.to(out.scalar_type()).view(shape));
 }
 
 torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s) {

@@ -99,13 +99,22 @@ namespace tt {
 torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                               int64_t groups, double eps, bool silu);
 
-/// group_norm_silu of x (N, C, T, H, W) inside a replicate-padded buffer (N, C, T + time, H + 2 space,
+/// group_norm_silu of x + pre_bias (pre_bias (C) per channel, or undefined for none: a convolution's
+/// bias the caller left unapplied) inside a replicate-padded buffer (N, C, T + time, H + 2 space,
 /// W + 2 space): the first `time` frames repeat the first frame, the `space` border rows and columns
 /// the edge ones (the VAE's causal convolution padding). On CUDA with channels-last input the kernel
-/// writes the interior directly (no separate copy of the normalised tensor) and only the borders are
-/// copied; elsewhere it is group_norm_silu then one copy. Returns the buffer in x's memory format.
-torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                                     int64_t groups, double eps, bool silu, int64_t time, int64_t space);
+/// writes the interior and the borders directly (no separate copy of the normalised tensor, x + pre_bias
+/// never stored); elsewhere it is the sum rounded to x's dtype, group_norm_silu, then one copy and
+/// the borders. Returns the buffer in x's memory format.
+torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight,
+                                     const torch::Tensor& bias, int64_t groups, double eps, bool silu,
+                                     int64_t time, int64_t space, const torch::Tensor& pre_bias = {});
+
+/// out += other + bias[c] in place (bias (C) along dim 1, any float dtype; other like out): a
+/// residual sum that also adds a convolution's bias left unapplied, in one pass. CUDA tensors of one
+/// dense channels-last layout run one kernel (fp32 arithmetic, one rounding); others run ATen's adds.
+/// Returns out.
+torch::Tensor& add_residual_bias_(torch::Tensor& out, const torch::Tensor& other, const torch::Tensor& bias);
 
 /// Fills the pads of `out` (N, C, T + time, H + 2 space, W + 2 space) from its interior by
 /// replication: border rows and columns from the edge ones, then the first `time` frames from frame

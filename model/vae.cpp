@@ -271,7 +271,8 @@ torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
   const int device = x.device().index();
   std::vector<int64_t> key = x.sizes().vec();
   key.push_back(static_cast<int64_t>(x.scalar_type()));
-  key.push_back((runtime_.channels_last ? 1 : 0) | (runtime_.fused_norm ? 2 : 0) | (runtime_.norm_pads ? 4 : 0));
+  key.push_back((runtime_.channels_last ? 1 : 0) | (runtime_.fused_norm ? 2 : 0) |
+                (runtime_.norm_pads ? 4 : 0) | (runtime_.fold_bias ? 8 : 0));
   for (const torch::Tensor& p : parameters()) key.push_back(reinterpret_cast<intptr_t>(p.data_ptr()));
   std::lock_guard<std::mutex> lock(graphs_mutex_);
   if (!graphs_ || graphs_->device_index != device) graphs_ = std::make_shared<Graphs>(device);

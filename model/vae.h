@@ -102,6 +102,9 @@ struct VaeRuntime {
   /// the graphs' memory is one private pool, held while the VAE lives. A capture that fails leaves
   /// that shape eager (TT_ERR_GRAPH warning). Off until the H200 measures its gain.
   bool cuda_graphs = false;
+  /// The resnet convolutions run without their bias: conv1's is added by the norm that reads its
+  /// output, conv2's and the shortcut's by the residual sum (one pass over each output fewer).
+  bool fold_bias = false;
 };
 
 /// How moments_tiled groups its crops: `shapes` holds each crop's (B, C, T, H, W); crops of one

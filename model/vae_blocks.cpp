@@ -31,18 +31,25 @@ torch::Tensor vae_causal_pad(const torch::Tensor& x, int64_t time, int64_t space
 }
 
 torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, torch::Tensor x, bool silu,
-                            const VaeRuntime& rt) {
+                            const VaeRuntime& rt, const torch::Tensor& pre_bias, bool with_bias) {
   // x (moved in by a caller that needs it no more) goes as soon as the norm has read it, and the
   // norm's output as soon as it is padded: the convolution's output never meets either.
   if (rt.norm_pads && rt.fused_norm && x.is_cuda() && kernels_built() && conv.pads()) {
-    const torch::Tensor padded = group_norm_silu_padded(x, norm->weight, norm->bias, norm->options.num_groups(),
-                                                        norm->options.eps(), silu, conv.time_pad(), conv.space_pad());
+    const torch::Tensor padded =
+        group_norm_silu_padded(x, norm->weight, norm->bias, norm->options.num_groups(), norm->options.eps(),
+                               silu, conv.time_pad(), conv.space_pad(), pre_bias);
     x.reset();
-    return conv.conv(padded);
+    return conv.convolve(padded, with_bias);
   }
+  if (pre_bias.defined()) x = x + pre_bias.to(x.scalar_type()).view({1, -1, 1, 1, 1});
   torch::Tensor normed = vae_norm(norm, x, silu, rt);
   x.reset();
-  return conv.forward_consuming(std::move(normed));
+  return conv.forward_consuming(std::move(normed), with_bias);
+}
+
+torch::Tensor vae_add_residual(torch::Tensor out, const torch::Tensor& residual, const torch::Tensor& bias) {
+  add_residual_bias_(out, residual, bias);
+  return out;
 }
 
 torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {

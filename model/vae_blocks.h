@@ -46,13 +46,20 @@ class CausalConv3dImpl : public torch::nn::Module {
   /// forward that lets go of `x` once the padded copy exists: moved in (std::move), the caller's
   /// activation is freed before the convolution allocates its output (one activation less at the
   /// peak than a caller holding it, as diffusers' callers do).
-  torch::Tensor forward_consuming(torch::Tensor x) {
-    if (pad_[0] == 0 && pad_[4] == 0) return conv(x);
+  /// `with_bias` false leaves the bias out of the output (the caller adds it where it reads the output).
+  torch::Tensor forward_consuming(torch::Tensor x, bool with_bias = true) {
+    if (pad_[0] == 0 && pad_[4] == 0) return convolve(x, with_bias);
     namespace F = torch::nn::functional;
     torch::Tensor padded = x.is_contiguous() ? F::pad(x, F::PadFuncOptions(pad_).mode(torch::kReplicate))
                                              : vae_causal_pad(x, pad_[4], pad_[0]);
     x.reset();
-    return conv(padded);
+    return convolve(padded, with_bias);
+  }
+  /// The convolution of an already padded input, with or without its bias.
+  torch::Tensor convolve(const torch::Tensor& padded, bool with_bias = true) {
+    if (with_bias) return conv(padded);
+    namespace F = torch::nn::functional;
+    return F::conv3d(padded, conv->weight, F::Conv3dFuncOptions().stride(conv->options.stride()));
   }
   torch::nn::Conv3d conv{nullptr};
 
@@ -66,9 +73,13 @@ TORCH_MODULE(CausalConv3d);
 /// (group_norm_silu_padded: one full read + write of the activation fewer); otherwise vae_norm, then
 /// conv's own padding. The same values either way. Moved in (std::move), `x` is freed once the norm
 /// has read it, and the norm's output once it is padded, so neither is held while the convolution
-/// writes its output.
+/// writes its output. `pre_bias` (C): the bias of the convolution that made x, not yet added (the
+/// fused norm adds it as it reads x); `with_bias` false leaves conv's own bias out of the output.
 torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, torch::Tensor x, bool silu,
-                            const VaeRuntime& rt);
+                            const VaeRuntime& rt, const torch::Tensor& pre_bias = {}, bool with_bias = true);
+
+/// out += residual + bias (per channel), in place: cuda/ops.h add_residual_bias_ (one pass on CUDA).
+torch::Tensor vae_add_residual(torch::Tensor out, const torch::Tensor& residual, const torch::Tensor& bias);
 
 // GroupNorm -> SiLU -> conv, twice, plus a 1x1x1 shortcut when the channel count changes.
 class VaeResnetImpl : public torch::nn::Module {
@@ -82,6 +93,16 @@ class VaeResnetImpl : public torch::nn::Module {
     if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
   }
   torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {
+    if (rt.fold_bias) {
+      // The convolutions' biases are never a pass of their own: conv1's goes into norm2's read,
+      // conv2's (and the shortcut's) into the residual sum.
+      torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt, {}, /*with_bias=*/false);
+      h = vae_norm_conv(norm2, *conv2, std::move(h), true, rt, conv1->conv->bias, /*with_bias=*/false);
+      if (!conv_shortcut) return vae_add_residual(std::move(h), x, conv2->conv->bias);
+      const torch::Tensor bias =
+          conv2->conv->bias.to(torch::kFloat32) + conv_shortcut->conv->bias.to(torch::kFloat32);
+      return vae_add_residual(std::move(h), conv_shortcut->forward_consuming(x, /*with_bias=*/false), bias);
+    }
     torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt);
     // conv1's output goes once norm2 has read it, before conv2 allocates (diffusers' rebinding
     // of hidden_states frees it there too); the sum lands in conv2's output, which nothing else reads.

@@ -21,7 +21,7 @@ device=${VAE_DEVICE:-cuda}
 # outside the passes (--stages; not appended to the comparison's JSON); then two encodes traced per
 # mode (--trace): kernel time by kind, the convolutions' achieved TFLOP/s, the longest kernels.
 "$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
-  --width "$width" --tiling whole,frames,tiled --runtimes fast-padded --warmup 1 --steps 3 --stages \
+  --width "$width" --tiling whole,frames,tiled --runtimes "${STAGE_RUNTIME:-fast-padded}" --warmup 1 --steps 3 --stages \
   --trace "$out/vae_traces" --json "$out/bench_vae_stages.jsonl" 2>&1 |
   grep -E "^bench-vae|^  \||^\| |^Where|^achieved|TT_ERR|error"
 gzip -f "$out"/vae_traces/*.json 2>/dev/null || true  # the traces (kernel time by kind above) come back smaller
@@ -31,7 +31,7 @@ if [ "${CONV_LAYOUTS:-1}" = 1 ] && [ "$device" = cuda ]; then
   timeout 240 python3 scripts/bench_conv_layouts.py --json "$out/conv_layouts.json" 2>&1 | grep -E "^\||Error"
 fi
 python3 scripts/bench_vae_diffusers.py /tmp/vae_dump --device "$device" --warmup 2 --steps 5 --json "$json" \
-  --cudnn-benchmark off,on 2>&1 | grep -E "^diffusers|Error"
+  --cudnn-benchmark "${DIFFUSERS_CUDNN:-off,on}" 2>&1 | grep -E "^diffusers|Error"
 python3 - "$json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -243,3 +243,91 @@ TEST_CASE("the CUDA norm written into the padded buffer equals the norm then the
     }
   }
 }
+
+TEST_CASE("group_norm_silu_padded with a pre-bias is the padded norm of x + pre_bias", "[group_norm]") {
+  torch::manual_seed(8);
+  for (bool channels_last : {false, true}) {
+    auto x = make_input({2, 8, 3, 5, 7}, torch::kFloat32, channels_last, 0.5f);
+    auto weight = torch::randn({8}), bias = torch::randn({8}), pre_bias = 2.0 * torch::randn({8});
+    const torch::Tensor got = tt::group_norm_silu_padded(x, weight, bias, 4, 1e-6, true, 2, 1, pre_bias);
+    const torch::Tensor expected =
+        tt::group_norm_silu_padded(x + pre_bias.view({1, 8, 1, 1, 1}), weight, bias, 4, 1e-6, true, 2, 1);
+    INFO("channels-last " << channels_last);
+    CHECK(torch::equal(got, expected));
+    // And the pre-bias matters (the check above is not empty).
+    CHECK_FALSE(torch::allclose(got, tt::group_norm_silu_padded(x, weight, bias, 4, 1e-6, true, 2, 1)));
+  }
+  CHECK_THROWS(tt::group_norm_silu_padded(torch::randn({1, 8, 2, 3, 3}), torch::ones({8}), torch::zeros({8}),
+                                          4, 1e-6, true, 2, 1, torch::zeros({4})));
+}
+
+TEST_CASE("the CUDA padded norm adds a pre-bias as it reads, in fp32; borders replicate it",
+          "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(9);
+  const torch::Device cuda(torch::kCUDA);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& shape :
+         {std::vector<int64_t>{1, 128, 5, 24, 40}, std::vector<int64_t>{2, 64, 3, 7, 9}}) {
+      const int64_t c = shape[1];
+      auto x = make_input(shape, dtype, /*channels_last=*/true).to(cuda);
+      auto weight = (0.75 + 0.5 * torch::rand({c})).to(cuda);
+      auto bias = (0.1 * torch::randn({c})).to(cuda);
+      // Per-channel offsets larger than x's spread: a norm that skipped them would be far off.
+      auto pre_bias = (3.0 * torch::randn({c})).to(dtype).to(cuda);
+      const torch::Tensor padded =
+          tt::group_norm_silu_padded(x, weight, bias, 32, 1e-6, true, 2, 1, pre_bias);
+      REQUIRE(padded.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+      const torch::Tensor sum =
+          x.cpu().to(torch::kFloat32) + pre_bias.cpu().to(torch::kFloat32).view({1, c, 1, 1, 1});
+      const torch::Tensor reference =
+          tt::group_norm_silu_reference(sum, weight.cpu(), bias.cpu(), 32, 1e-6, true);
+      const torch::Tensor interior =
+          padded.narrow(2, 2, shape[2]).narrow(3, 1, shape[3]).narrow(4, 1, shape[4]).cpu();
+      const double err = max_abs_diff(interior, reference);
+      INFO(shape << " " << dtype << ": max |err| " << err);
+      CHECK(err <= (dtype == torch::kFloat32 ? 1e-4 : 0.03));
+      torch::Tensor expected = padded.cpu().clone();
+      tt::replicate_pad_borders(expected, 2, 1);
+      CHECK(torch::equal(padded.cpu(), expected));
+    }
+  }
+}
+
+TEST_CASE("add_residual_bias_ adds the residual and a per-channel bias in place", "[group_norm]") {
+  torch::manual_seed(10);
+  auto out = torch::randn({2, 6, 3, 4, 5}), other = torch::randn({2, 6, 3, 4, 5}), bias = torch::randn({6});
+  const torch::Tensor expected = out + other + bias.view({1, 6, 1, 1, 1});
+  tt::add_residual_bias_(out, other, bias);
+  CHECK(torch::allclose(out, expected, 1e-6, 1e-6));
+  CHECK_THROWS(tt::add_residual_bias_(out, torch::randn({2, 6, 3, 4, 4}), bias));
+  CHECK_THROWS(tt::add_residual_bias_(out, other, torch::randn({5})));
+}
+
+TEST_CASE("the CUDA residual + bias kernel equals the fp32 sum rounded once, any alignment",
+          "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(11);
+  const torch::Device cuda(torch::kCUDA);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& shape : {std::vector<int64_t>{1, 128, 5, 24, 40}, std::vector<int64_t>{2, 12, 3, 5, 7},
+                              std::vector<int64_t>{1, 3, 2, 3, 3}}) {
+      const int64_t c = shape[1];
+      auto out = make_input(shape, dtype, true).to(cuda), other = make_input(shape, dtype, true).to(cuda);
+      auto bias = torch::randn({c}).to(dtype).to(cuda);
+      const torch::Tensor expected = (out.cpu().to(torch::kFloat32) + other.cpu().to(torch::kFloat32) +
+                                      bias.cpu().to(torch::kFloat32).view({1, c, 1, 1, 1}))
+                                         .to(dtype);
+      tt::add_residual_bias_(out, other, bias);
+      INFO(shape << " " << dtype);
+      CHECK(out.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+      CHECK(max_abs_diff(out.cpu(), expected) <= (dtype == torch::kFloat32 ? 1e-5 : 0.0));
+    }
+  }
+  // Channels-first tensors take ATen's adds: the same sum.
+  auto out = torch::randn({1, 8, 2, 3, 4}).to(cuda), other = torch::randn({1, 8, 2, 3, 4}).to(cuda);
+  auto bias = torch::randn({8}).to(cuda);
+  const torch::Tensor expected = out + other + bias.view({1, 8, 1, 1, 1});
+  tt::add_residual_bias_(out, other, bias);
+  CHECK(torch::allclose(out, expected, 1e-5, 1e-5));
+}

@@ -1,0 +1,82 @@
+// out += other + bias[c] for channels-last tensors: the VAE's resnet sum with its last convolution's
+// bias (and the shortcut's) added here instead of in a pass of their own over the output.
+// Each thread handles kVec consecutive values (16 bytes when the channel count and the pointers
+// allow), all of one position, so their channels are consecutive too.
+#include "cuda/residual_bias.h"
+
+#include <cuda_bf16.h>
+
+namespace tt::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+__device__ float as_float(float v) {
+  return v;
+}
+__device__ float as_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ void assign(float& out, float v) {
+  out = v;
+}
+__device__ void assign(__nv_bfloat16& out, float v) {
+  out = __float2bfloat16_rn(v);
+}
+
+template <typename T, int kVec>
+__global__ void add_residual_bias_kernel(T* __restrict__ out, const T* __restrict__ other,
+                                         const float* __restrict__ bias, int64_t vectors, int64_t channels) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += stride) {
+    Pack<T, kVec> a = reinterpret_cast<const Pack<T, kVec>*>(out)[i];
+    const Pack<T, kVec> b = reinterpret_cast<const Pack<T, kVec>*>(other)[i];
+    const int64_t c0 = (i * kVec) % channels;
+    for (int k = 0; k < kVec; ++k) assign(a.v[k], as_float(a.v[k]) + as_float(b.v[k]) + bias[c0 + k]);
+    reinterpret_cast<Pack<T, kVec>*>(out)[i] = a;
+  }
+}
+
+template <typename T>
+cudaError_t launch(T* out, const T* other, const float* bias, int64_t count, int64_t channels,
+                   cudaStream_t stream) {
+  int vec = 16 / static_cast<int>(sizeof(T));
+  const auto aligned = [&](int v) {
+    const auto bytes = static_cast<uintptr_t>(v * sizeof(T));
+    return channels % v == 0 && reinterpret_cast<uintptr_t>(out) % bytes == 0 &&
+           reinterpret_cast<uintptr_t>(other) % bytes == 0;
+  };
+  while (vec > 1 && !aligned(vec)) vec /= 2;
+  const int64_t vectors = count / vec;
+  int64_t blocks = (vectors + kThreads - 1) / kThreads;
+  if (blocks > 65536) blocks = 65536;  // grid-stride beyond
+  const dim3 grid(static_cast<unsigned>(blocks));
+  if (vec == 8)
+    add_residual_bias_kernel<T, 8><<<grid, kThreads, 0, stream>>>(out, other, bias, vectors, channels);
+  if (vec == 4)
+    add_residual_bias_kernel<T, 4><<<grid, kThreads, 0, stream>>>(out, other, bias, vectors, channels);
+  if (vec == 2)
+    add_residual_bias_kernel<T, 2><<<grid, kThreads, 0, stream>>>(out, other, bias, vectors, channels);
+  if (vec == 1)
+    add_residual_bias_kernel<T, 1><<<grid, kThreads, 0, stream>>>(out, other, bias, vectors, channels);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t add_residual_bias(void* out, const void* other, const float* bias, int64_t count,
+                              int64_t channels, bool bf16, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (channels <= 0 || count % channels != 0) return cudaErrorInvalidValue;
+  if (bf16)
+    return launch(static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(other), bias, count,
+                  channels, stream);
+  return launch(static_cast<float*>(out), static_cast<const float*>(other), bias, count, channels, stream);
+}
+
+}  // namespace tt::kernels
