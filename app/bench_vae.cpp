@@ -103,6 +103,10 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.norm_pads = rt.fold_bias = true;
     return rt;
   }
+  if (name == "fast-gemm") {  // fast-folded + the first convolution and the mid attention as cuBLAS GEMMs
+    rt.norm_pads = rt.fold_bias = rt.gemm_first_and_attention = true;
+    return rt;
+  }
   if (name == "fast-graphs") {  // fast-auto + each pass shape captured as a CUDA graph and replayed
     rt.cuda_graphs = true;
     return rt;
@@ -123,9 +127,8 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.channels_last = rt.fused_norm = false;
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
-                "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-folded, fast-graphs, "
-                "fast-batched "
-                "or fast-padded-batched");
+                "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-folded, fast-gemm, "
+                "fast-graphs, fast-batched or fast-padded-batched");
   return rt;
 }
 

@@ -336,6 +336,7 @@ torch::Tensor augment_clip_emulated(const torch::Tensor& rgb, const AugmentKerne
 // ---- group norm ----
 
 #ifdef TELETRON_WITH_CUDA
+#include "cuda/causal_im2col.h"
 #include "cuda/group_norm.h"
 #include "cuda/residual_bias.h"
 #endif
@@ -529,6 +530,59 @@ torch::Tensor& add_residual_bias_(torch::Tensor& out, const torch::Tensor& other
   std::vector<int64_t> shape(static_cast<size_t>(out.dim()), 1);
   shape[1] = out.size(1);
   return out.add_(other).add_(bias.to(out.scalar_type()).view(shape));
+}
+
+torch::Tensor causal_conv3d_gemm(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias) {
+  TORCH_CHECK(x.dim() == 5 && weight.dim() == 5 && weight.size(1) == x.size(1) && weight.size(2) == 3 &&
+                  weight.size(3) == 3 && weight.size(4) == 3,
+              "causal_conv3d_gemm: expected x (N, C, T, H, W) and weight (O, C, 3, 3, 3), got ", x.sizes(),
+              " and ", weight.sizes());
+  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+              "causal_conv3d_gemm: expected bias (", weight.size(0), "), got ", bias.sizes());
+  const int64_t batch = x.size(0), channels = x.size(1), frames = x.size(2), height = x.size(3),
+                width = x.size(4);
+  const int64_t outputs = weight.size(0);
+#ifdef TELETRON_WITH_CUDA
+  if (x.is_cuda() && (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat32) &&
+      x.numel() > 0) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    kernels::Im2colShape shape;
+    shape.batch = batch;
+    shape.channels = channels;
+    shape.frames = frames;
+    shape.height = height;
+    shape.width = width;
+    for (int d = 0; d < 5; ++d) shape.stride[d] = x.stride(d);
+    const int64_t taps = 27 * channels;
+    shape.columns = (taps + 1 + 7) / 8 * 8;
+    // The weight as a (columns, O) matrix in the im2col order, the bias as the row the ones column meets.
+    torch::Tensor matrix = torch::zeros({shape.columns, outputs}, x.options());
+    matrix.narrow(0, 0, taps).copy_(weight.permute({2, 3, 4, 1, 0}).reshape({taps, outputs}));
+    if (bias.defined()) matrix.select(0, taps).copy_(bias);
+    torch::Tensor out = torch::empty({batch, frames, height, width, outputs}, x.options());
+    const int64_t rows = batch * frames * height * width;
+    torch::Tensor out_rows = out.view({rows, outputs});
+    // Rows in chunks of about 256 MiB of im2col matrix: its memory stays small beside the output.
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{256} << 20) / (shape.columns * x.element_size()));
+    torch::Tensor cols = torch::empty({std::min(chunk, rows), shape.columns}, x.options());
+    const auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    for (int64_t first = 0; first < rows; first += chunk) {
+      const int64_t count = std::min(chunk, rows - first);
+      torch::Tensor part = cols.narrow(0, 0, count);
+      const cudaError_t status = kernels::causal_im2col(part.data_ptr(), x.data_ptr(), shape, first, count,
+                                                        x.scalar_type() == torch::kBFloat16, stream);
+      TORCH_CHECK(status == cudaSuccess, "causal_im2col kernel launch failed: ", cudaGetErrorString(status));
+      torch::Tensor target = out_rows.narrow(0, first, count);
+      at::mm_out(target, part, matrix);
+    }
+    return out.permute({0, 4, 1, 2, 3});  // (N, O, T, H, W), channels-last
+  }
+#endif
+  namespace F = torch::nn::functional;
+  const torch::Tensor padded = F::pad(x, F::PadFuncOptions({1, 1, 1, 1, 2, 0}).mode(torch::kReplicate));
+  return F::conv3d(padded, weight, F::Conv3dFuncOptions().bias(bias))
+      .contiguous(at::MemoryFormat::ChannelsLast3d);
 }
 
 torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s) {

@@ -110,6 +110,15 @@ torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& bias, int64_t groups, double eps, bool silu,
                                      int64_t time, int64_t space, const torch::Tensor& pre_bias = {});
 
+/// The causal 3x3x3 convolution of x (N, C, T, H, W) with replicate padding (two copies of the
+/// first frame in front, one edge row / column each side) as one GEMM over an im2col matrix (built
+/// in chunks of about 256 MiB; the bias rides as a ones column): for the few-channel first layer,
+/// where cuDNN's kernels run far below the tensor cores' rate. weight (O, C, 3, 3, 3), bias (O) or
+/// undefined. Returns (N, O, T, H, W) channels-last. CUDA bf16/fp32 runs the kernel + cuBLAS; others
+/// F::pad + F::conv3d.
+torch::Tensor causal_conv3d_gemm(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias);
+
 /// out += other + bias[c] in place (bias (C) along dim 1, any float dtype; other like out): a
 /// residual sum that also adds a convolution's bias left unapplied, in one pass. CUDA tensors of one
 /// dense channels-last layout run one kernel (fp32 arithmetic, one rounding); others run ATen's adds.

@@ -8,11 +8,12 @@
 #include <cmath>
 #include <functional>
 
-#include "core/errors.h"
 #include "core/cuda_stream.h"
-#include "core/graph_capture.h"
+#include "core/errors.h"
 #include "core/file_io.h"
+#include "core/graph_capture.h"
 #include "core/safetensors.h"
+#include "cuda/ops.h"
 #include "model/vae_blocks.h"
 #include "model/weights.h"
 
@@ -93,7 +94,10 @@ class HunyuanVaeEncoderImpl : public torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt, const std::function<void(const char*)>& mark) {
     if (mark) mark("begin");
-    x = conv_in(x);
+    if (rt.gemm_first_and_attention && x.is_cuda() && x.size(1) <= 8)
+      x = causal_conv3d_gemm(x, conv_in->conv->weight, conv_in->conv->bias);
+    else
+      x = conv_in(x);
     size_t stage = 0;  // stage_names: conv_in, down0 .., mid, out, quant
     if (mark) mark(stage_names[stage].c_str());
     for (const auto& block : *down_blocks) {
@@ -272,7 +276,8 @@ torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
   std::vector<int64_t> key = x.sizes().vec();
   key.push_back(static_cast<int64_t>(x.scalar_type()));
   key.push_back((runtime_.channels_last ? 1 : 0) | (runtime_.fused_norm ? 2 : 0) |
-                (runtime_.norm_pads ? 4 : 0) | (runtime_.fold_bias ? 8 : 0));
+                (runtime_.norm_pads ? 4 : 0) | (runtime_.fold_bias ? 8 : 0) |
+                (runtime_.gemm_first_and_attention ? 16 : 0));
   for (const torch::Tensor& p : parameters()) key.push_back(reinterpret_cast<intptr_t>(p.data_ptr()));
   std::lock_guard<std::mutex> lock(graphs_mutex_);
   if (!graphs_ || graphs_->device_index != device) graphs_ = std::make_shared<Graphs>(device);

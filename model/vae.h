@@ -105,6 +105,10 @@ struct VaeRuntime {
   /// The resnet convolutions run without their bias: conv1's is added by the norm that reads its
   /// output, conv2's and the shortcut's by the residual sum (one pass over each output fewer).
   bool fold_bias = false;
+  /// CUDA: the first convolution (few input channels) as an im2col matrix times the weight
+  /// (causal_conv3d_gemm), and the mid block's attention as two cuBLAS products with an fp32 softmax
+  /// between them, instead of cuDNN's convolution and SDPA's memory-efficient kernel.
+  bool gemm_first_and_attention = false;
 };
 
 /// How moments_tiled groups its crops: `shapes` holds each crop's (B, C, T, H, W); crops of one

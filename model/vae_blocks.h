@@ -7,6 +7,7 @@
 
 #include <torch/nn.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -141,8 +142,26 @@ class VaeAttentionImpl : public torch::nn::Module {
     torch::Tensor v = to_v(h).unsqueeze(1);
     std::vector<torch::Tensor> outputs;
     outputs.reserve(static_cast<size_t>(frames));
+    const bool gemm = rt.gemm_first_and_attention && x.is_cuda() && x.scalar_type() != torch::kFloat32;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(x.size(1)));
     for (int64_t f = 0; f < frames; ++f) {
       const int64_t visible = (f + 1) * per_frame;
+      if (gemm) {
+        // One head as wide as the channels (512) is past the flash and cuDNN kernels' head sizes;
+        // the memory-efficient kernel SDPA falls back to runs at a few percent of the matmul rate.
+        // As two cuBLAS products instead: the scores in fp32 (scaled in the GEMM's epilogue), the
+        // softmax in fp32, the probabilities rounded to x's dtype for the second product.
+        const torch::Tensor qf = q.narrow(2, f * per_frame, per_frame).squeeze(1);  // (B, P, C)
+        const torch::Tensor kv = k.narrow(2, 0, visible).squeeze(1), vv = v.narrow(2, 0, visible).squeeze(1);
+        torch::Tensor scores =
+            torch::empty({qf.size(0), per_frame, visible}, qf.options().dtype(torch::kFloat32));
+        at::baddbmm_out(scores, scores, qf, kv.transpose(1, 2), torch::kFloat32, /*beta=*/0.0,
+                        /*alpha=*/scale);
+        torch::Tensor probabilities = at::_softmax(scores, -1, false).to(qf.scalar_type());
+        scores.reset();
+        outputs.push_back(at::bmm(probabilities, vv).unsqueeze(1));
+        continue;
+      }
       outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, f * per_frame, per_frame),
                                                          k.narrow(2, 0, visible), v.narrow(2, 0, visible)));
     }

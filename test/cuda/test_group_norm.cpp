@@ -331,3 +331,50 @@ TEST_CASE("the CUDA residual + bias kernel equals the fp32 sum rounded once, any
   tt::add_residual_bias_(out, other, bias);
   CHECK(torch::allclose(out, expected, 1e-5, 1e-5));
 }
+
+TEST_CASE("causal_conv3d_gemm is the replicate-padded causal convolution", "[group_norm]") {
+  namespace F = torch::nn::functional;
+  torch::manual_seed(12);
+  auto x = torch::randn({2, 3, 4, 5, 6}), weight = torch::randn({8, 3, 3, 3, 3}), bias = torch::randn({8});
+  const torch::Tensor expected =
+      F::conv3d(F::pad(x, F::PadFuncOptions({1, 1, 1, 1, 2, 0}).mode(torch::kReplicate)), weight,
+                F::Conv3dFuncOptions().bias(bias));
+  const torch::Tensor got = tt::causal_conv3d_gemm(x, weight, bias);
+  CHECK(got.sizes() == expected.sizes());
+  CHECK(torch::allclose(got, expected, 1e-5, 1e-5));
+  CHECK(got.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+  CHECK_THROWS(tt::causal_conv3d_gemm(x, torch::randn({8, 3, 1, 3, 3}), bias));
+}
+
+TEST_CASE("the CUDA im2col + GEMM convolution matches cuDNN's, with and without bias, any input layout",
+          "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  namespace F = torch::nn::functional;
+  torch::manual_seed(13);
+  const torch::Device cuda(torch::kCUDA);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (bool channels_last : {false, true}) {
+      for (const auto& shape : {std::vector<int64_t>{1, 3, 9, 40, 56}, std::vector<int64_t>{2, 3, 3, 7, 5},
+                                std::vector<int64_t>{1, 5, 1, 1, 3}}) {
+        auto x = make_input(shape, dtype, channels_last).to(cuda);
+        auto weight = (0.2 * torch::randn({16, shape[1], 3, 3, 3})).to(dtype).to(cuda);
+        auto bias = torch::randn({16}).to(dtype).to(cuda);
+        for (bool with_bias : {true, false}) {
+          const torch::Tensor b = with_bias ? bias : torch::Tensor();
+          const torch::Tensor got = tt::causal_conv3d_gemm(x, weight, b);
+          // The reference in fp32 on the host.
+          const torch::Tensor padded = F::pad(x.cpu().to(torch::kFloat32),
+                                              F::PadFuncOptions({1, 1, 1, 1, 2, 0}).mode(torch::kReplicate));
+          const torch::Tensor expected = F::conv3d(
+              padded, weight.cpu().to(torch::kFloat32),
+              F::Conv3dFuncOptions().bias(with_bias ? bias.cpu().to(torch::kFloat32) : torch::Tensor()));
+          const double err = max_abs_diff(got.cpu(), expected), top = expected.abs().max().item<double>();
+          INFO(shape << " " << dtype << " channels-last " << channels_last << " bias " << with_bias
+                     << ": max |err| " << err << " of " << top);
+          CHECK(got.sizes() == expected.sizes());
+          CHECK(err <= (dtype == torch::kFloat32 ? 2e-3 : 1.5e-2) * top);
+        }
+      }
+    }
+  }
+}
