@@ -168,7 +168,7 @@ int run_preprocess(const PreprocessOptions& options) {
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           const double rate = static_cast<double>(count) / seconds;
           std::lock_guard<std::mutex> lock(log_mutex);
-          spdlog::info("preprocess: {}/{} encoded ({:.2f} clips/s, ETA {:.0f} s)", count, to_encode, rate,
+          spdlog::info("preprocess: {}/{} encoded ({:.3f} clips/s, ETA {:.0f} s)", count, to_encode, rate,
                        static_cast<double>(to_encode - count) / rate);
         }
       } catch (const Error& error) {
