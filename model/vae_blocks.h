@@ -7,6 +7,7 @@
 
 #include <torch/nn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -151,15 +152,22 @@ class VaeAttentionImpl : public torch::nn::Module {
         // the memory-efficient kernel SDPA falls back to runs at a few percent of the matmul rate.
         // As two cuBLAS products instead: the scores in fp32 (scaled in the GEMM's epilogue), the
         // softmax in fp32, the probabilities rounded to x's dtype for the second product.
-        const torch::Tensor qf = q.narrow(2, f * per_frame, per_frame).squeeze(1);  // (B, P, C)
-        const torch::Tensor kv = k.narrow(2, 0, visible).squeeze(1), vv = v.narrow(2, 0, visible).squeeze(1);
-        torch::Tensor scores =
-            torch::empty({qf.size(0), per_frame, visible}, qf.options().dtype(torch::kFloat32));
-        at::baddbmm_out(scores, scores, qf, kv.transpose(1, 2), torch::kFloat32, /*beta=*/0.0,
-                        /*alpha=*/scale);
-        torch::Tensor probabilities = at::_softmax(scores, -1, false).to(qf.scalar_type());
-        scores.reset();
-        outputs.push_back(at::bmm(probabilities, vv).unsqueeze(1));
+        // Queries in chunks of at most 2^26 scores (256 MiB in fp32), so that a long whole clip
+        // never holds a (frame x clip) score matrix at once.
+        const int64_t batch = q.size(0);
+        const int64_t rows =
+            std::max<int64_t>(1, std::min(per_frame, (int64_t{1} << 26) / (batch * visible)));
+        const torch::Tensor kt = k.narrow(2, 0, visible).squeeze(1).transpose(1, 2);  // (B, C, V)
+        const torch::Tensor vv = v.narrow(2, 0, visible).squeeze(1);                  // (B, V, C)
+        for (int64_t r = 0; r < per_frame; r += rows) {
+          const int64_t count = std::min(rows, per_frame - r);
+          const torch::Tensor qf = q.narrow(2, f * per_frame + r, count).squeeze(1);  // (B, count, C)
+          torch::Tensor scores = torch::empty({batch, count, visible}, qf.options().dtype(torch::kFloat32));
+          at::baddbmm_out(scores, scores, qf, kt, torch::kFloat32, /*beta=*/0.0, /*alpha=*/scale);
+          torch::Tensor probabilities = at::_softmax(scores, -1, false).to(qf.scalar_type());
+          scores.reset();
+          outputs.push_back(at::bmm(probabilities, vv).unsqueeze(1));
+        }
         continue;
       }
       outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, f * per_frame, per_frame),
