@@ -246,13 +246,6 @@ TEST_CASE("VAE encoder: bf16 on the GPU matches diffusers' fp32 moments in every
       // same bits as fast-auto.
       if (std::string(name) == "fast-padded" || std::string(name) == "fast-graphs")
         CHECK(torch::equal(moments, auto_moments.at(mode)));
-      // Folding the biases adds them in fp32 where the norm and the residual sum read (one rounding
-      // fewer): within a few bf16 ulps of fast-auto, not the same bits.
-      if (std::string(name) == "fast-folded" || std::string(name) == "fast-gemm") {
-        const double apart = relative_error(moments, auto_moments.at(mode).to(torch::kFloat32));
-        INFO(name << " against fast-auto, " << mode << ": " << apart);
-        CHECK(apart <= 2e-2);
-      }
     }
   }
   // A replay reads the new input: another clip through the captured whole pass gives its own moments.
