@@ -91,10 +91,9 @@ nlohmann::json diffusers_config(const HunyuanVaeConfig& c) {
 }
 
 VaeRuntime named_runtime(const std::string& name) {
-  VaeRuntime rt;  // fast-auto: vae.tile_batch auto, vae.fused_padding false
+  VaeRuntime rt;  // fast-auto: vae.tile_batch auto, vae.fused_padding and vae.gemm_kernels false
   if (name == "fast-auto") return rt;
-  if (name == "fast-padded") {  // fast-auto + the norm written into the convolution's padded input:
-                                // training's default
+  if (name == "fast-padded") {  // fast-auto + the norm written into the convolution's padded input
     rt.norm_pads = true;
     return rt;
   }

@@ -580,8 +580,8 @@ int run_cli(int argc, char** argv) {
                             "Which encodes to time, comma-separated: whole, frames, tiled (or off, on, both)");
   bench_vae_cmd->add_option(
       "--runtimes", bench_vae.runtimes,
-      "How the encoder runs, comma-separated: plain, channels-last, fused, fast, fast-auto, fast-padded (the "
-      "default and training's), fast-graphs, fast-batched, fast-padded-batched");
+      "How the encoder runs, comma-separated: plain, channels-last, fused, fast, fast-auto, fast-padded, "
+      "fast-folded, fast-gemm (the default and training's), fast-graphs, fast-batched, fast-padded-batched");
   bench_vae_cmd->add_option("--cudnn-benchmark", bench_vae.cudnn_benchmark, "cuDNN picks convolution algorithms by timing");
   bench_vae_cmd->add_flag("--count-only", bench_vae.count_only,
                           "Print each --tiling mode's exact FLOP count (convolutions, attention, norms) and time "

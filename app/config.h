@@ -51,6 +51,7 @@ struct VaeSection {
   int64_t tile_batch = 0;         // tiles / frame windows of one shape encoded together; 0 = auto (model/vae.h)
   double memory_share = 0.25;     // the most of the GPU the encoder's activations may take (CUDA)
   bool fused_padding = true;      // the norm writes into the causal convolution's padded input (CUDA)
+  bool gemm_kernels = true;       // first convolution and mid attention as cuBLAS GEMMs (CUDA)
   bool cuda_graphs = false;       // each encoder pass shape captured as a CUDA graph and replayed
 
   bool operator==(const VaeSection&) const = default;

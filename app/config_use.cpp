@@ -64,7 +64,8 @@ const IdleReason kIdleReasons[] = {
     {kReadTrainLatents, "data_pipeline.", "data.source is latents: the video pipeline is not used"},
     {kReadTrainLatents, "data.buckets",
      "data.source is latents: the cached latents keep the shapes they were written with"},
-    {kReadTrainVideo, "data.prefetch", "data.source is video: data_pipeline.prefetch sets how far its pipeline runs ahead"},
+    {kReadTrainVideo, "data.prefetch",
+     "data.source is video: data_pipeline.prefetch sets how far its pipeline runs ahead"},
     {kReadTrainLatents, "data.max_failed_share",
      "data.source is latents: every row is checked before step 0 and a bad one stops the run"},
     {kReadTrainLatents, "data.min_motion", "data.source is latents: motion filters apply to video rows"},
@@ -95,6 +96,7 @@ const IdleReason kIdleReasons[] = {
     {kReadSample, "vae.tile_batch", "the decoder decodes one tile at a time"},
     {kReadSample, "vae.memory_share", "sample decodes; the share bounds the encoder"},
     {kReadSample, "vae.fused_padding", "sample decodes; the setting is the encoder's"},
+    {kReadSample, "vae.gemm_kernels", "sample decodes; the setting is the encoder's"},
     {kReadSample, "vae.cuda_graphs", "sample decodes; the setting is the encoder's"},
     {kReadSample, "validation.", "sample's settings are its flags (--steps, --frames, --guidance, ...)"},
 };

@@ -24,7 +24,8 @@ const SafeKey kSafeKeys[] = {
     {"train.checkpoint_every", "checkpoint cadence only"},
     {"train.keep_checkpoints", "how many checkpoints stay"},
     {"train.output_dir", "the run folder's path only"},
-    {"train.device", "another device type resumes with a warning: the same samples and noise, other rounding"},
+    {"train.device",
+     "another device type resumes with a warning: the same samples and noise, other rounding"},
     {"data.manifest", "the path only; the contents are checked by the manifest hash"},
     {"data.max_failed_share",
      "how many failed samples stop the run; which rows replace a failure is unchanged"},
@@ -45,12 +46,17 @@ const SafeKey kSafeKeys[] = {
     {"cuda_graph.scope", "what a capture takes (the whole step or the blocks); the same math"},
     {"data.text_padding", "text padding kept (masked) or trimmed; the same loss up to rounding"},
     {"vae.tile_batch", "how many VAE tiles go through the encoder at once; the same latents"},
-    {"vae.memory_share", "how much of the GPU the encoder may take; the same latents (or a stop at start-up)"},
-    {"vae.fused_padding", "where the encoder's norm writes its output; the same latents"},
+    {"vae.memory_share",
+     "how much of the GPU the encoder may take; the same latents (or a stop at start-up)"},
+    {"vae.fused_padding",
+     "where the encoder's norm writes its output and adds the biases; the same latents up to bf16 rounding"},
+    {"vae.gemm_kernels",
+     "which kernels run the encoder's first convolution and attention; the same latents up to bf16 rounding"},
     {"vae.cuda_graphs", "how the encoder's passes are launched; the same latents"},
     // The flow stage measures each sample's motion for metrics.jsonl; the batches do not depend on it
     // (data.min_motion / max_motion and frame_sampler mode motion read the motion cache instead).
-    {"data_pipeline.optical_flow.algorithm", "the flow stage's estimator: other motion values in metrics.jsonl; the same batches"},
+    {"data_pipeline.optical_flow.algorithm",
+     "the flow stage's estimator: other motion values in metrics.jsonl; the same batches"},
     {"data_pipeline.optical_flow.fallback", "what the flow stage runs without NVOFA; the same batches"},
     {"data_pipeline.optical_flow.warp_mode", "where TV-L1 runs; the same batches"},
     {"data_pipeline.optical_flow.grid", "NVOFA's output grid: other motion values; the same batches"},
@@ -62,8 +68,9 @@ const SafeKey kSafeKeys[] = {
     {"text_encoder.dtype", "read by encode-text only; training reads the embeddings files"},
     {"train.memory_check", "whether the memory estimate runs before the first step; the same run"},
     {"train.tensorboard", "whether the run folder gets TensorBoard event files; the same run"},
-    {"train.ema_decay", "the average kept beside the weights (started from them when the checkpoint has none); "
-                        "the same training"},
+    {"train.ema_decay",
+     "the average kept beside the weights (started from them when the checkpoint has none); "
+     "the same training"},
     {"validation.every", "what the validation videos show; training draws nothing from them"},
     {"validation.text_embeddings", "what the validation videos show; training draws nothing from them"},
     {"validation.prompt", "what the validation videos show; training draws nothing from them"},
@@ -75,8 +82,9 @@ const SafeKey kSafeKeys[] = {
     {"validation.flow_shift", "what the validation videos show; training draws nothing from them"},
     {"validation.seed", "what the validation videos show; training draws nothing from them"},
     {"train.expandable_segments", "how the CUDA allocator lays out its memory; the same math"},
-    {"train.memory_cap", "how much GPU memory the allocator may take; the same math (a dynamic batch may cut its "
-                         "micro-batches differently)"},
+    {"train.memory_cap",
+     "how much GPU memory the allocator may take; the same math (a dynamic batch may cut its "
+     "micro-batches differently)"},
 };
 
 // The keys that split the global batch. When distributed training lands, its world-size key joins

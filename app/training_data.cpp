@@ -39,6 +39,7 @@ std::unique_ptr<TrainingData> make_training_data(const Config& config, const Hun
   options.vae.tile_batch = config.vae.tile_batch;
   options.vae.memory_share = config.vae.memory_share;
   options.vae.fused_padding = config.vae.fused_padding;
+  options.vae.gemm_kernels = config.vae.gemm_kernels;
   options.vae.cuda_graphs = config.vae.cuda_graphs;
   options.latent_channels = model.out_channels;
   options.text_dim = model.text_embed_dim;

@@ -94,13 +94,14 @@ struct VaeRuntime {
   bool channels_last = true;
   bool fused_norm = true;
   int64_t tile_batch = kTileBatchAuto;
-  /// The fused norm writes straight into the causal convolution's padded input (channels-last CUDA):
-  /// one copy of each normalised activation fewer. Off until the H200 measures its gain.
+  /// The fused norm writes straight into the causal convolution's padded input, borders included
+  /// (channels-last CUDA): one copy of each normalised activation fewer. Off here (the decoder's
+  /// default); training and bench-vae turn it on (vae.fused_padding).
   bool norm_pads = false;
   /// CUDA: each input shape's encoder pass captured once as a CUDA graph (after one eager pass) and
   /// replayed, every replay on the VAE's own stream one after another (threads may share the VAE);
   /// the graphs' memory is one private pool, held while the VAE lives. A capture that fails leaves
-  /// that shape eager (TT_ERR_GRAPH warning). Off until the H200 measures its gain.
+  /// that shape eager (TT_ERR_GRAPH warning). Off: an H100 measured no gain (vae.cuda_graphs).
   bool cuda_graphs = false;
   /// The resnet convolutions run without their bias: conv1's is added by the norm that reads its
   /// output, conv2's and the shortcut's by the residual sum (one pass over each output fewer).

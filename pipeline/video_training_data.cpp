@@ -161,6 +161,7 @@ class VideoTrainingData : public TrainingData {
     VaeRuntime runtime;
     runtime.tile_batch = config.tile_batch;
     runtime.norm_pads = runtime.fold_bias = config.fused_padding;
+    runtime.gemm_first_and_attention = config.gemm_kernels;
     runtime.cuda_graphs = config.cuda_graphs;
     vae_->set_runtime(runtime);
     if (config.tiling == "on") {

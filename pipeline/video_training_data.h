@@ -40,7 +40,8 @@ struct VideoVaeOptions {
   std::string tiling = "auto";         // auto (diffusers' default) | on | off
   int64_t tile_batch = 0;              // tiles / frame windows of one shape encoded together; 0 = auto
   double memory_share = 0.25;          // CUDA: the most of the GPU the encoder's largest pass may take
-  bool fused_padding = true;           // VaeRuntime::norm_pads
+  bool fused_padding = true;           // VaeRuntime::norm_pads and fold_bias
+  bool gemm_kernels = true;            // VaeRuntime::gemm_first_and_attention
   bool cuda_graphs = false;            // VaeRuntime::cuda_graphs
 };
 

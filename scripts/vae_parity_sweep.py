@@ -2,7 +2,7 @@
 """The VAE encoder's parity with diffusers over randomly drawn architectures and clip shapes.
 
   vae_parity_sweep.py --teletron build/teletron [--configs 6] [--seed 0] [--tolerance 1e-4]
-                      [--runtimes plain,fast-padded] [--work DIR]
+                      [--runtimes plain,fast-gemm] [--work DIR]
 
 Each draw: an AutoencoderKLHunyuanVideo with random sizes (2-4 blocks, their channels, GroupNorm
 groups, layers per block, spatial ratio 2, 4 or 8 as the block count allows, temporal ratio 4,
@@ -73,7 +73,7 @@ def main():
     parser.add_argument("--configs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerance", type=float, default=1e-4)
-    parser.add_argument("--runtimes", default="plain,fast-padded")
+    parser.add_argument("--runtimes", default="plain,fast-gemm")
     parser.add_argument("--work")
     args = parser.parse_args()
     return run_in_work(args, sweep, "tt_vae_sweep_")
