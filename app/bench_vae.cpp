@@ -106,6 +106,10 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.norm_pads = rt.fold_bias = rt.gemm_first_and_attention = true;
     return rt;
   }
+  if (name == "fast-gemm-borders") {  // fast-gemm with the norm writing the interior and a kernel the pads
+    rt.norm_pads = rt.fold_bias = rt.gemm_first_and_attention = rt.border_kernel = true;
+    return rt;
+  }
   if (name == "fast-graphs") {  // fast-auto + each pass shape captured as a CUDA graph and replayed
     rt.cuda_graphs = true;
     return rt;
@@ -127,7 +131,7 @@ VaeRuntime named_runtime(const std::string& name) {
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
                 "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-folded, fast-gemm, "
-                "fast-graphs, fast-batched or fast-padded-batched");
+                "fast-gemm-borders, fast-graphs, fast-batched or fast-padded-batched");
   return rt;
 }
 

@@ -26,6 +26,9 @@ struct GroupNormShape {
   /// Both pads 0: y is dense like x.
   int64_t frames = 0, height = 0, width = 0;
   int64_t pad_front = 0, pad_side = 0;
+  /// Padded y: the apply kernel writes the pads itself (true) or writes the interior only and
+  /// replicate_borders_last fills the pads after it (false).
+  bool pads_in_apply = true;
   bool padded() const { return pad_front > 0 || pad_side > 0; }
 };
 
@@ -45,5 +48,13 @@ int64_t group_norm_scratch_size(const GroupNormShape& shape);
 cudaError_t group_norm_silu(void* y, const void* x, const float* weight, const float* bias,
                             const float* pre_bias, float* scratch, const GroupNormShape& shape,
                             cudaStream_t stream);
+
+/// The replicate pads of y (N, frames + front, height + 2 side, width + 2 side, C), channels-last,
+/// dense, bf16 (`bf16`) or fp32, copied from its interior: the front frames from the first interior
+/// frame, the side rows and columns from the edge ones (corners both). C / (its widest 16-byte
+/// vector) <= 1024. Queued on `stream`; returns the launch error.
+cudaError_t replicate_borders_last(void* y, bool bf16, int64_t batch, int64_t channels, int64_t frames,
+                                   int64_t height, int64_t width, int64_t front, int64_t side,
+                                   cudaStream_t stream);
 
 }  // namespace tt::kernels

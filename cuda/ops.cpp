@@ -424,6 +424,20 @@ void replicate_pad_borders(torch::Tensor& out, int64_t time, int64_t space) {
                   out.size(4) > 2 * space,
               "replicate_pad_borders: pads (", time, ", ", space, ") do not fit ", out.sizes());
   const int64_t t = out.size(2) - time, h = out.size(3) - 2 * space, w = out.size(4) - 2 * space;
+#ifdef TELETRON_WITH_CUDA
+  // Channels-last CUDA buffers: one kernel copies every pad position from the interior position it
+  // clamps to (instead of five strided ATen copies).
+  if (out.is_cuda() && (out.scalar_type() == torch::kBFloat16 || out.scalar_type() == torch::kFloat32) &&
+      out.size(1) <= 1024 && !out.is_contiguous() && out.is_contiguous(at::MemoryFormat::ChannelsLast3d)) {
+    const c10::cuda::CUDAGuard guard(out.device());
+    const cudaError_t status = kernels::replicate_borders_last(
+        out.data_ptr(), out.scalar_type() == torch::kBFloat16, out.size(0), out.size(1), t, h, w, time, space,
+        c10::cuda::getCurrentCUDAStream(out.device().index()).stream());
+    TORCH_CHECK(status == cudaSuccess,
+                "replicate_borders_last kernel launch failed: ", cudaGetErrorString(status));
+    return;
+  }
+#endif
   torch::Tensor frames = out.narrow(2, time, t);
   if (space > 0) {
     torch::Tensor rows = frames.narrow(4, space, w);
@@ -437,7 +451,8 @@ void replicate_pad_borders(torch::Tensor& out, int64_t time, int64_t space) {
 
 torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight,
                                      const torch::Tensor& bias, int64_t groups, double eps, bool silu,
-                                     int64_t time, int64_t space, const torch::Tensor& pre_bias) {
+                                     int64_t time, int64_t space, const torch::Tensor& pre_bias,
+                                     bool borders_by_norm) {
   group_norm_check(x, weight, bias, groups);
   if (pre_bias.defined()) group_norm_check_param(x, pre_bias, "pre_bias");
   TORCH_CHECK(x.dim() == 5 && time >= 0 && space >= 0, "group_norm_silu_padded: x must be (N, C, T, H, W) and the "
@@ -472,7 +487,8 @@ torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor
     shape.width = w;
     shape.pad_front = time;
     shape.pad_side = space;
-    run_group_norm(out, x, weight, bias, groups, eps, silu, shape, pre_bias);  // the borders too
+    shape.pads_in_apply = borders_by_norm;
+    run_group_norm(out, x, weight, bias, groups, eps, silu, shape, pre_bias);  // and the borders
 #endif
   }
   return out;

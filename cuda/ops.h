@@ -104,11 +104,13 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weigh
 /// W + 2 space): the first `time` frames repeat the first frame, the `space` border rows and columns
 /// the edge ones (the VAE's causal convolution padding). On CUDA with channels-last input the kernel
 /// writes the interior and the borders directly (no separate copy of the normalised tensor, x + pre_bias
-/// never stored); elsewhere it is the sum rounded to x's dtype, group_norm_silu, then one copy and
-/// the borders. Returns the buffer in x's memory format.
+/// never stored; `borders_by_norm` false: the norm writes the interior, one border kernel the pads);
+/// elsewhere it is the sum rounded to x's dtype, group_norm_silu, then one copy and the borders.
+/// Returns the buffer in x's memory format.
 torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor& weight,
                                      const torch::Tensor& bias, int64_t groups, double eps, bool silu,
-                                     int64_t time, int64_t space, const torch::Tensor& pre_bias = {});
+                                     int64_t time, int64_t space, const torch::Tensor& pre_bias = {},
+                                     bool borders_by_norm = true);
 
 /// The causal 3x3x3 convolution of x (N, C, T, H, W) with replicate padding (two copies of the
 /// first frame in front, one edge row / column each side) as one GEMM over an im2col matrix (built
@@ -127,7 +129,7 @@ torch::Tensor& add_residual_bias_(torch::Tensor& out, const torch::Tensor& other
 
 /// Fills the pads of `out` (N, C, T + time, H + 2 space, W + 2 space) from its interior by
 /// replication: border rows and columns from the edge ones, then the first `time` frames from frame
-/// `time` (so the corners repeat too).
+/// `time` (so the corners repeat too). Channels-last CUDA bf16/fp32: one kernel; otherwise ATen copies.
 void replicate_pad_borders(torch::Tensor& out, int64_t time, int64_t space);
 
 /// The plain-torch reference of group_norm_silu (any device): F::group_norm in fp32, SiLU, cast back

@@ -277,7 +277,7 @@ torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
   key.push_back(static_cast<int64_t>(x.scalar_type()));
   key.push_back((runtime_.channels_last ? 1 : 0) | (runtime_.fused_norm ? 2 : 0) |
                 (runtime_.norm_pads ? 4 : 0) | (runtime_.fold_bias ? 8 : 0) |
-                (runtime_.gemm_first_and_attention ? 16 : 0));
+                (runtime_.gemm_first_and_attention ? 16 : 0) | (runtime_.border_kernel ? 32 : 0));
   for (const torch::Tensor& p : parameters()) key.push_back(reinterpret_cast<intptr_t>(p.data_ptr()));
   std::lock_guard<std::mutex> lock(graphs_mutex_);
   if (!graphs_ || graphs_->device_index != device) graphs_ = std::make_shared<Graphs>(device);

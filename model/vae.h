@@ -110,6 +110,9 @@ struct VaeRuntime {
   /// (causal_conv3d_gemm), and the mid block's attention as two cuBLAS products with an fp32 softmax
   /// between them, instead of cuDNN's convolution and SDPA's memory-efficient kernel.
   bool gemm_first_and_attention = false;
+  /// With norm_pads: the norm writes only the interior of the padded buffer and one border kernel
+  /// fills the pads (the alternative to the norm writing them itself; to be measured).
+  bool border_kernel = false;
 };
 
 /// How moments_tiled groups its crops: `shapes` holds each crop's (B, C, T, H, W); crops of one

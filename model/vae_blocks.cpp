@@ -37,7 +37,8 @@ torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, 
   if (rt.norm_pads && rt.fused_norm && x.is_cuda() && kernels_built() && conv.pads()) {
     const torch::Tensor padded =
         group_norm_silu_padded(x, norm->weight, norm->bias, norm->options.num_groups(), norm->options.eps(),
-                               silu, conv.time_pad(), conv.space_pad(), pre_bias);
+                               silu, conv.time_pad(), conv.space_pad(), pre_bias,
+                               /*borders_by_norm=*/!rt.border_kernel);
     x.reset();
     return conv.convolve(padded, with_bias);
   }

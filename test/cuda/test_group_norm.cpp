@@ -405,3 +405,61 @@ TEST_CASE("the CUDA im2col + GEMM convolution matches cuDNN's, with and without 
     }
   }
 }
+
+TEST_CASE("the CUDA border kernel fills a channels-last padded buffer as F::pad's replicate mode does",
+          "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  namespace F = torch::nn::functional;
+  torch::manual_seed(14);
+  const torch::Device cuda(torch::kCUDA);
+  struct Pads {
+    std::vector<int64_t> shape;  // the interior, (N, C, T, H, W)
+    int64_t time, space;
+  };
+  for (const Pads& k :
+       {Pads{{1, 128, 5, 24, 40}, 2, 1}, Pads{{2, 12, 3, 5, 7}, 2, 1}, Pads{{1, 3, 2, 3, 3}, 1, 2},
+        Pads{{2, 16, 4, 1, 1}, 0, 1}, Pads{{1, 8, 3, 4, 5}, 2, 0}}) {
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const torch::Tensor interior = torch::randn(k.shape).to(dtype);
+      // The buffer: garbage in the pads, the interior in place, channels-last.
+      torch::Tensor buffer = torch::full({k.shape[0], k.shape[1], k.shape[2] + k.time,
+                                          k.shape[3] + 2 * k.space, k.shape[4] + 2 * k.space},
+                                         -7.0, torch::TensorOptions().dtype(dtype).device(cuda))
+                                 .contiguous(at::MemoryFormat::ChannelsLast3d);
+      buffer.narrow(2, k.time, k.shape[2])
+          .narrow(3, k.space, k.shape[3])
+          .narrow(4, k.space, k.shape[4])
+          .copy_(interior);
+      tt::replicate_pad_borders(buffer, k.time, k.space);
+      const torch::Tensor expected =
+          F::pad(interior.to(torch::kFloat32),  // bf16 -> fp32 is exact
+                 F::PadFuncOptions({k.space, k.space, k.space, k.space, k.time, 0}).mode(torch::kReplicate));
+      INFO(k.shape << " " << dtype << " pads (" << k.time << ", " << k.space << ")");
+      CHECK(buffer.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+      CHECK(torch::equal(buffer.cpu().to(torch::kFloat32).contiguous(), expected));
+    }
+  }
+}
+
+TEST_CASE(
+    "the CUDA padded norm gives the same bits with the pads written by the norm or by the border kernel",
+    "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(15);
+  const torch::Device cuda(torch::kCUDA);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& shape :
+         {std::vector<int64_t>{1, 128, 5, 24, 40}, std::vector<int64_t>{2, 64, 3, 7, 9}}) {
+      auto x = make_input(shape, dtype, /*channels_last=*/true).to(cuda);
+      auto weight = (0.75 + 0.5 * torch::rand({shape[1]})).to(cuda);
+      auto bias = (0.1 * torch::randn({shape[1]})).to(cuda);
+      auto pre_bias = torch::randn({shape[1]}).to(cuda);
+      const torch::Tensor by_norm =
+          tt::group_norm_silu_padded(x, weight, bias, 32, 1e-6, true, 2, 1, pre_bias, true);
+      const torch::Tensor by_kernel =
+          tt::group_norm_silu_padded(x, weight, bias, 32, 1e-6, true, 2, 1, pre_bias, false);
+      INFO(shape << " " << dtype);
+      CHECK(torch::equal(by_norm.cpu(), by_kernel.cpu()));
+    }
+  }
+}
