@@ -141,6 +141,9 @@ int run_preprocess(const PreprocessOptions& options) {
 
   std::atomic<int64_t> next{0}, encoded{0}, failed{unnamed};
   std::mutex log_mutex;
+  // Host time per encoded row, summed over the jobs: in load_one (waiting for the decoders' clip,
+  // queueing the encode) and in writing (the copy to the host waits for the encode, then the file).
+  double load_seconds = 0, write_seconds = 0;
   const auto start = std::chrono::steady_clock::now();
   auto worker = [&] {
     for (size_t k = static_cast<size_t>(next++); k < todo.size(); k = static_cast<size_t>(next++)) {
@@ -148,7 +151,9 @@ int run_preprocess(const PreprocessOptions& options) {
       const int64_t i = todo[k];
       const auto [line, source] = data->row_origin(i);
       try {
+        const auto load_start = std::chrono::steady_clock::now();
         LatentSample sample = data->load_one(i, 0);
+        const auto write_start = std::chrono::steady_clock::now();
         const fs::path final_path = out / "latents" / names[static_cast<size_t>(i)];
         const fs::path temporary = final_path.string() + ".tmp";
         safetensors::save(temporary.string(),
@@ -163,6 +168,12 @@ int run_preprocess(const PreprocessOptions& options) {
         fsync_path(temporary.string(), false);
         rename_or_throw(temporary.string(), final_path.string());
         done[static_cast<size_t>(i)] = 1;
+        {
+          const auto end = std::chrono::steady_clock::now();
+          std::lock_guard<std::mutex> lock(log_mutex);
+          load_seconds += std::chrono::duration<double>(write_start - load_start).count();
+          write_seconds += std::chrono::duration<double>(end - write_start).count();
+        }
         const int64_t count = ++encoded;
         if (count % 10 == 0 || count == to_encode) {
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -213,6 +224,21 @@ int run_preprocess(const PreprocessOptions& options) {
   rename_or_throw(manifest_path.string() + ".tmp", manifest_path.string());
   spdlog::info("preprocess: {} encoded now, {} from earlier runs, {} failed; manifest {} lists {} rows", encoded.load(),
                already, failed.load(), manifest_path.string(), listed);
+  if (encoded.load() > 0) {
+    // Where a row's time goes, to tell a decode-bound run from an encode-bound one.
+    const double rows_done = static_cast<double>(encoded.load());
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const PipelineGpuTime gpu = data->take_gpu_time();  // every encode has finished: its file was written
+    std::string gpu_text;
+    if (gpu.samples > 0)
+      gpu_text = fmt::format("; on the GPU {:.1f} ms VAE, {:.1f} ms colour and augment",
+                             gpu.vae_ms / gpu.samples, gpu.before_vae_ms / gpu.samples);
+    spdlog::info(
+        "preprocess: per row {:.1f} ms of wall time; per row and job on the host {:.1f} ms loading (waiting "
+        "for the decoders' clip, queueing the encode) and {:.1f} ms writing (waiting for the encode, then "
+        "the file){}",
+        1000 * wall / rows_done, 1000 * load_seconds / rows_done, 1000 * write_seconds / rows_done, gpu_text);
+  }
   if (first_error) std::rethrow_exception(first_error);
   FailureBudget(config.data.max_failed_share, rows)
       .add(failed.load(), "rows that could not be encoded", str_cat("; the manifest lists the ", listed, " that worked"));

@@ -505,7 +505,7 @@ void launch_apply(T* y, const T* x, const ChannelAffine* table, const GroupNormS
     launch(std::integral_constant<ApplyOut, ApplyOut::kInteriorAndPads>{});
   } else {
     launch(std::integral_constant<ApplyOut, ApplyOut::kInterior>{});
-    if (cudaGetLastError() != cudaSuccess) return;
+    if (cudaPeekAtLastError() != cudaSuccess) return;  // launch_all reports it
     (void)launch_borders(y, s.batch, s.channels, s.frames, s.height, s.width, s.pad_front, s.pad_side,
                          stream);
   }

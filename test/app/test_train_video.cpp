@@ -266,6 +266,9 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   INFO(inline_run.output);
   REQUIRE(inline_run.exit_code == 0);
   CHECK_THAT(first.output, ContainsSubstring("2 job(s) encoding, 2 decode worker(s) ahead of them"));
+  // Where a row's time went (on the CPU: no GPU intervals to report).
+  CHECK_THAT(first.output, ContainsSubstring("preprocess: per row "));
+  CHECK_THAT(first.output, ContainsSubstring("ms loading (waiting for the decoders' clip"));
   for (const std::string& file : files) {
     INFO(file);
     CHECK(tt::test::read_file(inline_out + "/" + file) == tt::test::read_file(out + "/" + file));
