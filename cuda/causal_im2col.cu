@@ -7,33 +7,13 @@
 
 #include <cuda_bf16.h>
 
+#include "cuda/scalar_io.cuh"
+
 namespace tt::kernels {
 namespace {
 
 constexpr int kThreads = 128;
 constexpr int kVec = 8;
-
-template <typename T>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-__device__ float as_float(float v) {
-  return v;
-}
-__device__ float as_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename T>
-__device__ T from_float(float v);
-template <>
-__device__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 __device__ int64_t clamp_index(int64_t i, int64_t size) {
   return i < 0 ? 0 : (i >= size ? size - 1 : i);
@@ -55,7 +35,7 @@ __global__ void causal_im2col_kernel(T* __restrict__ cols, const T* __restrict__
   const int64_t taps = 27 * s.channels;
   T* out = cols + local * s.columns;
   for (int64_t k0 = 0; k0 < s.columns; k0 += kVec) {
-    Pack<T> pack;
+    float values[kVec];
     for (int j = 0; j < kVec; ++j) {
       const int64_t k = k0 + j;
       float v = 0.0f;
@@ -64,13 +44,13 @@ __global__ void causal_im2col_kernel(T* __restrict__ cols, const T* __restrict__
         const int64_t dt = tap / 9, dh = (tap / 3) % 3, dw = tap % 3;
         const int64_t tt = clamp_index(t + dt - 2, s.frames), hh = clamp_index(h + dh - 1, s.height),
                       ww = clamp_index(w + dw - 1, s.width);
-        v = as_float(sample[c * s.stride[1] + tt * s.stride[2] + hh * s.stride[3] + ww * s.stride[4]]);
+        v = load_float(sample + c * s.stride[1] + tt * s.stride[2] + hh * s.stride[3] + ww * s.stride[4]);
       } else if (k == taps) {
         v = 1.0f;
       }
-      pack.v[j] = from_float<T>(v);
+      values[j] = v;
     }
-    *reinterpret_cast<Pack<T>*>(out + k0) = pack;
+    store_vec<T, kVec>(out + k0, values);
   }
 }
 

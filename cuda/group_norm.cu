@@ -29,6 +29,8 @@
 
 #include <cuda_bf16.h>
 
+#include "cuda/scalar_io.cuh"
+
 #include <type_traits>
 
 namespace tt::kernels {
@@ -48,37 +50,6 @@ struct Welford {
 struct ChannelAffine {
   float mean, scale, shift;  // y = (x - mean) * scale + shift
 };
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-__device__ float to_float(float v) {
-  return v;
-}
-__device__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ void set_from_float(float& out, float v) {
-  out = v;
-}
-__device__ void set_from_float(__nv_bfloat16& out, float v) {
-  out = __float2bfloat16_rn(v);
-}
-
-template <typename T, int kVec>
-__device__ void load(const T* p, float (&v)[kVec]) {
-  const Pack<T, kVec> pack = *reinterpret_cast<const Pack<T, kVec>*>(p);
-  for (int k = 0; k < kVec; ++k) v[k] = to_float(pack.v[k]);
-}
-
-template <typename T, int kVec>
-__device__ void store(T* p, const float (&v)[kVec]) {
-  Pack<T, kVec> pack;
-  for (int k = 0; k < kVec; ++k) set_from_float(pack.v[k], v[k]);
-  *reinterpret_cast<Pack<T, kVec>*>(p) = pack;
-}
 
 // Chan's parallel merge; either side may be empty (count 0, mean 0, m2 0).
 template <typename F>
@@ -147,7 +118,7 @@ static __global__ void group_stats_first_kernel(Welford<float>* __restrict__ par
     Welford<float> w{0, 0, 0};
     for (int64_t i = begin + threadIdx.x * kVec; i < end; i += kThreads * kVec) {
       float v[kVec];
-      load<T, kVec>(group + i, v);
+      load_vec<T, kVec>(group + i, v);
       w = merge(w, welford_of<kVec>(v));
     }
     w = block_merge(w);
@@ -173,7 +144,7 @@ static __global__ void __launch_bounds__(1024)
     Welford<float> w{0, 0, 0};
     for (int64_t p = begin + threadIdx.y; p < end; p += blockDim.y) {
       float v[kVec];
-      load<T, kVec>(sample + p * channels, v);
+      load_vec<T, kVec>(sample + p * channels, v);
       for (int k = 0; k < kVec; ++k) v[k] += shift[k];
       w = merge(w, welford_of<kVec>(v));
     }
@@ -232,9 +203,9 @@ static __global__ void group_apply_first_kernel(T* __restrict__ y, const T* __re
     for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < spatial;
          i += stride) {
       float v[kVec];
-      load<T, kVec>(x + offset + i, v);
+      load_vec<T, kVec>(x + offset + i, v);
       for (int k = 0; k < kVec; ++k) v[k] = normalize(v[k], a, silu);
-      store<T, kVec>(y + offset + i, v);
+      store_vec<T, kVec>(y + offset + i, v);
     }
   }
 }
@@ -267,15 +238,15 @@ static __global__ void __launch_bounds__(1024)
     const int64_t out_sample = kOut != ApplyOut::kDense ? n * pad.out_spatial * channels + c0 : sample;
     for (int64_t p = begin + threadIdx.y; p < end; p += blockDim.y) {
       float v[kVec];
-      load<T, kVec>(x + sample + p * channels, v);
+      load_vec<T, kVec>(x + sample + p * channels, v);
       for (int k = 0; k < kVec; ++k) v[k] = normalize(v[k], a[k], silu);
       if (kOut == ApplyOut::kDense) {
-        store<T, kVec>(y + out_sample + p * channels, v);
+        store_vec<T, kVec>(y + out_sample + p * channels, v);
         continue;
       }
       const int64_t d = p / pad.in_hw, r = p - d * pad.in_hw, h = r / pad.in_w, w = r - h * pad.in_w;
       if (kOut == ApplyOut::kInterior) {
-        store<T, kVec>(
+        store_vec<T, kVec>(
             y + out_sample +
                 ((d + pad.front) * pad.out_hw + (h + pad.side) * pad.out_w + w + pad.side) * channels,
             v);
@@ -294,7 +265,7 @@ static __global__ void __launch_bounds__(1024)
       for (int64_t dd = d_first; dd <= d_last; ++dd)
         for (int64_t hh = h_first; hh <= h_last; ++hh)
           for (int64_t ww = w_first; ww <= w_last; ++ww)
-            store<T, kVec>(y + out_sample + (dd * pad.out_hw + hh * pad.out_w + ww) * channels, v);
+            store_vec<T, kVec>(y + out_sample + (dd * pad.out_hw + hh * pad.out_w + ww) * channels, v);
     }
   }
 }
@@ -342,8 +313,8 @@ static __global__ void __launch_bounds__(1024)
       const int64_t sh = hh < side ? side : (hh >= side + height ? side + height - 1 : hh);
       const int64_t sw = ww < side ? side : (ww >= side + width ? side + width - 1 : ww);
       float v[kVec];
-      load<T, kVec>(sample + (sd * out_hw + sh * out_w + sw) * channels, v);
-      store<T, kVec>(sample + (dd * out_hw + hh * out_w + ww) * channels, v);
+      load_vec<T, kVec>(sample + (sd * out_hw + sh * out_w + sw) * channels, v);
+      store_vec<T, kVec>(sample + (dd * out_hw + hh * out_w + ww) * channels, v);
     }
   }
 }

@@ -6,39 +6,24 @@
 
 #include <cuda_bf16.h>
 
+#include "cuda/scalar_io.cuh"
+
 namespace tt::kernels {
 namespace {
 
 constexpr int kThreads = 256;
 
 template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-__device__ float as_float(float v) {
-  return v;
-}
-__device__ float as_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ void assign(float& out, float v) {
-  out = v;
-}
-__device__ void assign(__nv_bfloat16& out, float v) {
-  out = __float2bfloat16_rn(v);
-}
-
-template <typename T, int kVec>
 __global__ void add_residual_bias_kernel(T* __restrict__ out, const T* __restrict__ other,
                                          const float* __restrict__ bias, int64_t vectors, int64_t channels) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += stride) {
-    Pack<T, kVec> a = reinterpret_cast<const Pack<T, kVec>*>(out)[i];
-    const Pack<T, kVec> b = reinterpret_cast<const Pack<T, kVec>*>(other)[i];
+    float a[kVec], b[kVec];
+    load_vec<T, kVec>(out + i * kVec, a);
+    load_vec<T, kVec>(other + i * kVec, b);
     const int64_t c0 = (i * kVec) % channels;
-    for (int k = 0; k < kVec; ++k) assign(a.v[k], as_float(a.v[k]) + as_float(b.v[k]) + bias[c0 + k]);
-    reinterpret_cast<Pack<T, kVec>*>(out)[i] = a;
+    for (int k = 0; k < kVec; ++k) a[k] = a[k] + b[k] + bias[c0 + k];  // (out + other) + bias
+    store_vec<T, kVec>(out + i * kVec, a);
   }
 }
 

@@ -1,5 +1,6 @@
-// Element loads and stores of the Transformer kernels (gated_residual.cu, rms_norm_rope.cu,
-// gelu_tanh.cu): fp32 or bf16 in memory, fp32 in registers. Device code only; no torch here.
+// Element loads and stores of the kernels (the Transformer's gated_residual.cu, rms_norm_rope.cu,
+// gelu_tanh.cu; the VAE's group_norm.cu, residual_bias.cu, causal_im2col.cu): fp32 or bf16 in
+// memory, fp32 in registers. Device code only; no torch here.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,6 +18,27 @@ inline __device__ void store_float(float* p, float v) {
 }
 inline __device__ void store_float(__nv_bfloat16* p, float v) {
   *p = __float2bfloat16_rn(v);
+}
+
+/// kVec consecutive elements, aligned to their whole size: one vector load or store.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+/// The kVec elements at p (aligned to sizeof(T) * kVec) as fp32.
+template <typename T, int kVec>
+inline __device__ void load_vec(const T* p, float (&v)[kVec]) {
+  const Pack<T, kVec> pack = *reinterpret_cast<const Pack<T, kVec>*>(p);
+  for (int k = 0; k < kVec; ++k) v[k] = load_float(&pack.v[k]);
+}
+
+/// v rounded to T, stored at p (aligned to sizeof(T) * kVec) in one store.
+template <typename T, int kVec>
+inline __device__ void store_vec(T* p, const float (&v)[kVec]) {
+  Pack<T, kVec> pack;
+  for (int k = 0; k < kVec; ++k) store_float(&pack.v[k], v[k]);
+  *reinterpret_cast<Pack<T, kVec>*>(p) = pack;
 }
 
 /// v rounded to the element type T (the value a store then a load would give), as fp32.

@@ -48,11 +48,6 @@ torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, 
   return conv.forward_consuming(std::move(normed), with_bias);
 }
 
-torch::Tensor vae_add_residual(torch::Tensor out, const torch::Tensor& residual, const torch::Tensor& bias) {
-  add_residual_bias_(out, residual, bias);
-  return out;
-}
-
 torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {
   extent = std::min({a.size(dim), b.size(dim), extent});
   for (int64_t k = 0; k < extent; ++k) {

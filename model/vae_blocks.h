@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/ops.h"
 #include "model/vae.h"
 
 namespace tt {
@@ -80,9 +81,6 @@ TORCH_MODULE(CausalConv3d);
 torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, torch::Tensor x, bool silu,
                             const VaeRuntime& rt, const torch::Tensor& pre_bias = {}, bool with_bias = true);
 
-/// out += residual + bias (per channel), in place: cuda/ops.h add_residual_bias_ (one pass on CUDA).
-torch::Tensor vae_add_residual(torch::Tensor out, const torch::Tensor& residual, const torch::Tensor& bias);
-
 // GroupNorm -> SiLU -> conv, twice, plus a 1x1x1 shortcut when the channel count changes.
 class VaeResnetImpl : public torch::nn::Module {
  public:
@@ -100,10 +98,10 @@ class VaeResnetImpl : public torch::nn::Module {
       // conv2's (and the shortcut's) into the residual sum.
       torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt, {}, /*with_bias=*/false);
       h = vae_norm_conv(norm2, *conv2, std::move(h), true, rt, conv1->conv->bias, /*with_bias=*/false);
-      if (!conv_shortcut) return vae_add_residual(std::move(h), x, conv2->conv->bias);
+      if (!conv_shortcut) return add_residual_bias_(h, x, conv2->conv->bias);
       const torch::Tensor bias =
           conv2->conv->bias.to(torch::kFloat32) + conv_shortcut->conv->bias.to(torch::kFloat32);
-      return vae_add_residual(std::move(h), conv_shortcut->forward_consuming(x, /*with_bias=*/false), bias);
+      return add_residual_bias_(h, conv_shortcut->forward_consuming(x, /*with_bias=*/false), bias);
     }
     torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt);
     // conv1's output goes once norm2 has read it, before conv2 allocates (diffusers' rebinding
