@@ -160,7 +160,7 @@ class VideoTrainingData : public TrainingData {
     if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(!(benchmark && std::string(benchmark) == "0"));
     VaeRuntime runtime;
     runtime.tile_batch = config.tile_batch;
-    runtime.norm_pads = runtime.fold_bias = config.fused_padding;
+    runtime.norm_pads = runtime.fold_bias = runtime.border_kernel = config.fused_padding;
     runtime.gemm_first_and_attention = config.gemm_kernels;
     runtime.cuda_graphs = config.cuda_graphs;
     vae_->set_runtime(runtime);
