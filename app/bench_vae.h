@@ -28,7 +28,7 @@ struct BenchVaeOptions {
   // vae.gemm_kernels: the default and training's), fast-graphs (fast-auto + each pass shape a CUDA
   // graph, replayed), fast-batched (both + up to 4 tiles of one shape batched), fast-padded-batched
   // (fast-batched + the padded norm).
-  std::string runtimes = "fast-gemm";
+  std::string runtimes = "fast-gemm-borders";
   bool cudnn_benchmark = true;  // let cuDNN time its convolution algorithms per shape
   int64_t warmup = 2, steps = 5;
   std::string dump;         // folder for the diffusers comparison ("" = none)

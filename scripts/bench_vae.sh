@@ -15,13 +15,13 @@ read -r frames height width <<<"${VAE_SIZE:-33 480 832}"
 device=${VAE_DEVICE:-cuda}
 "$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
   --width "$width" --tiling whole,frames,tiled \
-  --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched,fast-padded-batched,fast-auto,fast-graphs,fast-padded,fast-folded,fast-gemm}" \
+  --runtimes "${VAE_RUNTIMES:-plain,channels-last,fused,fast,fast-batched,fast-padded-batched,fast-auto,fast-graphs,fast-padded,fast-folded,fast-gemm,fast-gemm-borders}" \
   --warmup 2 --steps 5 --dump /tmp/vae_dump --json "$json" 2>&1 | grep -E "^bench-vae|TT_ERR|error"
 # Where the default runtime's time goes: each encoder stage's GPU time, FLOPs and MFU, and the time
 # outside the passes (--stages; not appended to the comparison's JSON); then two encodes traced per
 # mode (--trace): kernel time by kind, the convolutions' achieved TFLOP/s, the longest kernels.
 "$tt" bench-vae --preset "${VAE_PRESET:-hunyuan}" --device "$device" --frames "$frames" --height "$height" \
-  --width "$width" --tiling whole,frames,tiled --runtimes "${STAGE_RUNTIME:-fast-gemm}" --warmup 1 --steps 3 --stages \
+  --width "$width" --tiling whole,frames,tiled --runtimes "${STAGE_RUNTIME:-fast-gemm-borders}" --warmup 1 --steps 3 --stages \
   --trace "$out/vae_traces" --json "$out/bench_vae_stages.jsonl" 2>&1 |
   grep -E "^bench-vae|^  \||^\| |^Where|^achieved|TT_ERR|error"
 gzip -f "$out"/vae_traces/*.json 2>/dev/null || true  # the traces (kernel time by kind above) come back smaller
