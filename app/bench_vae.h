@@ -23,11 +23,12 @@ struct BenchVaeOptions {
   // LibTorch GroupNorm, one tile at a time), channels-last, fused (GroupNorm+SiLU kernel), fast (both),
   // fast-auto (both + tiles of one shape batched within the largest crop's voxels), fast-padded
   // (fast-auto + the norm written straight into the causal convolution's padded input), fast-folded
-  // (fast-padded + the resnet biases added by the norm and the residual sum: vae.fused_padding),
-  // fast-gemm (fast-folded + the first convolution and the mid attention as cuBLAS GEMMs,
-  // vae.gemm_kernels: the default and training's), fast-graphs (fast-auto + each pass shape a CUDA
-  // graph, replayed), fast-batched (both + up to 4 tiles of one shape batched), fast-padded-batched
-  // (fast-batched + the padded norm).
+  // (fast-padded + the resnet biases added by the norm and the residual sum), fast-gemm (fast-folded +
+  // the first convolution and the mid attention as cuBLAS GEMMs, vae.gemm_kernels),
+  // fast-gemm-borders (fast-gemm with the norm writing the padded buffer's interior and one kernel
+  // its borders; with fast-folded's folds, vae.fused_padding: the default and training's),
+  // fast-graphs (fast-auto + each pass shape a CUDA graph, replayed), fast-batched (both + up to 4
+  // tiles of one shape batched), fast-padded-batched (fast-batched + the padded norm).
   std::string runtimes = "fast-gemm-borders";
   bool cudnn_benchmark = true;  // let cuDNN time its convolution algorithms per shape
   int64_t warmup = 2, steps = 5;
