@@ -407,9 +407,7 @@ cudaError_t launch_borders(T* y, int64_t batch, int64_t channels, int64_t frames
   const int64_t total = front * (height + 2 * side) * (width + 2 * side) +
                         frames * 2 * side * (width + 2 * side) + frames * height * 2 * side;
   if (total == 0 || batch == 0 || channels == 0) return cudaSuccess;
-  int vec = 16 / static_cast<int>(sizeof(T));
-  while (vec > 1 && (channels % vec != 0 || reinterpret_cast<uintptr_t>(y) % (vec * sizeof(T)) != 0))
-    vec /= 2;
+  const int vec = vector_width(channels, sizeof(T), y, y);
   if (channels / vec > 1024) return cudaErrorInvalidValue;
   const dim3 block = block_shape(channels / vec);
   const int64_t blocks = ceil_div(total, block.y);
