@@ -501,7 +501,7 @@ torch::Tensor group_norm_silu(const torch::Tensor& x, const torch::Tensor& weigh
 #ifdef TELETRON_WITH_CUDA
   const c10::cuda::CUDAGuard guard(x.device());
   const auto format = group_norm_format(x);
-  const int64_t batch = x.size(0), channels = x.size(1);
+  const int64_t channels = x.size(1);
   // Past kGroupNormMaxChannelsLast channels, channels-last input takes the channels-first kernels on a copy.
   const bool channels_last =
       format != at::MemoryFormat::Contiguous && channels <= kernels::kGroupNormMaxChannelsLast;
