@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <latch>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "app/config.h"
@@ -137,14 +139,14 @@ int run_preprocess(const PreprocessOptions& options) {
     std::lock_guard<std::mutex> lock(prepare_mutex);
     data->prepare({todo[k]}, {0});
   };
-  for (size_t k = 0; k < std::min(todo.size(), static_cast<size_t>(ahead)); ++k) prepare(k);
 
   std::atomic<int64_t> next{0}, encoded{0}, failed{unnamed};
   std::mutex log_mutex;
   // Host time per encoded row, summed over the jobs: in load_one (waiting for the decoders' clip,
   // queueing the encode) and in writing (the copy to the host waits for the encode, then the file).
   double load_seconds = 0, write_seconds = 0;
-  const auto start = std::chrono::steady_clock::now();
+  // Set once every job has prepared its encoder (below): clips/s and the ETA count from there.
+  std::chrono::steady_clock::time_point start;
   auto worker = [&] {
     for (size_t k = static_cast<size_t>(next++); k < todo.size(); k = static_cast<size_t>(next++)) {
       prepare(k + static_cast<size_t>(ahead));
@@ -194,20 +196,55 @@ int run_preprocess(const PreprocessOptions& options) {
   std::vector<std::thread> threads;
   std::exception_ptr first_error;
   std::mutex error_mutex;
-  for (int j = 0; j < std::max(1, options.jobs); ++j) {
+  auto keep_error = [&] {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    if (!first_error) first_error = std::current_exception();
+    next = static_cast<int64_t>(todo.size());  // the other workers stop after their current row
+  };
+  // Each job first encodes blank clips of its rows' buckets on its own thread (cuDNN's timed
+  // algorithm choices are kept per thread: without this, each job would time them inside its first
+  // clips); then the decoders start and the clock runs. `prepared` counts the jobs down, `go` lets
+  // them on once the decoders have their first rows.
+  const int job_count = std::max(1, options.jobs);
+  std::latch prepared(job_count), go(1);
+  for (int j = 0; j < job_count; ++j) {
     threads.emplace_back([&] {
+      // Each job's encodes on a CUDA stream of its own, so that --jobs N runs N encodes on the GPU
+      // at once (on the default stream they would queue behind each other); nothing on the CPU.
+      std::optional<SideStream> stream;
       try {
-        // Each job's encodes on a CUDA stream of its own, so that --jobs N runs N encodes on the GPU
-        // at once (on the default stream they would queue behind each other); nothing on the CPU.
-        const SideStream stream(device);
-        worker();
+        stream.emplace(device);
+        if (!todo.empty()) {
+          const auto begin = std::chrono::steady_clock::now();
+          const int64_t shapes = data->prepare_encoder(todo);
+          if (shapes > 0) {
+            std::lock_guard<std::mutex> lock(log_mutex);
+            spdlog::info("vae: {} bucket shape(s) encoded once on blank pixels on this job's thread before its first "
+                         "clip ({:.1f} s; cuDNN keeps its timed algorithm choices per thread)",
+                         shapes, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+          }
+        }
       } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-        next = static_cast<int64_t>(todo.size());  // the other workers stop after their current row
+        keep_error();
+      }
+      prepared.count_down();
+      go.wait();
+      try {
+        if (stream) worker();
+      } catch (...) {
+        keep_error();
       }
     });
   }
+  prepared.wait();
+  start = std::chrono::steady_clock::now();
+  try {
+    if (!first_error)  // every job has counted down: none writes it now
+      for (size_t k = 0; k < std::min(todo.size(), static_cast<size_t>(ahead)); ++k) prepare(k);
+  } catch (...) {
+    keep_error();
+  }
+  go.count_down();
   for (auto& thread : threads) thread.join();
 
   // The manifest lists every complete file, in manifest order, whatever run wrote it.

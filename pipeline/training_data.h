@@ -47,6 +47,11 @@ class TrainingData {
   /// One sample with no replacement: throws (kDecode, kData, kIo) when it cannot be loaded.
   /// Safe to call from several threads at once (teletron preprocess --jobs).
   virtual LatentSample load_one(int64_t index, int64_t epoch) = 0;
+  /// Before a thread's first load_one of `indices`: runs the source's own GPU work once on blank
+  /// input of each shape those rows give, on the calling thread and stream, and waits for it (video
+  /// on CUDA: one encode per bucket; LibTorch keeps cuDNN's timed algorithm choices per thread, so a
+  /// thread that skipped this would time them inside its first clips). Returns how many shapes ran.
+  virtual int64_t prepare_encoder(const std::vector<int64_t>& /*indices*/) { return 0; }
   /// Bucket of every row (video: index into data.buckets, -1 for rows that fit none; cached
   /// latents: index of the row's latent shape among the distinct ones); empty when every sample
   /// has one shape, and the trainer then batches samples in epoch order.

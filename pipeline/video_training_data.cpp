@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "core/content_hash.h"
@@ -122,6 +123,34 @@ class VideoTrainingData : public TrainingData {
 
  public:
   LatentSample load_one(int64_t index, int64_t epoch) override { return load(index, epoch); }
+
+  int64_t prepare_encoder(const std::vector<int64_t>& indices) override {
+    if (!device_.is_cuda()) return 0;
+    std::set<int64_t> buckets;
+    for (int64_t index : indices) {
+      const int64_t bucket = row_bucket_[static_cast<size_t>(index)];
+      if (bucket >= 0) buckets.insert(bucket);
+    }
+    std::set<std::vector<int64_t>> shapes;  // buckets of one size share their passes
+    for (int64_t bucket : buckets) {
+      const Bucket& b = buckets_[static_cast<size_t>(bucket)];
+      shapes.insert({1, 3, b.frames, b.height, b.width});
+    }
+    torch::NoGradGuard no_grad;
+    for (const std::vector<int64_t>& shape : shapes) {
+      const torch::Tensor pixels = torch::zeros(shape, torch::TensorOptions().device(device_).dtype(vae_dtype_));
+      try {
+        (void)vae_->encode_mean(pixels, tiling_);
+      } catch (const c10::OutOfMemoryError& error) {
+        throw Error(ErrorCode::kMemory,
+                    str_cat("the VAE encoder ran out of GPU memory encoding a blank ", shape[2], "x", shape[3], "x",
+                            shape[4], " clip before the first one: ", first_line(error.what_without_backtrace())),
+                    "fewer --jobs, vae.tiling: on, vae.tile_batch: auto, or a smaller bucket");
+      }
+    }
+    torch::cuda::synchronize(device_.index());
+    return static_cast<int64_t>(shapes.size());
+  }
   std::pair<int64_t, std::string> row_origin(int64_t index) const override {
     const VideoManifestRow& row = rows_[static_cast<size_t>(index)];
     return {row.line, row.video};

@@ -7,7 +7,8 @@
 # Both with the released VAE architecture and fixed random weights (the time does not depend on
 # them). Clips: .benchclips (scripts/make_bench_clips.sh, 10 s 1280x720 30 fps), each listed
 # PRE_REPEAT times (default 4) as rows of their own. Carry .device .wheels .devdeps .benchclips.
-# Environment: PRE_CASES ("short long"), PRE_REPEAT, PRE_JOBS (teletron --jobs, each in turn, default "1 2"),
+# Environment: PRE_CASES ("short long"), PRE_REPEAT, PRE_JOBS (teletron --jobs, each in turn, default "1 2";
+# PRE_JOBS_LONG for the long case, default PRE_JOBS),
 # PRE_WORKERS (data_pipeline.workers, default 4), PRE_DEVICE (cuda; cpu for a smoke test with
 # PRE_SMALL=1: 9 frames at 64x64 / 17 at 128x128 and the tiny VAE preset on teletron's side only).
 set -uo pipefail
@@ -60,13 +61,16 @@ tele_tron:
     workers: ${PRE_WORKERS:-4}
   train: {device: $device}
 EOF
-  for jobs in ${PRE_JOBS:-1 2}; do
+  job_list=${PRE_JOBS:-1 2}
+  [ "$case" = long ] && job_list=${PRE_JOBS_LONG:-$job_list}
+  for jobs in $job_list; do
     echo "== $case: ${#rows[@]} rows, $frames x $height x $width, vae.tiling $tiling, --jobs $jobs"
     log="$out/preprocess_${case}_jobs$jobs.log"
     start=$(date +%s.%N)
     "$tt" preprocess "$work/$case.yaml" --output "$work/out_${case}_jobs$jobs" --jobs "$jobs" >"$log" 2>&1
     rc=$?
     seconds=$(python3 -c "import time; print(time.time() - $start)")
+    grep -E "encoded once on blank" "$log"
     grep -E "preprocess:|TT_ERR" "$log" | tail -4
     # clips/s as preprocess logs it at its last row (from its first encode, cuDNN's tuning included;
     # start-up excluded, as the peer excludes its model load and warm-up clip); the wall time beside it.
@@ -86,7 +90,8 @@ peers = [r for r in rows if r.get("tool") != "teletron preprocess"]
 cases = [r["case"] for r in ours]
 for case, p in zip(dict.fromkeys(cases), peers):
     for o in (r for r in ours if r["case"] == case):
-        print(f"{case}: teletron --jobs {o.get('jobs', 1)} {o['clips_per_s']:.3f} clips/s (rc {o['rc']}), peer "
+        print(f"{case}: teletron --jobs {o.get('jobs', 1)} {o['clips_per_s']:.3f} clips/s (rc {o['rc']}, "
+              f"{o['wall_seconds']:.1f} s wall with start-up), peer "
               f"{p['clips_per_s']:.3f} clips/s -> {o['clips_per_s'] / p['clips_per_s']:.2f}x; peer decode "
               f"{p['decode_s']:.1f} s, encode {p['encode_s']:.1f} s, peak {p['peak_gb']:.2f} GiB")
 PY

@@ -22,7 +22,8 @@
 #   STEPS) for cached latents (its step time is flat after warm-up).
 # Per mode: samples/s, step time, data-wait share, GPU busy share (NVML utilization.gpu sampled every
 # 200 ms: the share of samples with a kernel running), CPU cores used (user + sys time / wall time of
-# the process, bash's `time`), peak memory; then the issue's target check. Logs and metrics in $OUT.
+# the process, bash's `time`), peak memory; then the issue's target check: online samples/s against
+# TV_BOUND (default 0.95; issue 15 asks 0.97) x 1 / (cached step + VAE per clip). Logs and metrics in $OUT.
 # Smoke test off the GPU machine: TV_DEVICE=cpu TV_MODEL=tiny TV_VAE=tiny TV_BUCKET="9 64 64"
 # TV_TEXT="--dim 64 --pooled 32 --length 8 --valid 6" TV_WORK=/tmp/tv_smoke (defaults: cuda, 1b,
 # hunyuan with random weights, "33 480 832", the 1b's text widths, /tmp/tv).
@@ -135,7 +136,8 @@ if os.path.exists(vae_path) and "cached" in summary and "online" in summary:
     vae_ms = [json.loads(l) for l in open(vae_path) if l.strip()][-1]["ms"]
     bound = 1000.0 / (summary["cached"]["step_ms"] + vae_ms)  # batch size 1: one sample per step
     online = summary["online"]["samples_per_s"]
-    print(f"target: online {online:.3f} samples/s vs 0.95 x 1 / (cached step {summary['cached']['step_ms']:.0f} ms + "
-          f"VAE {vae_ms:.0f} ms per clip) = {0.95 * bound:.3f} -> {'met' if online >= 0.95 * bound else 'NOT met'} "
+    share = float(os.environ.get("TV_BOUND", "0.95"))  # issue 5 asked 0.95, issue 15 asks 0.97
+    print(f"target: online {online:.3f} samples/s vs {share} x 1 / (cached step {summary['cached']['step_ms']:.0f} ms + "
+          f"VAE {vae_ms:.0f} ms per clip) = {share * bound:.3f} -> {'met' if online >= share * bound else 'NOT met'} "
           f"({online / bound:.3f} of the bound)")
 PY

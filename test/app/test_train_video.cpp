@@ -143,6 +143,13 @@ void check_pairing(const std::string& out, const std::vector<std::string>& files
   }
 }
 
+// Occurrences of `needle` in `text`.
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++count;
+  return count;
+}
+
 }  // namespace
 
 TEST_CASE("train on raw videos (tiny VAE + tiny Transformer, CPU): the loss falls", "[train][video]") {
@@ -266,6 +273,7 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   INFO(inline_run.output);
   REQUIRE(inline_run.exit_code == 0);
   CHECK_THAT(first.output, ContainsSubstring("2 job(s) encoding, 2 decode worker(s) ahead of them"));
+  CHECK_THAT(first.output, !ContainsSubstring("encoded once on blank pixels"));  // CUDA only
   // Where a row's time went (on the CPU: no GPU intervals to report).
   CHECK_THAT(first.output, ContainsSubstring("preprocess: per row "));
   CHECK_THAT(first.output, ContainsSubstring("ms loading (waiting for the decoders' clip"));
@@ -320,6 +328,28 @@ TEST_CASE("preprocess on CUDA: jobs encoding at once on streams of their own wri
     CHECK(tt::test::read_file((dir / "three") + "/" + file) == tt::test::read_file((dir / "one") + "/" + file));
   }
   check_pairing(dir / "three", files, clips, dir);
+}
+
+TEST_CASE("preprocess on CUDA: each job encodes its buckets once on blank pixels on its own thread first",
+          "[gpu][train][video]") {
+  const std::vector<std::string> clips = make_clips();  // recorded before the GPU check (media cache)
+  TT_REQUIRE_GPU();
+  TempDir dir("tt_gpu_preprocess_prepare");
+  write_manifest(dir, clips);
+  const std::string config = write_config(dir, dir / "manifest.jsonl", 2, 0.0, 2, "prepare.yaml", "cuda");
+  const std::string line = "bucket shape(s) encoded once on blank pixels on this job's thread";
+  const auto two = tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "out") + "' --jobs 2 2>&1");
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  CHECK(count_of(two.output, "vae: 1 " + line) == 2);  // one bucket, two job threads
+  CHECK(count_of(two.output, line) == 2);
+  CHECK(listed_latents(dir / "out").size() == 6);
+  // Nothing left to encode: no job prepares anything.
+  const auto again = tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "out") + "' --jobs 2 2>&1");
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK_THAT(again.output, ContainsSubstring("6 already done, 0 to encode"));
+  CHECK(count_of(again.output, line) == 0);
 }
 
 TEST_CASE("preprocess after a manifest edit: changed rows are encoded again, no old latent pairs with a new row",
