@@ -219,9 +219,10 @@ int run_preprocess(const PreprocessOptions& options) {
           const int64_t shapes = data->prepare_encoder(todo);
           if (shapes > 0) {
             std::lock_guard<std::mutex> lock(log_mutex);
-            spdlog::info("vae: {} bucket shape(s) encoded once on blank pixels on this job's thread before its first "
-                         "clip ({:.1f} s; cuDNN keeps its timed algorithm choices per thread)",
-                         shapes, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+            spdlog::info(
+                "vae: {} bucket shape(s) encoded once on blank pixels on this job's thread before its first "
+                "clip ({:.1f} s; cuDNN keeps its timed algorithm choices per thread)",
+                shapes, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
           }
         }
       } catch (...) {

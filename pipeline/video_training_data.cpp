@@ -138,14 +138,16 @@ class VideoTrainingData : public TrainingData {
     }
     torch::NoGradGuard no_grad;
     for (const std::vector<int64_t>& shape : shapes) {
-      const torch::Tensor pixels = torch::zeros(shape, torch::TensorOptions().device(device_).dtype(vae_dtype_));
+      const torch::Tensor pixels =
+          torch::zeros(shape, torch::TensorOptions().device(device_).dtype(vae_dtype_));
       try {
         (void)vae_->encode_mean(pixels, tiling_);
       } catch (const c10::OutOfMemoryError& error) {
-        throw Error(ErrorCode::kMemory,
-                    str_cat("the VAE encoder ran out of GPU memory encoding a blank ", shape[2], "x", shape[3], "x",
-                            shape[4], " clip before the first one: ", first_line(error.what_without_backtrace())),
-                    "fewer --jobs, vae.tiling: on, vae.tile_batch: auto, or a smaller bucket");
+        throw Error(
+            ErrorCode::kMemory,
+            str_cat("the VAE encoder ran out of GPU memory encoding a blank ", shape[2], "x", shape[3], "x",
+                    shape[4], " clip before the first one: ", first_line(error.what_without_backtrace())),
+            "fewer --jobs, vae.tiling: on, vae.tile_batch: auto, or a smaller bucket");
       }
     }
     torch::cuda::synchronize(device_.index());

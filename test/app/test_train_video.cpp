@@ -146,7 +146,8 @@ void check_pairing(const std::string& out, const std::vector<std::string>& files
 // Occurrences of `needle` in `text`.
 size_t count_of(const std::string& text, const std::string& needle) {
   size_t count = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++count;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size()))
+    ++count;
   return count;
 }
 
@@ -338,14 +339,16 @@ TEST_CASE("preprocess on CUDA: each job encodes its buckets once on blank pixels
   write_manifest(dir, clips);
   const std::string config = write_config(dir, dir / "manifest.jsonl", 2, 0.0, 2, "prepare.yaml", "cuda");
   const std::string line = "bucket shape(s) encoded once on blank pixels on this job's thread";
-  const auto two = tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "out") + "' --jobs 2 2>&1");
+  const auto two =
+      tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "out") + "' --jobs 2 2>&1");
   INFO(two.output);
   REQUIRE(two.exit_code == 0);
   CHECK(count_of(two.output, "vae: 1 " + line) == 2);  // one bucket, two job threads
   CHECK(count_of(two.output, line) == 2);
   CHECK(listed_latents(dir / "out").size() == 6);
   // Nothing left to encode: no job prepares anything.
-  const auto again = tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "out") + "' --jobs 2 2>&1");
+  const auto again =
+      tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "out") + "' --jobs 2 2>&1");
   INFO(again.output);
   REQUIRE(again.exit_code == 0);
   CHECK_THAT(again.output, ContainsSubstring("6 already done, 0 to encode"));
