@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <latch>
 #include <mutex>
 #include <optional>
@@ -147,51 +148,81 @@ int run_preprocess(const PreprocessOptions& options) {
   double load_seconds = 0, write_seconds = 0;
   // Set once every job has prepared its encoder (below): clips/s and the ETA count from there.
   std::chrono::steady_clock::time_point start;
+  // Row i's file from `sample`, whose latents are on the host or being copied there behind `copied`;
+  // counts the row and logs progress. Runs on a thread of its own (std::async below), so that its
+  // job queues the next clip's encode while this one waits for the copy and writes.
+  auto write_row = [&](int64_t i, const LatentSample& sample, const StreamHandoff& copied) {
+    const auto [line, source] = data->row_origin(i);
+    try {
+      const auto write_start = std::chrono::steady_clock::now();
+      copied.wait_on_host();
+      const fs::path final_path = out / "latents" / names[static_cast<size_t>(i)];
+      const fs::path temporary = final_path.string() + ".tmp";
+      safetensors::save(temporary.string(),
+                        {{"latents", sample.latents},
+                         {"text_states", sample.text_states},
+                         {"text_mask", sample.text_mask.to(torch::kUInt8)},
+                         {"pooled", sample.pooled}},
+                        {{"source", source},
+                         {"manifest_line", std::to_string(line)},
+                         {"row_identity", data->row_identity(i)}});
+      fsync_path(temporary.string(), false);
+      rename_or_throw(temporary.string(), final_path.string());
+      done[static_cast<size_t>(i)] = 1;
+      {
+        const auto end = std::chrono::steady_clock::now();
+        std::lock_guard<std::mutex> lock(log_mutex);
+        write_seconds += std::chrono::duration<double>(end - write_start).count();
+      }
+      const int64_t count = ++encoded;
+      if (count % 10 == 0 || count == to_encode) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double rate = static_cast<double>(count) / seconds;
+        std::lock_guard<std::mutex> lock(log_mutex);
+        spdlog::info("preprocess: {}/{} encoded ({:.3f} clips/s, ETA {:.0f} s)", count, to_encode, rate,
+                     static_cast<double>(to_encode - count) / rate);
+      }
+    } catch (const Error& error) {
+      if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData && error.code() != ErrorCode::kIo)
+        throw;
+      ++failed;
+      std::lock_guard<std::mutex> lock(log_mutex);
+      spdlog::warn("preprocess: line {} ({}) left out: {}", line, source, error.what());
+    }
+  };
   auto worker = [&] {
+    std::future<void> writing;  // this job's previous row, being written
     for (size_t k = static_cast<size_t>(next++); k < todo.size(); k = static_cast<size_t>(next++)) {
       prepare(k + static_cast<size_t>(ahead));
       const int64_t i = todo[k];
-      const auto [line, source] = data->row_origin(i);
       try {
         const auto load_start = std::chrono::steady_clock::now();
         LatentSample sample = data->load_one(i, 0);
-        const auto write_start = std::chrono::steady_clock::now();
-        const fs::path final_path = out / "latents" / names[static_cast<size_t>(i)];
-        const fs::path temporary = final_path.string() + ".tmp";
-        safetensors::save(temporary.string(),
-                          // On a GPU the VAE runs in bf16: its latents are bf16 values, stored without loss.
-                          {{"latents", device.is_cuda() ? sample.latents.to(torch::kBFloat16) : sample.latents},
-                           {"text_states", sample.text_states},
-                           {"text_mask", sample.text_mask.to(torch::kUInt8)},
-                           {"pooled", sample.pooled}},
-                          {{"source", source},
-                           {"manifest_line", std::to_string(line)},
-                           {"row_identity", data->row_identity(i)}});
-        fsync_path(temporary.string(), false);
-        rename_or_throw(temporary.string(), final_path.string());
-        done[static_cast<size_t>(i)] = 1;
+        if (device.is_cuda()) {
+          // On a GPU the VAE runs in bf16: its latents are bf16 values, stored without loss. They go
+          // to pinned host memory behind the encode, on this job's stream.
+          const torch::Tensor latents = sample.latents.to(torch::kBFloat16);
+          sample.latents = torch::empty(latents.sizes(), latents.options().device(torch::kCPU).pinned_memory(true));
+          sample.latents.copy_(latents, /*non_blocking=*/true);
+        }
+        StreamHandoff copied = StreamHandoff::record(device);
         {
-          const auto end = std::chrono::steady_clock::now();
           std::lock_guard<std::mutex> lock(log_mutex);
-          load_seconds += std::chrono::duration<double>(write_start - load_start).count();
-          write_seconds += std::chrono::duration<double>(end - write_start).count();
+          load_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
         }
-        const int64_t count = ++encoded;
-        if (count % 10 == 0 || count == to_encode) {
-          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          const double rate = static_cast<double>(count) / seconds;
-          std::lock_guard<std::mutex> lock(log_mutex);
-          spdlog::info("preprocess: {}/{} encoded ({:.3f} clips/s, ETA {:.0f} s)", count, to_encode, rate,
-                       static_cast<double>(to_encode - count) / rate);
-        }
+        if (writing.valid()) writing.get();  // one row in writing per job: host memory stays bounded
+        writing = std::async(std::launch::async, [&write_row, i, sample = std::move(sample),
+                                                  copied = std::move(copied)] { write_row(i, sample, copied); });
       } catch (const Error& error) {
         if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData && error.code() != ErrorCode::kIo)
           throw;
         ++failed;
+        const auto [line, source] = data->row_origin(i);
         std::lock_guard<std::mutex> lock(log_mutex);
         spdlog::warn("preprocess: line {} ({}) left out: {}", line, source, error.what());
       }
     }
+    if (writing.valid()) writing.get();
   };
   std::vector<std::thread> threads;
   std::exception_ptr first_error;

@@ -41,6 +41,7 @@ struct SideStream::Guard {
 struct StreamHandoff::Event {
   at::cuda::CUDAEvent event;
   c10::DeviceIndex device = 0;
+  const void* producer = nullptr;  // the stream it was recorded on, for messages
 };
 #else
 struct SideStream::Guard {};
@@ -71,6 +72,7 @@ StreamHandoff StreamHandoff::record(const torch::Device& device) {
     const auto producer = c10::cuda::getCurrentCUDAStream(handoff.event_->device);
     try {
       handoff.event_->event.record(producer);
+      handoff.event_->producer = producer.stream();
     } catch (const c10::Error& error) {
       throw_sync_error(producer.stream(), "recording the hand-off event", error.what_without_backtrace());
     }
@@ -95,6 +97,17 @@ void StreamHandoff::accept(std::initializer_list<torch::Tensor> tensors) const {
     if (tensor.defined() && tensor.is_cuda()) tensor.record_stream(consumer);
 #else
   (void)tensors;
+#endif
+}
+
+void StreamHandoff::wait_on_host() const {
+#ifdef TELETRON_WITH_CUDA
+  if (!event_) return;
+  try {
+    event_->event.synchronize();
+  } catch (const c10::Error& error) {
+    throw_sync_error(event_->producer, "waiting on the host for the hand-off event", error.what_without_backtrace());
+  }
 #endif
 }
 

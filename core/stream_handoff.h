@@ -42,6 +42,9 @@ class StreamHandoff {
   /// The current stream of the recorded device waits for the mark; each defined CUDA tensor is
   /// marked as in use on that stream. Does nothing for an empty hand-off.
   void accept(std::initializer_list<torch::Tensor> tensors) const;
+  /// The calling host thread waits until the recorded work has finished (any thread; for reading
+  /// on the host what a copy to pinned memory queued). Does nothing for an empty hand-off.
+  void wait_on_host() const;
 
   /// Test-only: with false, accept() skips record_stream (the hazard test shows that the consumer
   /// then reads memory the producer has re-used). Process-wide; never set outside tests.

@@ -34,6 +34,8 @@ TEST_CASE("a CPU hand-off and a CPU side stream do nothing", "[stream]") {
   const tt::StreamHandoff handoff = tt::StreamHandoff::record(torch::kCPU);
   torch::Tensor t = torch::ones({3});
   CHECK_NOTHROW(handoff.accept({t, torch::Tensor()}));
+  CHECK_NOTHROW(handoff.wait_on_host());
+  CHECK_NOTHROW(tt::StreamHandoff().wait_on_host());
   CHECK(torch::equal(t, torch::ones({3})));
 }
 

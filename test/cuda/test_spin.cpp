@@ -1,9 +1,12 @@
 // The stream-holding kernels the stream tests use (cuda/spin.cu): spin_until_set ends when another
 // stream writes its flag, and gives up (saying so) at its timeout; busy_for holds a stream for at
-// least its duration. CPU: both refuse cleanly without CUDA.
+// least its duration. CPU: both refuse cleanly without CUDA. With them: StreamHandoff::wait_on_host
+// waits for a copy queued behind a busy stream.
 #include <catch2/catch_test_macros.hpp>
 
 #include <torch/torch.h>
+
+#include <thread>
 
 #ifdef TELETRON_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -11,6 +14,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "core/stream_handoff.h"
 #include "cuda/ops.h"
 #include "test/test_util.h"
 
@@ -75,5 +79,22 @@ TEST_CASE("spin_until_set waits for another stream's flag or its timeout; busy_f
     CHECK(ms >= 199.0f);
     CHECK(ms < 5000.0f);
   }
+#endif
+}
+
+TEST_CASE("StreamHandoff::wait_on_host returns once a copy to pinned memory queued behind a busy stream has landed",
+          "[gpu][stream]") {
+  TT_REQUIRE_GPU();
+#ifdef TELETRON_WITH_CUDA
+  const torch::Device cuda(torch::kCUDA, 0);
+  const tt::SideStream stream(cuda);
+  const torch::Tensor values = torch::full({4096}, 7.0f, torch::TensorOptions().device(cuda));
+  torch::cuda::synchronize();
+  const torch::Tensor host = torch::zeros({4096}, torch::TensorOptions().pinned_memory(true));
+  tt::busy_for(cuda, 0.2);  // the copy below waits 0.2 s behind this on the side stream
+  host.copy_(values, /*non_blocking=*/true);
+  const tt::StreamHandoff copied = tt::StreamHandoff::record(cuda);
+  std::thread([&] { copied.wait_on_host(); }).join();  // from another thread, as preprocess's writer
+  CHECK(torch::equal(host, torch::full({4096}, 7.0f)));
 #endif
 }
