@@ -50,10 +50,19 @@ torch::Tensor vae_norm_conv(torch::nn::GroupNorm& norm, CausalConv3dImpl& conv, 
 
 torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {
   extent = std::min({a.size(dim), b.size(dim), extent});
-  for (int64_t k = 0; k < extent; ++k) {
-    const double w = static_cast<double>(k) / static_cast<double>(extent);
-    b.select(dim, k).copy_(a.select(dim, a.size(dim) - extent + k) * (1.0 - w) + b.select(dim, k) * w);
-  }
+  if (extent <= 0) return b;
+  // All `extent` slices at once, with the slice loop's roundings (diffusers blends slice by slice:
+  // each product with its weight as a float scalar, rounded to the tensor's dtype, then the sum):
+  // the same bits in three kernels instead of four per slice.
+  std::vector<int64_t> shape(static_cast<size_t>(b.dim()), 1);
+  shape[static_cast<size_t>(c10::maybe_wrap_dim(dim, b.dim()))] = extent;
+  const torch::Tensor w =
+      torch::arange(extent, torch::TensorOptions().dtype(torch::kFloat64)) / static_cast<double>(extent);
+  const auto weights = torch::TensorOptions().device(b.device()).dtype(torch::kFloat32);
+  const torch::Tensor from_a = (1.0 - w).to(weights).view(shape), from_b = w.to(weights).view(shape);
+  torch::Tensor head = b.narrow(dim, 0, extent);
+  head.copy_((a.narrow(dim, a.size(dim) - extent, extent) * from_a).to(b.scalar_type()) +
+             (head * from_b).to(b.scalar_type()));
   return b;
 }
 

@@ -19,6 +19,7 @@
 #include "core/errors.h"
 #include "core/profiler.h"
 #include "core/safetensors.h"
+#include "model/vae_blocks.h"
 #include "model/vae_flops.h"
 #include "model/weights.h"
 #include "test/test_util.h"
@@ -488,4 +489,49 @@ TEST_CASE("VAE encoder memory: at its peak the encoder holds about four activati
       static_cast<double>(tt::cpu_peak_bytes_during([&] { (void)vae->moments_tiled(clip, windows); }));
   INFO("33 frames in windows of 17: " << window_peak / (17 * bytes_per_frame) << " activations of a window");
   CHECK(window_peak <= 5.5 * 17 * bytes_per_frame);
+}
+
+namespace {
+
+// diffusers' blend, slice by slice (vae_blend's former body): the reference for its one-pass form.
+torch::Tensor blend_by_slices(const torch::Tensor& a, torch::Tensor b, int64_t dim, int64_t extent) {
+  extent = std::min({a.size(dim), b.size(dim), extent});
+  for (int64_t k = 0; k < extent; ++k) {
+    const double w = static_cast<double>(k) / static_cast<double>(extent);
+    b.select(dim, k).copy_(a.select(dim, a.size(dim) - extent + k) * (1.0 - w) + b.select(dim, k) * w);
+  }
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("vae_blend in one pass gives the slice loop's bits for every dim, extent and float dtype, in place",
+          "[vae]") {
+  torch::manual_seed(11);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
+    const torch::Tensor b0 = (torch::randn({2, 3, 5, 8, 9}) * 40).to(dtype);
+    for (int64_t dim = 2; dim <= 4; ++dim) {
+      std::vector<int64_t> a_shape = b0.sizes().vec();
+      a_shape[static_cast<size_t>(dim)] += 1;  // the tile before may be longer along the blended dim
+      const torch::Tensor a = (torch::randn(a_shape) * 40).to(dtype);
+      for (int64_t extent : {0, 1, 2, 3, 5, 12}) {
+        INFO("dtype " << dtype << ", dim " << dim << ", extent " << extent);
+        torch::Tensor expected = blend_by_slices(a, b0.clone(), dim, extent);
+        torch::Tensor b = b0.clone();
+        const torch::Tensor out = tt::vae_blend(a, b, dim, extent);
+        CHECK(out.data_ptr() == b.data_ptr());  // in place, b returned
+        CHECK(torch::equal(b, expected));
+        if (extent > 0) CHECK_FALSE(torch::equal(b, b0));
+      }
+    }
+    // b a view into a larger tensor (tiles are narrowed from their pass's output): only it changes.
+    const torch::Tensor a = (torch::randn({2, 3, 5, 11, 9}) * 40).to(dtype);
+    torch::Tensor whole = torch::zeros({2, 3, 5, 8, 12}, dtype);
+    whole.narrow(4, 2, 9).copy_(b0);
+    torch::Tensor view = whole.narrow(4, 2, 9);
+    tt::vae_blend(a, view, 3, 4);
+    CHECK(torch::equal(whole.narrow(4, 2, 9), blend_by_slices(a, b0.clone(), 3, 4)));
+    CHECK(torch::equal(whole.narrow(4, 0, 2), torch::zeros({2, 3, 5, 8, 2}, dtype)));
+    CHECK(torch::equal(whole.narrow(4, 11, 1), torch::zeros({2, 3, 5, 8, 1}, dtype)));
+  }
 }
