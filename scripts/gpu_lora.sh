@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU machine: issue 14's LoRA rows (carry .device and .wheels/diffusers: `pip download diffusers
-# --no-deps -d .wheels/diffusers` on the development machine; the image has torch, peft, transformers).
+# GPU machine: issue 14's LoRA rows (carry .device and .wheels: scripts/prepare_device.sh .wheels on
+# the development machine; the image has torch, peft, transformers).
 # Builds teletron into build-device/, then in one call, side by side:
 #   teletron bench --preset 13b with model.lora (rank 32, alpha 32) at 33x480x832, full activation
 #   checkpointing, bf16 autocast: step time, samples/s and peak memory;
@@ -14,7 +14,7 @@ root=$(cd "$here/.." && pwd)
 export TELETRON_BUILD_DIR=${TELETRON_BUILD_DIR:-$root/build-device}
 TELETRON_BUILD_TARGETS=${TELETRON_BUILD_TARGETS:-teletron} source "$here/device_build.sh" || exit 1
 echo "build ${build_s}s" | tee -a "$out/summary.txt"
-python3 -m pip install -q --no-index --no-deps --find-links "$root/.wheels/diffusers" diffusers >"$out/pip.log" 2>&1 ||
+python3 -m pip install -q --no-index --no-deps --find-links "$root/.wheels" diffusers >"$out/pip.log" 2>&1 ||
   echo "diffusers wheel not installed (see pip.log)" | tee -a "$out/summary.txt"
 rank=${RANK:-32} frames=${FRAMES:-33} height=${HEIGHT:-480} width=${WIDTH:-832} steps=${STEPS:-10}
 timeout 300 "$tt" bench --preset 13b --device cuda --frames "$frames" --height "$height" --width "$width" \

@@ -5,7 +5,7 @@
 #                builds FFmpeg there in ~40 s)
 #   .devdeps     Debian 12's protobuf packages (TensorBoard's event files; the image has no protobuf)
 #   .wheels      diffusers 0.42.1 + importlib_metadata + zipp (the image lacks them; peft, transformers,
-#                opencv are there), flat and again in .wheels/diffusers/ (both layouts the scripts use)
+#                opencv are there)
 #   .testmedia   the clips and probe answers the tests make with the ffmpeg CLI (scripts/make_test_media.sh;
 #                needs build/), for `ctest` there with TELETRON_TEST_MEDIA
 #   .benchclips  two 10-s 720p H.264 clips (scripts/make_bench_clips.sh .benchclips 2)
@@ -28,9 +28,8 @@ for folder in "${wanted[@]}"; do
       (cd .devdeps && apt-get download protobuf-compiler libprotoc32 libprotobuf32 libprotobuf-lite32 libprotobuf-dev)
       ;;
     .wheels)
-      mkdir -p .wheels/diffusers
+      mkdir -p .wheels
       python3 -m pip download -q --no-deps -d .wheels diffusers==0.42.1 importlib_metadata zipp
-      cp .wheels/*.whl .wheels/diffusers/
       ;;
     .testmedia) scripts/make_test_media.sh .testmedia build ;;
     .benchclips) scripts/make_bench_clips.sh .benchclips 2 ;;
