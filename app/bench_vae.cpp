@@ -110,6 +110,11 @@ VaeRuntime named_runtime(const std::string& name) {
     rt.norm_pads = rt.fold_bias = rt.gemm_first_and_attention = rt.border_kernel = true;
     return rt;
   }
+  if (name == "fast-residual-pads") {  // fast-gemm-borders + each down block's last resnet sum written
+                                       // straight into the downsampler's padded input
+    rt.norm_pads = rt.fold_bias = rt.gemm_first_and_attention = rt.border_kernel = rt.residual_pads = true;
+    return rt;
+  }
   if (name == "fast-graphs") {  // fast-auto + each pass shape captured as a CUDA graph and replayed
     rt.cuda_graphs = true;
     return rt;
@@ -131,7 +136,7 @@ VaeRuntime named_runtime(const std::string& name) {
   else
     throw Error(ErrorCode::kConfig, str_cat("--runtimes: unknown runtime '", name, "'"),
                 "use plain, channels-last, fused, fast, fast-auto, fast-padded, fast-folded, fast-gemm, "
-                "fast-gemm-borders, fast-graphs, fast-batched or fast-padded-batched");
+                "fast-gemm-borders, fast-residual-pads, fast-graphs, fast-batched or fast-padded-batched");
   return rt;
 }
 

@@ -27,6 +27,8 @@ struct BenchVaeOptions {
   // the first convolution and the mid attention as cuBLAS GEMMs, vae.gemm_kernels),
   // fast-gemm-borders (fast-gemm with the norm writing the padded buffer's interior and one kernel
   // its borders; with fast-folded's folds, vae.fused_padding: the default and training's),
+  // fast-residual-pads (fast-gemm-borders + each down block's last residual sum written straight into
+  // the downsampler's padded input; not in training yet),
   // fast-graphs (fast-auto + each pass shape a CUDA graph, replayed), fast-batched (both + up to 4
   // tiles of one shape batched), fast-padded-batched (fast-batched + the padded norm).
   std::string runtimes = "fast-gemm-borders";

@@ -548,6 +548,51 @@ torch::Tensor& add_residual_bias_(torch::Tensor& out, const torch::Tensor& other
   return out.add_(other).add_(bias.to(out.scalar_type()).view(shape));
 }
 
+torch::Tensor add_residual_bias_padded(const torch::Tensor& x, const torch::Tensor& other,
+                                       const torch::Tensor& bias, int64_t time, int64_t space) {
+  TORCH_CHECK(x.dim() == 5 && other.sizes() == x.sizes() && other.scalar_type() == x.scalar_type() &&
+                  other.device() == x.device(),
+              "add_residual_bias_padded: expected x (N, C, T, H, W) and other like it, got ", x.sizes(), " ",
+              x.scalar_type(), " and ", other.sizes(), " ", other.scalar_type(), " on ", other.device());
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == x.size(1) && bias.device() == x.device(),
+              "add_residual_bias_padded: expected bias (", x.size(1), ") on ", x.device(), ", got ",
+              bias.sizes(), " on ", bias.device());
+  TORCH_CHECK(time >= 0 && space >= 0, "add_residual_bias_padded: pads must be >= 0, got ", time, ", ",
+              space);
+  const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
+  torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
+                                   x.options().memory_format(x.suggest_memory_format()));
+#ifdef TELETRON_WITH_CUDA
+  const auto format = at::MemoryFormat::ChannelsLast3d;
+  if (x.is_cuda() && (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat32) &&
+      x.is_contiguous(format) && other.is_contiguous(format) && out.is_contiguous(format) && x.numel() > 0) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const torch::Tensor b = bias.to(torch::kFloat32).contiguous();
+    kernels::PaddedShape shape;
+    shape.batch = x.size(0);
+    shape.channels = x.size(1);
+    shape.frames = t;
+    shape.height = h;
+    shape.width = w;
+    shape.time = time;
+    shape.space = space;
+    const cudaError_t status = kernels::add_residual_bias_padded(
+        out.data_ptr(), x.data_ptr(), other.data_ptr(), b.data_ptr<float>(), shape,
+        x.scalar_type() == torch::kBFloat16, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    TORCH_CHECK(status == cudaSuccess,
+                "add_residual_bias_padded kernel launch failed: ", cudaGetErrorString(status));
+    if (time > 0 || space > 0) replicate_pad_borders(out, time, space);
+    return out;
+  }
+#endif
+  torch::Tensor sum = x.clone();
+  add_residual_bias_(sum, other, bias);
+  out.narrow(2, time, t).narrow(3, space, h).narrow(4, space, w).copy_(sum);
+  sum.reset();
+  if (time > 0 || space > 0) replicate_pad_borders(out, time, space);
+  return out;
+}
+
 torch::Tensor causal_conv3d_gemm(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias) {
   TORCH_CHECK(x.dim() == 5 && weight.dim() == 5 && weight.size(1) == x.size(1) && weight.size(2) == 3 &&

@@ -127,6 +127,14 @@ torch::Tensor causal_conv3d_gemm(const torch::Tensor& x, const torch::Tensor& we
 /// Returns out.
 torch::Tensor& add_residual_bias_(torch::Tensor& out, const torch::Tensor& other, const torch::Tensor& bias);
 
+/// x + other + bias[c] (add_residual_bias_'s sum, x left as it is) in the interior of a new padded
+/// tensor (N, C, T + time, H + 2 space, W + 2 space) in x's memory format, its pads replicated as
+/// replicate_pad_borders fills them: the sum and the causal padding of the convolution after it,
+/// without the copy between them. CUDA bf16/fp32 channels-last x and other of one layout: one kernel
+/// for the interior, one for the pads; otherwise ATen's adds and copies (the same values).
+torch::Tensor add_residual_bias_padded(const torch::Tensor& x, const torch::Tensor& other,
+                                       const torch::Tensor& bias, int64_t time, int64_t space);
+
 /// Fills the pads of `out` (N, C, T + time, H + 2 space, W + 2 space) from its interior by
 /// replication: border rows and columns from the edge ones, then the first `time` frames from frame
 /// `time` (so the corners repeat too). Channels-last CUDA bf16/fp32: one kernel; otherwise ATen copies.

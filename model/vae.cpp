@@ -58,7 +58,17 @@ class VaeDownBlockImpl : public torch::nn::Module {
     }
   }
   torch::Tensor forward(torch::Tensor x, const VaeRuntime& rt) {
-    for (const auto& resnet : *resnets) x = resnet->as<VaeResnetImpl>()->forward(x, rt);
+    const size_t count = resnets->size();
+    for (size_t i = 0; i < count; ++i) {
+      VaeResnetImpl& resnet = *resnets[i]->as<VaeResnetImpl>();
+      if (i + 1 == count && downsamplers && rt.residual_pads && count > 0) {
+        // The last sum lands in the downsampler's padded input: no copy between them.
+        CausalConv3dImpl& conv = *downsamplers[0]->as<VaeDownsampleImpl>()->conv;
+        torch::Tensor padded = resnet.forward_padded(std::move(x), rt, conv.time_pad(), conv.space_pad());
+        return conv.convolve(padded);
+      }
+      x = resnet.forward(x, rt);
+    }
     if (downsamplers) x = downsamplers[0]->as<VaeDownsampleImpl>()->forward(std::move(x));
     return x;
   }
@@ -277,7 +287,8 @@ torch::Tensor HunyuanVaeImpl::pass_graphed(const torch::Tensor& x) {
   key.push_back(static_cast<int64_t>(x.scalar_type()));
   key.push_back((runtime_.channels_last ? 1 : 0) | (runtime_.fused_norm ? 2 : 0) |
                 (runtime_.norm_pads ? 4 : 0) | (runtime_.fold_bias ? 8 : 0) |
-                (runtime_.gemm_first_and_attention ? 16 : 0) | (runtime_.border_kernel ? 32 : 0));
+                (runtime_.gemm_first_and_attention ? 16 : 0) | (runtime_.border_kernel ? 32 : 0) |
+                (runtime_.residual_pads ? 64 : 0));
   for (const torch::Tensor& p : parameters()) key.push_back(reinterpret_cast<intptr_t>(p.data_ptr()));
   std::lock_guard<std::mutex> lock(graphs_mutex_);
   if (!graphs_ || graphs_->device_index != device) graphs_ = std::make_shared<Graphs>(device);

@@ -114,6 +114,11 @@ struct VaeRuntime {
   /// fills the pads, instead of the norm writing them itself (its edge loops made the apply kernel
   /// 45 ms where 29 ms with the border kernel, per frame-window encode on an H100; vae.fused_padding).
   bool border_kernel = false;
+  /// A down block's last resnet writes its residual sum straight into the padded input of the
+  /// downsampler's causal convolution (add_residual_bias_padded: the interior, then the pads), instead
+  /// of the sum in place and a padding copy after it (≈11 ms of copies per 33x480x832 frame-window
+  /// encode in an H100 trace). bench-vae runtime fast-residual-pads; not yet in training's defaults.
+  bool residual_pads = false;
 };
 
 /// How moments_tiled groups its crops: `shapes` holds each crop's (B, C, T, H, W); crops of one

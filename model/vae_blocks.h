@@ -109,6 +109,27 @@ class VaeResnetImpl : public torch::nn::Module {
     h = vae_norm_conv(norm2, *conv2, std::move(h), true, rt);
     return h.add_(conv_shortcut ? conv_shortcut(x) : x);
   }
+  /// forward's output padded for the causal convolution after it (`time` frames in front, `space` on
+  /// each side, replicate), the sum written straight into the padded buffer: the same values as
+  /// vae_causal_pad(forward(x)). x goes once it has been read.
+  torch::Tensor forward_padded(torch::Tensor x, const VaeRuntime& rt, int64_t time, int64_t space) {
+    const bool fold = rt.fold_bias;
+    torch::Tensor h = fold ? vae_norm_conv(norm1, *conv1, x, true, rt, {}, /*with_bias=*/false)
+                           : vae_norm_conv(norm1, *conv1, x, true, rt);
+    h = fold ? vae_norm_conv(norm2, *conv2, std::move(h), true, rt, conv1->conv->bias, /*with_bias=*/false)
+             : vae_norm_conv(norm2, *conv2, std::move(h), true, rt);
+    torch::Tensor residual = x;
+    torch::Tensor bias;
+    if (conv_shortcut) residual = conv_shortcut->forward_consuming(x, /*with_bias=*/!fold);
+    x.reset();
+    if (fold) {
+      bias = conv2->conv->bias.to(torch::kFloat32);
+      if (conv_shortcut) bias = bias + conv_shortcut->conv->bias.to(torch::kFloat32);
+    } else {
+      bias = torch::zeros({h.size(1)}, h.options().dtype(torch::kFloat32));
+    }
+    return add_residual_bias_padded(h, residual, bias, time, space);
+  }
   torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
   CausalConv3d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
 };

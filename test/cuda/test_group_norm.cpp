@@ -333,6 +333,65 @@ TEST_CASE("the CUDA residual + bias kernel equals the fp32 sum rounded once, at 
   CHECK(torch::allclose(out, expected, 1e-5, 1e-5));
 }
 
+TEST_CASE("add_residual_bias_padded is the in-place sum, then the causal replicate padding", "[group_norm]") {
+  namespace F = torch::nn::functional;
+  torch::manual_seed(15);
+  for (const bool channels_last : {false, true}) {
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto x = make_input({2, 6, 3, 4, 5}, dtype, channels_last);
+      const auto other = make_input({2, 6, 3, 4, 5}, dtype, channels_last);
+      const auto bias = torch::randn({6});
+      torch::Tensor sum = x.clone();
+      tt::add_residual_bias_(sum, other, bias);
+      const torch::Tensor expected =
+          F::pad(sum.to(torch::kFloat32), F::PadFuncOptions({1, 1, 1, 1, 2, 0}).mode(torch::kReplicate));
+      const torch::Tensor before = x.clone();
+      const torch::Tensor padded = tt::add_residual_bias_padded(x, other, bias, 2, 1);
+      INFO(dtype << (channels_last ? " channels-last" : ""));
+      CHECK(padded.scalar_type() == dtype);
+      CHECK(padded.is_contiguous(channels_last ? at::MemoryFormat::ChannelsLast3d
+                                               : at::MemoryFormat::Contiguous));
+      CHECK(torch::equal(padded.to(torch::kFloat32).contiguous(), expected));
+      CHECK(torch::equal(x, before));  // x is read, not written
+    }
+  }
+  const auto x = torch::randn({1, 4, 2, 3, 3});
+  CHECK_THROWS(tt::add_residual_bias_padded(x, torch::randn({1, 4, 2, 3, 2}), torch::randn({4}), 2, 1));
+  CHECK_THROWS(tt::add_residual_bias_padded(x, x, torch::randn({3}), 2, 1));
+  CHECK_THROWS(tt::add_residual_bias_padded(x, x, torch::randn({4}), -1, 1));
+}
+
+TEST_CASE("the CUDA padded residual + bias kernel equals the in-place kernel then the padding, bit for bit",
+          "[gpu][group_norm]") {
+  TT_REQUIRE_GPU();
+  namespace F = torch::nn::functional;
+  torch::manual_seed(16);
+  const torch::Device cuda(torch::kCUDA);
+  struct Pads {
+    std::vector<int64_t> shape;
+    int64_t time, space;
+  };
+  for (const Pads& k :
+       {Pads{{1, 128, 5, 24, 40}, 2, 1}, Pads{{2, 12, 3, 5, 7}, 2, 1}, Pads{{1, 3, 2, 3, 3}, 1, 2},
+        Pads{{2, 16, 4, 1, 1}, 0, 1}, Pads{{1, 8, 3, 4, 5}, 2, 0}}) {
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto x = make_input(k.shape, dtype, true).to(cuda);
+      const auto other = make_input(k.shape, dtype, true).to(cuda);
+      const auto bias = torch::randn({k.shape[1]}).to(cuda);
+      torch::Tensor sum = x.clone();
+      tt::add_residual_bias_(sum, other, bias);
+      const torch::Tensor expected =
+          F::pad(sum.cpu().to(torch::kFloat32),  // bf16 -> fp32 is exact
+                 F::PadFuncOptions({k.space, k.space, k.space, k.space, k.time, 0}).mode(torch::kReplicate));
+      const torch::Tensor padded = tt::add_residual_bias_padded(x, other, bias, k.time, k.space);
+      INFO(k.shape << " " << dtype << " pads (" << k.time << ", " << k.space << ")");
+      CHECK(padded.scalar_type() == dtype);
+      CHECK(padded.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+      CHECK(torch::equal(padded.cpu().to(torch::kFloat32).contiguous(), expected));
+    }
+  }
+}
+
 // The causal 3x3x3 convolution written out: output (b, o, t, h, w) sums weight (o, c, dt, dh, dw)
 // times x at (t + dt - 2, h + dh - 1, w + dw - 1), each index clamped into x (replicate padding with
 // two frames in front). Float64, on the host.

@@ -98,6 +98,50 @@ TEST_CASE("VAE encoder: the resnet biases folded into the norm and the residual 
   CHECK(error <= 1e-5);
 }
 
+TEST_CASE(
+    "VAE encoder: the down blocks' last sums written into the downsamplers' padded inputs change no value",
+    "[vae][parity]") {
+  ParityFixture f = load_parity_fixture();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& input = f.tensors.at("input.sample");
+  for (const bool fold : {false, true}) {
+    tt::VaeRuntime runtime;
+    runtime.fold_bias = fold;
+    f.vae->set_runtime(runtime);
+    const torch::Tensor expected = f.vae->moments(input);
+    runtime.residual_pads = true;
+    f.vae->set_runtime(runtime);
+    const torch::Tensor moments = f.vae->moments(input);
+    INFO("fold_bias " << fold);
+    CHECK(torch::equal(moments, expected));
+  }
+  f.vae->set_runtime(tt::VaeRuntime{});
+}
+
+TEST_CASE(
+    "VaeResnet::forward_padded is forward then the causal padding, with and without a shortcut and folds",
+    "[vae]") {
+  torch::manual_seed(21);
+  for (const int64_t in : {int64_t{8}, int64_t{16}}) {  // 8 -> 16 has a 1x1 shortcut convolution
+    tt::VaeResnet resnet(in, 16, 4);
+    for (auto& p : resnet->parameters()) {
+      torch::NoGradGuard no_grad;
+      p.normal_(0.0, 0.5);  // biases far from zero: a bias left out or added twice shows
+    }
+    torch::NoGradGuard no_grad;
+    const torch::Tensor x = torch::randn({1, in, 3, 6, 5});
+    for (const bool fold : {false, true}) {
+      tt::VaeRuntime rt;
+      rt.fold_bias = fold;
+      const torch::Tensor expected = tt::vae_causal_pad(resnet->forward(x, rt), 2, 1);
+      const torch::Tensor padded = resnet->forward_padded(x, rt, 2, 1);
+      INFO("in " << in << ", fold_bias " << fold);
+      REQUIRE(padded.sizes() == expected.sizes());
+      CHECK(torch::equal(padded, expected));
+    }
+  }
+}
+
 TEST_CASE("VAE encoder: tiled encoding matches diffusers' tiled encode within 1e-4", "[vae][parity]") {
   ParityFixture f = load_parity_fixture();
   tt::HunyuanVae& vae = f.vae;
@@ -224,6 +268,9 @@ TEST_CASE("VAE encoder: bf16 on the GPU matches diffusers' fp32 moments in every
   tt::VaeRuntime borders = gemm;
   borders.border_kernel = true;
   runtimes.push_back({"fast-gemm-borders", borders});
+  tt::VaeRuntime residual_pads = borders;
+  residual_pads.residual_pads = true;
+  runtimes.push_back({"fast-residual-pads", residual_pads});
   std::map<std::string, torch::Tensor> auto_moments, gemm_moments;  // fast-auto's and fast-gemm's, per mode
   torch::NoGradGuard no_grad;
   for (const auto& [name, runtime] : runtimes) {
@@ -248,7 +295,8 @@ TEST_CASE("VAE encoder: bf16 on the GPU matches diffusers' fp32 moments in every
       if (std::string(name) == "fast-auto") auto_moments[mode] = moments;
       // Where the pads get written changes no value: the same bits as fast-gemm.
       if (std::string(name) == "fast-gemm") gemm_moments[mode] = moments;
-      if (std::string(name) == "fast-gemm-borders") CHECK(torch::equal(moments, gemm_moments.at(mode)));
+      if (std::string(name) == "fast-gemm-borders" || std::string(name) == "fast-residual-pads")
+        CHECK(torch::equal(moments, gemm_moments.at(mode)));
       // Writing the norm into the padded buffer, or replaying captured passes, changes no value: the
       // same bits as fast-auto.
       if (std::string(name) == "fast-padded" || std::string(name) == "fast-graphs")
