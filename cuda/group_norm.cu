@@ -30,6 +30,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/scalar_io.cuh"
+#include "cuda/vector_width.h"
 
 #include <type_traits>
 
@@ -347,17 +348,6 @@ int64_t stats_chunk(const GroupNormShape& s) {
 int64_t blocks_per_group(const GroupNormShape& s) {
   if (s.channels_last) return ceil_div(s.spatial, stats_chunk(s));
   return ceil_div(s.channels / s.groups * s.spatial, stats_chunk(s));
-}
-
-// The widest vector (at most 16 bytes) that `run` values split into, with every pointer aligned to it.
-int vector_width(int64_t run, int element_size, const void* a, const void* b) {
-  for (int vec = 16 / element_size; vec > 1; vec /= 2) {
-    const auto bytes = static_cast<uintptr_t>(vec * element_size);
-    if (run % vec == 0 && reinterpret_cast<uintptr_t>(a) % bytes == 0 &&
-        reinterpret_cast<uintptr_t>(b) % bytes == 0)
-      return vec;
-  }
-  return 1;
 }
 
 // Channels-last block: thread x per channel vector, enough position lanes for about kThreads threads.

@@ -6,7 +6,10 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "cuda/scalar_io.cuh"
+#include "cuda/vector_width.h"
 
 namespace tt::kernels {
 namespace {
@@ -30,13 +33,7 @@ __global__ void add_residual_bias_kernel(T* __restrict__ out, const T* __restric
 template <typename T>
 cudaError_t launch(T* out, const T* other, const float* bias, int64_t count, int64_t channels,
                    cudaStream_t stream) {
-  int vec = 16 / static_cast<int>(sizeof(T));
-  const auto aligned = [&](int v) {
-    const auto bytes = static_cast<uintptr_t>(v * sizeof(T));
-    return channels % v == 0 && reinterpret_cast<uintptr_t>(out) % bytes == 0 &&
-           reinterpret_cast<uintptr_t>(other) % bytes == 0;
-  };
-  while (vec > 1 && !aligned(vec)) vec /= 2;
+  const int vec = vector_width(channels, sizeof(T), out, other);
   const int64_t vectors = count / vec;
   int64_t blocks = (vectors + kThreads - 1) / kThreads;
   if (blocks > 65536) blocks = 65536;  // grid-stride beyond
@@ -86,13 +83,9 @@ __global__ void add_residual_bias_padded_kernel(T* __restrict__ out, const T* __
 template <typename T>
 cudaError_t launch_padded(T* out, const T* x, const T* other, const float* bias, const PaddedShape& shape,
                           cudaStream_t stream) {
-  int vec = 16 / static_cast<int>(sizeof(T));
-  const auto aligned = [&](int v) {
-    const auto bytes = static_cast<uintptr_t>(v * sizeof(T));
-    return shape.channels % v == 0 && reinterpret_cast<uintptr_t>(out) % bytes == 0 &&
-           reinterpret_cast<uintptr_t>(x) % bytes == 0 && reinterpret_cast<uintptr_t>(other) % bytes == 0;
-  };
-  while (vec > 1 && !aligned(vec)) vec /= 2;
+  // Widths are powers of two and a width that fits fits halved: the smaller of the two fits all three.
+  const int vec = std::min(vector_width(shape.channels, sizeof(T), out, x),
+                           vector_width(shape.channels, sizeof(T), other, other));
   const int64_t vectors = shape.batch * shape.frames * shape.height * shape.width * (shape.channels / vec);
   int64_t blocks = (vectors + kThreads - 1) / kThreads;
   if (blocks > 65536) blocks = 65536;  // grid-stride beyond
