@@ -56,10 +56,13 @@ torch::Tensor vae_blend(const torch::Tensor& a, torch::Tensor b, int64_t dim, in
   // the same bits in three kernels instead of four per slice.
   std::vector<int64_t> shape(static_cast<size_t>(b.dim()), 1);
   shape[static_cast<size_t>(c10::maybe_wrap_dim(dim, b.dim()))] = extent;
+  // Made on b's device (a copy from the host would wait for the stream), in float64 as the loop's
+  // double weights, then as the float scalars its products take.
   const torch::Tensor w =
-      torch::arange(extent, torch::TensorOptions().dtype(torch::kFloat64)) / static_cast<double>(extent);
-  const auto weights = torch::TensorOptions().device(b.device()).dtype(torch::kFloat32);
-  const torch::Tensor from_a = (1.0 - w).to(weights).view(shape), from_b = w.to(weights).view(shape);
+      torch::arange(extent, torch::TensorOptions().device(b.device()).dtype(torch::kFloat64)) /
+      static_cast<double>(extent);
+  const torch::Tensor from_a = (1.0 - w).to(torch::kFloat32).view(shape);
+  const torch::Tensor from_b = w.to(torch::kFloat32).view(shape);
   torch::Tensor head = b.narrow(dim, 0, extent);
   head.copy_((a.narrow(dim, a.size(dim) - extent, extent) * from_a).to(b.scalar_type()) +
              (head * from_b).to(b.scalar_type()));
