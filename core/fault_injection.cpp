@@ -21,7 +21,10 @@ constexpr FaultName kNames[] = {
 
 std::string join_steps(const std::set<int64_t>& steps) {
   std::string out;
-  for (const int64_t step : steps) out += (out.empty() ? "" : ",") + std::to_string(step);
+  for (const int64_t step : steps) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(step);
+  }
   return out;
 }
 
