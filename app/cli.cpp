@@ -582,8 +582,7 @@ int run_cli(int argc, char** argv) {
       "--runtimes", bench_vae.runtimes,
       "How the encoder runs, comma-separated: plain, channels-last, fused, fast, fast-auto, fast-padded, "
       "fast-folded, fast-gemm, fast-gemm-borders (the default and training's), fast-residual-pads, "
-      "fast-graphs, "
-      "fast-batched, fast-padded-batched");
+      "fast-graphs, fast-batched, fast-padded-batched");
   bench_vae_cmd->add_option("--cudnn-benchmark", bench_vae.cudnn_benchmark, "cuDNN picks convolution algorithms by timing");
   bench_vae_cmd->add_flag("--count-only", bench_vae.count_only,
                           "Print each --tiling mode's exact FLOP count (convolutions, attention, norms) and time "

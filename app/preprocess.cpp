@@ -148,6 +148,17 @@ int run_preprocess(const PreprocessOptions& options) {
   double load_seconds = 0, write_seconds = 0;
   // Set once every job has prepared its encoder (below): clips/s and the ETA count from there.
   std::chrono::steady_clock::time_point start;
+  // A row that cannot be loaded or written (kDecode, kData, kIo) is left out, counted and logged;
+  // any other error is rethrown (called inside the catch) and stops the run.
+  auto leave_out = [&](int64_t i, const Error& error) {
+    if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData &&
+        error.code() != ErrorCode::kIo)
+      throw;
+    ++failed;
+    const auto [line, source] = data->row_origin(i);
+    std::lock_guard<std::mutex> lock(log_mutex);
+    spdlog::warn("preprocess: line {} ({}) left out: {}", line, source, error.what());
+  };
   // Row i's file from `sample`, whose latents are on the host or being copied there behind `copied`;
   // counts the row and logs progress. Runs on a thread of its own (std::async below), so that its
   // job queues the next clip's encode while this one waits for the copy and writes.
@@ -183,11 +194,7 @@ int run_preprocess(const PreprocessOptions& options) {
                      static_cast<double>(to_encode - count) / rate);
       }
     } catch (const Error& error) {
-      if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData && error.code() != ErrorCode::kIo)
-        throw;
-      ++failed;
-      std::lock_guard<std::mutex> lock(log_mutex);
-      spdlog::warn("preprocess: line {} ({}) left out: {}", line, source, error.what());
+      leave_out(i, error);
     }
   };
   auto worker = [&] {
@@ -214,12 +221,7 @@ int run_preprocess(const PreprocessOptions& options) {
         writing = std::async(std::launch::async, [&write_row, i, sample = std::move(sample),
                                                   copied = std::move(copied)] { write_row(i, sample, copied); });
       } catch (const Error& error) {
-        if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData && error.code() != ErrorCode::kIo)
-          throw;
-        ++failed;
-        const auto [line, source] = data->row_origin(i);
-        std::lock_guard<std::mutex> lock(log_mutex);
-        spdlog::warn("preprocess: line {} ({}) left out: {}", line, source, error.what());
+        leave_out(i, error);
       }
     }
     if (writing.valid()) writing.get();

@@ -61,7 +61,7 @@ class VaeDownBlockImpl : public torch::nn::Module {
     const size_t count = resnets->size();
     for (size_t i = 0; i < count; ++i) {
       VaeResnetImpl& resnet = *resnets[i]->as<VaeResnetImpl>();
-      if (i + 1 == count && downsamplers && rt.residual_pads && count > 0) {
+      if (i + 1 == count && downsamplers && rt.residual_pads) {
         // The last sum lands in the downsampler's padded input: no copy between them.
         CausalConv3dImpl& conv = *downsamplers[0]->as<VaeDownsampleImpl>()->conv;
         torch::Tensor padded = resnet.forward_padded(std::move(x), rt, conv.time_pad(), conv.space_pad());

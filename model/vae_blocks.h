@@ -93,45 +93,47 @@ class VaeResnetImpl : public torch::nn::Module {
     if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv3d(in, out, 1));
   }
   torch::Tensor forward(const torch::Tensor& x, const VaeRuntime& rt) {
-    if (rt.fold_bias) {
-      // The convolutions' biases are never a pass of their own: conv1's goes into norm2's read,
-      // conv2's (and the shortcut's) into the residual sum.
-      torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt, {}, /*with_bias=*/false);
-      h = vae_norm_conv(norm2, *conv2, std::move(h), true, rt, conv1->conv->bias, /*with_bias=*/false);
-      if (!conv_shortcut) return add_residual_bias_(h, x, conv2->conv->bias);
-      const torch::Tensor bias =
-          conv2->conv->bias.to(torch::kFloat32) + conv_shortcut->conv->bias.to(torch::kFloat32);
-      return add_residual_bias_(h, conv_shortcut->forward_consuming(x, /*with_bias=*/false), bias);
-    }
-    torch::Tensor h = vae_norm_conv(norm1, *conv1, x, true, rt);
-    // conv1's output goes once norm2 has read it, before conv2 allocates (diffusers' rebinding
-    // of hidden_states frees it there too); the sum lands in conv2's output, which nothing else reads.
-    h = vae_norm_conv(norm2, *conv2, std::move(h), true, rt);
-    return h.add_(conv_shortcut ? conv_shortcut(x) : x);
+    Sum sum = sum_parts(x, rt);
+    // The sum lands in conv2's output, which nothing else reads.
+    if (sum.bias.defined()) return add_residual_bias_(sum.h, sum.residual, sum.bias);
+    return sum.h.add_(sum.residual);
   }
   /// forward's output padded for the causal convolution after it (`time` frames in front, `space` on
   /// each side, replicate), the sum written straight into the padded buffer: the same values as
   /// vae_causal_pad(forward(x)). x goes once it has been read.
   torch::Tensor forward_padded(torch::Tensor x, const VaeRuntime& rt, int64_t time, int64_t space) {
-    const bool fold = rt.fold_bias;
-    torch::Tensor h = fold ? vae_norm_conv(norm1, *conv1, x, true, rt, {}, /*with_bias=*/false)
-                           : vae_norm_conv(norm1, *conv1, x, true, rt);
-    h = fold ? vae_norm_conv(norm2, *conv2, std::move(h), true, rt, conv1->conv->bias, /*with_bias=*/false)
-             : vae_norm_conv(norm2, *conv2, std::move(h), true, rt);
-    torch::Tensor residual = x;
-    torch::Tensor bias;
-    if (conv_shortcut) residual = conv_shortcut->forward_consuming(x, /*with_bias=*/!fold);
+    Sum sum = sum_parts(x, rt);
     x.reset();
-    if (fold) {
-      bias = conv2->conv->bias.to(torch::kFloat32);
-      if (conv_shortcut) bias = bias + conv_shortcut->conv->bias.to(torch::kFloat32);
-    } else {
-      bias = torch::zeros({h.size(1)}, h.options().dtype(torch::kFloat32));
-    }
-    return add_residual_bias_padded(h, residual, bias, time, space);
+    if (!sum.bias.defined()) sum.bias = torch::zeros({sum.h.size(1)}, sum.h.options().dtype(torch::kFloat32));
+    return add_residual_bias_padded(sum.h, sum.residual, sum.bias, time, space);
   }
   torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
   CausalConv3d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
+
+ private:
+  // The resnet's output is h + residual (+ bias): conv2's output, x or its shortcut convolution, and
+  // with fold_bias the biases left out of the convolutions (conv1's goes into norm2's read, conv2's
+  // and the shortcut's into the residual sum, fp32; never a pass of their own). Without fold_bias
+  // the convolutions add their own and bias is undefined.
+  struct Sum {
+    torch::Tensor h, residual, bias;
+  };
+  Sum sum_parts(const torch::Tensor& x, const VaeRuntime& rt) {
+    const bool fold = rt.fold_bias;
+    Sum sum;
+    sum.h = vae_norm_conv(norm1, *conv1, x, true, rt, {}, /*with_bias=*/!fold);
+    // conv1's output goes once norm2 has read it, before conv2 allocates (diffusers' rebinding of
+    // hidden_states frees it there too).
+    sum.h =
+        vae_norm_conv(norm2, *conv2, std::move(sum.h), true, rt, fold ? conv1->conv->bias : torch::Tensor(),
+                      /*with_bias=*/!fold);
+    sum.residual = conv_shortcut ? conv_shortcut->forward_consuming(x, /*with_bias=*/!fold) : x;
+    if (fold) {
+      sum.bias = conv2->conv->bias.to(torch::kFloat32);
+      if (conv_shortcut) sum.bias = sum.bias + conv_shortcut->conv->bias.to(torch::kFloat32);
+    }
+    return sum;
+  }
 };
 TORCH_MODULE(VaeResnet);
 
