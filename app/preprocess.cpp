@@ -167,6 +167,15 @@ int run_preprocess(const PreprocessOptions& options) {
     try {
       const auto write_start = std::chrono::steady_clock::now();
       copied.wait_on_host();
+      // Pixels are finite by construction, so non-finite latents mean the VAE itself overflowed (its
+      // weights or dtype): every row would follow, and training on the cache would stop at its first
+      // batch. Stop here, before the file exists.
+      TT_CHECK_HINT(
+          torch::isfinite(sample.latents).all().item<bool>(), ErrorCode::kNan,
+          "check tele_tron.vae.weights (a VAE whose weights overflow in this dtype gives inf/NaN for "
+          "every clip)",
+          "preprocess: line ", line, " (", source,
+          "): the VAE's latents hold non-finite values (NaN or infinity); nothing written for this row");
       const fs::path final_path = out / "latents" / names[static_cast<size_t>(i)];
       const fs::path temporary = final_path.string() + ".tmp";
       safetensors::save(temporary.string(),
@@ -236,8 +245,8 @@ int run_preprocess(const PreprocessOptions& options) {
   };
   // Each job first encodes blank clips of its rows' buckets on its own thread (cuDNN's timed
   // algorithm choices are kept per thread: without this, each job would time them inside its first
-  // clips); then the decoders start and the clock runs. `prepared` counts the jobs down, `go` lets
-  // them on once the decoders have their first rows.
+  // clips), while the decoders take the first rows (below). The clock runs from when every job is
+  // ready: `prepared` counts the jobs down, `go` lets them on.
   const int job_count = std::max(1, options.jobs);
   std::latch prepared(job_count), go(1);
   for (int j = 0; j < job_count; ++j) {
@@ -270,14 +279,15 @@ int run_preprocess(const PreprocessOptions& options) {
       }
     });
   }
-  prepared.wait();
-  start = std::chrono::steady_clock::now();
+  // The decoders take their first rows while the jobs warm up: the first clips' decode (the NVDEC
+  // session, the seek, the frames) is ready when the first encode starts rather than after it.
   try {
-    if (!first_error)  // every job has counted down: none writes it now
-      for (size_t k = 0; k < std::min(todo.size(), static_cast<size_t>(ahead)); ++k) prepare(k);
+    for (size_t k = 0; k < std::min(todo.size(), static_cast<size_t>(ahead)); ++k) prepare(k);
   } catch (...) {
     keep_error();
   }
+  prepared.wait();
+  start = std::chrono::steady_clock::now();
   go.count_down();
   for (auto& thread : threads) thread.join();
 

@@ -19,6 +19,7 @@
 
 #include "core/errors.h"
 #include "core/safetensors.h"
+#include "model/vae.h"
 #include "test/app/train_runs.h"
 #include "test/test_util.h"
 
@@ -301,6 +302,38 @@ TEST_CASE("preprocess writes the cached-latent dataset, resumes without duplicat
   latent_config.replace(latent_config.find(dir / "manifest.jsonl"), (dir / "manifest.jsonl").size(), out + "/manifest.jsonl");
   tt::test::write_file(dir / "latents.yaml", latent_config);
   train_ok(dir / "latents.yaml", dir / "run");
+}
+
+TEST_CASE("preprocess with a VAE whose weights overflow: TT_ERR_NAN names the row, writes no file for it",
+          "[train][video][preprocess]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_preprocess_overflow");
+  write_manifest(dir, std::vector<std::string>(clips.begin(), clips.begin() + 2));
+  // The tiny VAE's fixed weights with its first convolution scaled to near float's largest value:
+  // finite (the loader accepts them), but every clip's activations overflow to inf, then NaN.
+  tt::HunyuanVae vae(tt::hunyuan_vae_preset("tiny"));
+  vae->randomize_weights(7);
+  tt::safetensors::TensorMap weights;
+  for (const auto& [name, tensor] : vae->diffusers_parameters()) weights[name] = tensor.detach().clone();
+  REQUIRE(weights.count("encoder.conv_in.conv.weight") == 1);
+  weights["encoder.conv_in.conv.weight"].fill_(3.0e38f);
+  tt::safetensors::save(dir / "overflow.safetensors", weights);
+  const std::string config = write_config(dir, dir / "manifest.jsonl", 2, 0.0);
+  const auto result =
+      tt::test::run_teletron("preprocess '" + config + "' --output '" + (dir / "cache") +
+                             "' --set vae.weights='" + (dir / "overflow.safetensors") + "' 2>&1");
+  INFO(result.output);
+  CHECK(result.exit_code == 8);  // TT_ERR_NAN's
+  CHECK_THAT(result.output, ContainsSubstring("TT_ERR_NAN"));
+  CHECK_THAT(result.output, ContainsSubstring("the VAE's latents hold non-finite values"));
+  CHECK_THAT(result.output, ContainsSubstring("line 1 ("));
+  CHECK_THAT(result.output, ContainsSubstring("tele_tron.vae.weights"));
+  CHECK(listed_latents(dir / "cache").empty());
+  REQUIRE(std::filesystem::is_directory(dir / "cache/latents"));
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "cache/latents")) {
+    INFO(entry.path());
+    CHECK(entry.path().extension() != ".safetensors");
+  }
 }
 
 TEST_CASE("preprocess on CUDA: jobs encoding at once on streams of their own write what one job writes",
