@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <latch>
@@ -15,16 +17,17 @@
 #include <thread>
 
 #include "app/config.h"
-#include "core/content_hash.h"
 #include "app/options.h"
 #include "app/resume_check.h"
 #include "app/training_data.h"
+#include "core/content_hash.h"
 #include "core/device.h"
 #include "core/errors.h"
-#include "pipeline/failure_budget.h"
+#include "core/fault_injection.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
 #include "core/stream_handoff.h"
+#include "pipeline/failure_budget.h"
 
 namespace tt {
 namespace {
@@ -148,8 +151,8 @@ int run_preprocess(const PreprocessOptions& options) {
   double load_seconds = 0, write_seconds = 0;
   // Set once every job has prepared its encoder (below): clips/s and the ETA count from there.
   std::chrono::steady_clock::time_point start;
-  // A row that cannot be loaded or written (kDecode, kData, kIo) is left out, counted and logged;
-  // any other error is rethrown (called inside the catch) and stops the run.
+  // A row that cannot be loaded (kDecode, kData, kIo: its video or embeddings) is left out, counted and
+  // logged; any other error is rethrown (called inside the catch) and stops the run.
   auto leave_out = [&](int64_t i, const Error& error) {
     if (error.code() != ErrorCode::kDecode && error.code() != ErrorCode::kData &&
         error.code() != ErrorCode::kIo)
@@ -161,7 +164,11 @@ int run_preprocess(const PreprocessOptions& options) {
   };
   // Row i's file from `sample`, whose latents are on the host or being copied there behind `copied`;
   // counts the row and logs progress. Runs on a thread of its own (std::async below), so that its
-  // job queues the next clip's encode while this one waits for the copy and writes.
+  // job queues the next clip's encode while this one waits for the copy and writes. Its errors are
+  // no row's fault (a full disk, an output folder that cannot be written, an overflowing VAE): they
+  // stop the run, and the rows written so far stay listed for the next one.
+  const FaultPlan faults = FaultPlan::from_environment();
+  std::atomic<int64_t> writes{0};
   auto write_row = [&](int64_t i, const LatentSample& sample, const StreamHandoff& copied) {
     const auto [line, source] = data->row_origin(i);
     try {
@@ -178,6 +185,9 @@ int run_preprocess(const PreprocessOptions& options) {
           "): the VAE's latents hold non-finite values (NaN or infinity); nothing written for this row");
       const fs::path final_path = out / "latents" / names[static_cast<size_t>(i)];
       const fs::path temporary = final_path.string() + ".tmp";
+      if (faults.at(Fault::kDiskFull, ++writes))
+        throw Error(ErrorCode::kIo, str_cat("cannot write ", temporary.string(), ": ", std::strerror(ENOSPC),
+                                            " (disk full?) [TELETRON_FAULTS=disk_full]"));
       safetensors::save(temporary.string(),
                         {{"latents", sample.latents},
                          {"text_states", sample.text_states},
@@ -203,7 +213,13 @@ int run_preprocess(const PreprocessOptions& options) {
                      static_cast<double>(to_encode - count) / rate);
       }
     } catch (const Error& error) {
-      leave_out(i, error);
+      if (error.code() != ErrorCode::kIo) throw;
+      const int64_t written = encoded.load();
+      throw Error(ErrorCode::kIo, str_cat("preprocess: line ", line, " (", source, "): ", error.what()),
+                  str_cat("free space under ", options.output,
+                          " (or make it writable) and run the same command "
+                          "again: the ",
+                          written, " row(s) written by this run are kept and not encoded again"));
     }
   };
   auto worker = [&] {
@@ -211,9 +227,11 @@ int run_preprocess(const PreprocessOptions& options) {
     for (size_t k = static_cast<size_t>(next++); k < todo.size(); k = static_cast<size_t>(next++)) {
       prepare(k + static_cast<size_t>(ahead));
       const int64_t i = todo[k];
+      LatentSample sample;
+      StreamHandoff copied;
       try {
         const auto load_start = std::chrono::steady_clock::now();
-        LatentSample sample = data->load_one(i, 0);
+        sample = data->load_one(i, 0);
         if (device.is_cuda()) {
           // On a GPU the VAE runs in bf16: its latents are bf16 values, stored without loss. They go
           // to pinned host memory behind the encode, on this job's stream.
@@ -221,17 +239,21 @@ int run_preprocess(const PreprocessOptions& options) {
           sample.latents = torch::empty(latents.sizes(), latents.options().device(torch::kCPU).pinned_memory(true));
           sample.latents.copy_(latents, /*non_blocking=*/true);
         }
-        StreamHandoff copied = StreamHandoff::record(device);
+        copied = StreamHandoff::record(device);
         {
           std::lock_guard<std::mutex> lock(log_mutex);
           load_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
         }
-        if (writing.valid()) writing.get();  // one row in writing per job: host memory stays bounded
-        writing = std::async(std::launch::async, [&write_row, i, sample = std::move(sample),
-                                                  copied = std::move(copied)] { write_row(i, sample, copied); });
       } catch (const Error& error) {
         leave_out(i, error);
+        continue;
       }
+      // One row in writing per job: host memory stays bounded. The previous row's write error
+      // leaves the loop here and stops the run (write_row), whichever row this job holds now.
+      if (writing.valid()) writing.get();
+      writing =
+          std::async(std::launch::async, [&write_row, i, sample = std::move(sample),
+                                          copied = std::move(copied)] { write_row(i, sample, copied); });
     }
     if (writing.valid()) writing.get();
   };

@@ -10,14 +10,17 @@ namespace tt {
 namespace {
 
 constexpr const char* kHint =
-    "write TELETRON_FAULTS as KIND@STEP[,STEP...][;KIND@...], KIND one of: nonfinite_grad, oom, graph_capture";
+    "write TELETRON_FAULTS as KIND@STEP[,STEP...][;KIND@...], KIND one of: nonfinite_grad, oom, "
+    "graph_capture, disk_full";
 
 struct FaultName {
   Fault fault;
   const char* name;
 };
-constexpr FaultName kNames[] = {
-    {Fault::kNonfiniteGrad, "nonfinite_grad"}, {Fault::kOom, "oom"}, {Fault::kGraphCapture, "graph_capture"}};
+constexpr FaultName kNames[] = {{Fault::kNonfiniteGrad, "nonfinite_grad"},
+                                {Fault::kOom, "oom"},
+                                {Fault::kGraphCapture, "graph_capture"},
+                                {Fault::kDiskFull, "disk_full"}};
 
 std::string join_steps(const std::set<int64_t>& steps) {
   std::string out;

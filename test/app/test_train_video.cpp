@@ -336,6 +336,41 @@ TEST_CASE("preprocess with a VAE whose weights overflow: TT_ERR_NAN names the ro
   }
 }
 
+TEST_CASE(
+    "preprocess on a full disk: TT_ERR_IO stops the run at the first failed write, the rows written stay "
+    "listed and the next run encodes only the rest",
+    "[train][video][preprocess]") {
+  const std::vector<std::string> clips = make_clips();
+  TempDir dir("tt_preprocess_full");
+  write_manifest(dir, clips);
+  const std::string config = write_config(dir, dir / "manifest.jsonl", 2, 0.0);
+  const std::string out = dir / "cache";
+  const std::string command = "preprocess '" + config + "' --output '" + out + "' --jobs 1 2>&1";
+  setenv("TELETRON_FAULTS", "disk_full@3", 1);  // the third row file this run writes meets a full disk
+  const auto full = tt::test::run_teletron(command);
+  unsetenv("TELETRON_FAULTS");
+  INFO(full.output);
+  CHECK(full.exit_code == 10);  // TT_ERR_IO's
+  CHECK_THAT(full.output, ContainsSubstring("TT_ERR_IO"));
+  CHECK_THAT(full.output, ContainsSubstring("preprocess: line 3 ("));
+  CHECK_THAT(full.output, ContainsSubstring("No space left on device"));
+  CHECK_THAT(full.output,
+             ContainsSubstring("run the same command again: the 2 row(s) written by this run are kept"));
+  CHECK_THAT(full.output, !ContainsSubstring("left out"));  // no row is blamed for the disk
+  CHECK(listed_latents(out).size() == 2);                   // rows 1 and 2, listed
+  for (const auto& entry : std::filesystem::directory_iterator(out + "/latents")) {
+    INFO(entry.path());
+    CHECK(entry.path().extension() == ".safetensors");  // no temporary left
+  }
+  const auto rest = tt::test::run_teletron(command);
+  INFO(rest.output);
+  REQUIRE(rest.exit_code == 0);
+  CHECK_THAT(rest.output, ContainsSubstring("2 already done, 4 to encode"));
+  const std::vector<std::string> files = listed_latents(out);
+  REQUIRE(files.size() == 6);
+  check_pairing(out, files, clips, dir);
+}
+
 TEST_CASE("preprocess on CUDA: jobs encoding at once on streams of their own write what one job writes",
           "[gpu][train][video]") {
   const std::vector<std::string> clips = make_clips();  // recorded before the GPU check (media cache)

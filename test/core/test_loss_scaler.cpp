@@ -101,6 +101,11 @@ TEST_CASE("TELETRON_FAULTS names fault kinds and steps; anything else is TT_ERR_
   CHECK(graph.at(tt::Fault::kGraphCapture, 12));
   CHECK_FALSE(graph.at(tt::Fault::kOom, 12));
   CHECK(graph.describe() == "graph_capture@7,12");
+  const tt::FaultPlan disk = tt::FaultPlan::parse("disk_full@3", "TELETRON_FAULTS");
+  CHECK(disk.at(tt::Fault::kDiskFull, 3));
+  CHECK_FALSE(disk.at(tt::Fault::kDiskFull, 2));
+  CHECK_FALSE(disk.at(tt::Fault::kOom, 3));
+  CHECK(disk.describe() == "disk_full@3");
   CHECK(tt::FaultPlan::parse("", "x").empty());
   for (const char* bad : {"nonfinite_grad", "oops@3", "nonfinite_grad@0", "nonfinite_grad@3x", "nonfinite_grad@", "nonfinite_grad@3,", "nonfinite_grad@3,,4"}) {
     INFO(bad);
