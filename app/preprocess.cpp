@@ -214,12 +214,12 @@ int run_preprocess(const PreprocessOptions& options) {
       }
     } catch (const Error& error) {
       if (error.code() != ErrorCode::kIo) throw;
-      const int64_t written = encoded.load();
+      const std::string hint =
+          str_cat("free space under ", options.output,
+                  " (or make it writable) and run the same command again: ", "the rows this run wrote (",
+                  encoded.load(), " by then) are kept and not encoded again");
       throw Error(ErrorCode::kIo, str_cat("preprocess: line ", line, " (", source, "): ", error.what()),
-                  str_cat("free space under ", options.output,
-                          " (or make it writable) and run the same command "
-                          "again: the ",
-                          written, " row(s) written by this run are kept and not encoded again"));
+                  hint);
     }
   };
   auto worker = [&] {

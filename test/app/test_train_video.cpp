@@ -355,7 +355,8 @@ TEST_CASE(
   CHECK_THAT(full.output, ContainsSubstring("preprocess: line 3 ("));
   CHECK_THAT(full.output, ContainsSubstring("No space left on device"));
   CHECK_THAT(full.output,
-             ContainsSubstring("run the same command again: the 2 row(s) written by this run are kept"));
+             ContainsSubstring("run the same command again: the rows this run wrote (2 by then) are "
+                               "kept"));
   CHECK_THAT(full.output, !ContainsSubstring("left out"));  // no row is blamed for the disk
   CHECK(listed_latents(out).size() == 2);                   // rows 1 and 2, listed
   for (const auto& entry : std::filesystem::directory_iterator(out + "/latents")) {
