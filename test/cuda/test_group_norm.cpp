@@ -333,6 +333,22 @@ TEST_CASE("the CUDA residual + bias kernel equals the fp32 sum rounded once, at 
   CHECK(torch::allclose(out, expected, 1e-5, 1e-5));
 }
 
+namespace {
+
+// The interiors (N, C, T, H, W) and causal pads the padded-buffer kernels are tried at on the GPU:
+// an encoder-like shape, odd sizes, channels below the vector width, 1x1 frames, no spatial pad.
+struct PadCase {
+  std::vector<int64_t> shape;
+  int64_t time, space;
+};
+const PadCase kPadCases[] = {{{1, 128, 5, 24, 40}, 2, 1},
+                             {{2, 12, 3, 5, 7}, 2, 1},
+                             {{1, 3, 2, 3, 3}, 1, 2},
+                             {{2, 16, 4, 1, 1}, 0, 1},
+                             {{1, 8, 3, 4, 5}, 2, 0}};
+
+}  // namespace
+
 TEST_CASE("add_residual_bias_padded is the in-place sum, then the causal replicate padding", "[group_norm]") {
   namespace F = torch::nn::functional;
   torch::manual_seed(15);
@@ -367,13 +383,7 @@ TEST_CASE("the CUDA padded residual + bias kernel equals the in-place kernel the
   namespace F = torch::nn::functional;
   torch::manual_seed(16);
   const torch::Device cuda(torch::kCUDA);
-  struct Pads {
-    std::vector<int64_t> shape;
-    int64_t time, space;
-  };
-  for (const Pads& k :
-       {Pads{{1, 128, 5, 24, 40}, 2, 1}, Pads{{2, 12, 3, 5, 7}, 2, 1}, Pads{{1, 3, 2, 3, 3}, 1, 2},
-        Pads{{2, 16, 4, 1, 1}, 0, 1}, Pads{{1, 8, 3, 4, 5}, 2, 0}}) {
+  for (const PadCase& k : kPadCases) {
     for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       const auto x = make_input(k.shape, dtype, true).to(cuda);
       const auto other = make_input(k.shape, dtype, true).to(cuda);
@@ -471,13 +481,7 @@ TEST_CASE("the CUDA border kernel fills a channels-last padded buffer as F::pad'
   namespace F = torch::nn::functional;
   torch::manual_seed(14);
   const torch::Device cuda(torch::kCUDA);
-  struct Pads {
-    std::vector<int64_t> shape;  // the interior, (N, C, T, H, W)
-    int64_t time, space;
-  };
-  for (const Pads& k :
-       {Pads{{1, 128, 5, 24, 40}, 2, 1}, Pads{{2, 12, 3, 5, 7}, 2, 1}, Pads{{1, 3, 2, 3, 3}, 1, 2},
-        Pads{{2, 16, 4, 1, 1}, 0, 1}, Pads{{1, 8, 3, 4, 5}, 2, 0}}) {
+  for (const PadCase& k : kPadCases) {
     for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       const torch::Tensor interior = torch::randn(k.shape).to(dtype);
       // The buffer: garbage in the pads, the interior in place, channels-last.
