@@ -3,14 +3,19 @@
 // blocks is a column slice of linear1's output: the kernels read rows with a stride instead of
 // copying the slice. Autograd's gelu already keeps only x for backward, so this saves no
 // activation; a GELU "epilogue" inside the GEMM (cuBLASLt) would save the (B, N, mlp) round trip
-// but is out of scope here. Scalar loads; the speed has not been measured.
+// but is out of scope here. Vector loads and stores where the row, x's stride and the pointers
+// allow (16 bytes), else narrower down to one element.
 #include "cuda/gelu_tanh.cuh"
 #include "cuda/scalar_io.cuh"
+#include "cuda/vector_width.h"
+
+#include <algorithm>
 
 namespace tt::kernels {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;         // grid-stride beyond
 constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kKappa = 0.044715f;
 
@@ -40,35 +45,85 @@ __device__ float gelu_tanh_grad_of(float grad, float x) {
 
 }  // namespace
 
-// y (rows, cols) <- x rows of stride x_stride; grid (ceil(cols / kThreads), min(rows, 65535)).
-template <typename T>
+// y (rows, cols) <- x rows of stride x_stride, kVec consecutive elements of a row per thread and step
+// (one 16-byte load and store for bf16 x 8 or fp32 x 4); a grid-stride loop over the vectors.
+template <typename T, int kVec>
 static __global__ void gelu_tanh_kernel(T* __restrict__ y, const T* __restrict__ x, int64_t rows,
                                         int64_t cols, int64_t x_stride) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= cols) return;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    store_float(y + r * cols + c, gelu_tanh_of(load_float(x + r * x_stride + c)));
+  const int64_t per_row = cols / kVec;
+  const int64_t vectors = rows * per_row;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += step) {
+    const int64_t r = i / per_row;
+    const int64_t c = (i - r * per_row) * kVec;
+    float v[kVec];
+    load_vec<T, kVec>(x + r * x_stride + c, v);
+    for (int k = 0; k < kVec; ++k) v[k] = gelu_tanh_of(v[k]);
+    store_vec<T, kVec>(y + i * kVec, v);
   }
 }
 
-// dx (rows, cols) <- grad (rows, cols), x rows of stride x_stride; grid as gelu_tanh_kernel.
-template <typename T>
+// dx (rows, cols) <- grad (rows, cols), x rows of stride x_stride; vectors as gelu_tanh_kernel.
+template <typename T, int kVec>
 static __global__ void gelu_tanh_backward_kernel(T* __restrict__ dx, const T* __restrict__ grad,
                                                  const T* __restrict__ x, int64_t rows, int64_t cols,
                                                  int64_t x_stride) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= cols) return;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const int64_t i = r * cols + c;
-    store_float(dx + i, gelu_tanh_grad_of(load_float(grad + i), load_float(x + r * x_stride + c)));
+  const int64_t per_row = cols / kVec;
+  const int64_t vectors = rows * per_row;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += step) {
+    const int64_t r = i / per_row;
+    const int64_t c = (i - r * per_row) * kVec;
+    float g[kVec], v[kVec];
+    load_vec<T, kVec>(grad + i * kVec, g);
+    load_vec<T, kVec>(x + r * x_stride + c, v);
+    for (int k = 0; k < kVec; ++k) v[k] = gelu_tanh_grad_of(g[k], v[k]);
+    store_vec<T, kVec>(dx + i * kVec, v);
   }
 }
 
 namespace {
 
-dim3 grid_of(int64_t rows, int64_t cols) {
-  return dim3(static_cast<unsigned>(ceil_div(cols, kThreads)),
-              static_cast<unsigned>(rows < 65535 ? rows : 65535));
+// The widest vector every operand allows: it divides the row and x's row stride, and keeps each
+// pointer aligned (halving a width that fits keeps it fitting).
+int width_of(int64_t cols, int64_t x_stride, int element_size, const void* a, const void* b, const void* x) {
+  int vec = std::min(vector_width(cols, element_size, a, b), vector_width(cols, element_size, x, x));
+  while (vec > 1 && x_stride % vec != 0) vec /= 2;
+  return vec;
+}
+
+dim3 grid_of(int64_t rows, int64_t cols, int vec) {
+  const int64_t blocks = ceil_div(rows * (cols / vec), kThreads);
+  return dim3(static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks));
+}
+
+template <typename T>
+void launch_forward(T* y, const T* x, int64_t rows, int64_t cols, int64_t x_stride, cudaStream_t stream) {
+  const int vec = width_of(cols, x_stride, sizeof(T), y, y, x);
+  const dim3 grid = grid_of(rows, cols, vec);
+  if constexpr (sizeof(T) == 2) {
+    if (vec == 8) return gelu_tanh_kernel<T, 8><<<grid, kThreads, 0, stream>>>(y, x, rows, cols, x_stride);
+  }
+  if (vec >= 4) return gelu_tanh_kernel<T, 4><<<grid, kThreads, 0, stream>>>(y, x, rows, cols, x_stride);
+  if (vec == 2) return gelu_tanh_kernel<T, 2><<<grid, kThreads, 0, stream>>>(y, x, rows, cols, x_stride);
+  gelu_tanh_kernel<T, 1><<<grid, kThreads, 0, stream>>>(y, x, rows, cols, x_stride);
+}
+
+template <typename T>
+void launch_backward(T* dx, const T* grad, const T* x, int64_t rows, int64_t cols, int64_t x_stride,
+                     cudaStream_t stream) {
+  const int vec = width_of(cols, x_stride, sizeof(T), dx, grad, x);
+  const dim3 grid = grid_of(rows, cols, vec);
+  if constexpr (sizeof(T) == 2) {
+    if (vec == 8)
+      return gelu_tanh_backward_kernel<T, 8>
+          <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
+  }
+  if (vec >= 4)
+    return gelu_tanh_backward_kernel<T, 4><<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
+  if (vec == 2)
+    return gelu_tanh_backward_kernel<T, 2><<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
+  gelu_tanh_backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
 }
 
 }  // namespace
@@ -76,13 +131,11 @@ dim3 grid_of(int64_t rows, int64_t cols) {
 cudaError_t gelu_tanh_forward(void* y, const void* x, int64_t rows, int64_t cols, int64_t x_row_stride,
                               bool bf16, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
-  const dim3 grid = grid_of(rows, cols);
   if (bf16) {
-    gelu_tanh_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(x), rows, cols, x_row_stride);
+    launch_forward(static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(x), rows, cols,
+                   x_row_stride, stream);
   } else {
-    gelu_tanh_kernel<float><<<grid, kThreads, 0, stream>>>(
-        static_cast<float*>(y), static_cast<const float*>(x), rows, cols, x_row_stride);
+    launch_forward(static_cast<float*>(y), static_cast<const float*>(x), rows, cols, x_row_stride, stream);
   }
   return cudaGetLastError();
 }
@@ -90,15 +143,12 @@ cudaError_t gelu_tanh_forward(void* y, const void* x, int64_t rows, int64_t cols
 cudaError_t gelu_tanh_backward(void* dx, const void* grad, const void* x, int64_t rows, int64_t cols,
                                int64_t x_row_stride, bool bf16, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
-  const dim3 grid = grid_of(rows, cols);
   if (bf16) {
-    gelu_tanh_backward_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(dx), static_cast<const __nv_bfloat16*>(grad),
-        static_cast<const __nv_bfloat16*>(x), rows, cols, x_row_stride);
+    launch_backward(static_cast<__nv_bfloat16*>(dx), static_cast<const __nv_bfloat16*>(grad),
+                    static_cast<const __nv_bfloat16*>(x), rows, cols, x_row_stride, stream);
   } else {
-    gelu_tanh_backward_kernel<float>
-        <<<grid, kThreads, 0, stream>>>(static_cast<float*>(dx), static_cast<const float*>(grad),
-                                        static_cast<const float*>(x), rows, cols, x_row_stride);
+    launch_backward(static_cast<float*>(dx), static_cast<const float*>(grad), static_cast<const float*>(x),
+                    rows, cols, x_row_stride, stream);
   }
   return cudaGetLastError();
 }

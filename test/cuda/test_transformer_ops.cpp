@@ -159,15 +159,18 @@ TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gp
   torch::manual_seed(14);
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     // A column slice of a wider matrix (the single blocks' MLP half of linear1), rows past 65535,
-    // and a transposed tensor (copied by the entry).
+    // a transposed tensor (copied by the entry), and rows whose length allows every vector width
+    // between them (bf16: 8, 1, 2, 4 elements; fp32: 4, 1, 2, 4).
     auto wide = (torch::randn({2, 40000, 40}) * 3).to(dtype);
     auto small = (torch::randn({5, 7}) * 3).to(dtype);
     auto square = (torch::randn({6, 9}) * 3).to(dtype);
+    auto rows12 = (torch::randn({3, 100, 12}) * 3).to(dtype);  // 12 per row: vectors of 4 elements
     // (CPU view, the same view of the GPU copy): a .to() of a view would copy it densely.
     const std::vector<std::pair<torch::Tensor, torch::Tensor>> inputs = {
         {wide.slice(2, 16), wide.to(kCuda).slice(2, 16)},
         {small, small.to(kCuda)},
-        {square.t(), square.to(kCuda).t()}};
+        {square.t(), square.to(kCuda).t()},
+        {rows12, rows12.to(kCuda)}};
     for (const auto& [x, x_gpu] : inputs) {
       INFO(dtype << " " << x.sizes() << " strides " << x.strides());
       REQUIRE(x_gpu.strides() == x.strides());
