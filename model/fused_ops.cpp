@@ -86,6 +86,38 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
   }
 };
 
+// q, k, v as permuted views of the projection; backward writes their gradients into one buffer of
+// the projection's layout.
+class QkvHeads : public torch::autograd::Function<QkvHeads> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const torch::Tensor& qkv, int64_t heads, int64_t head_dim) {
+    ctx->saved_data["sizes"] = qkv.sizes().vec();
+    const auto parts = qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+    return {parts[0], parts[1], parts[2]};
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();  // (B, N, 3 hidden)
+    const torch::Tensor* any = nullptr;
+    for (const auto& g : grads)
+      if (g.defined()) any = &g;
+    if (any == nullptr) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const int64_t heads = any->size(1), head_dim = any->size(3);
+    auto grad = torch::empty({sizes[0], sizes[1], 3, heads, head_dim}, any->options());
+    for (int64_t i = 0; i < 3; ++i) {
+      auto part = grad.select(2, i).permute({0, 2, 1, 3});  // (B, heads, N, head_dim), as grads[i]
+      if (grads[static_cast<size_t>(i)].defined()) {
+        part.copy_(grads[static_cast<size_t>(i)]);
+      } else {
+        part.zero_();
+      }
+    }
+    return {grad.view(sizes), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // The dtype a Linear runs in here: autocast's for the device when it is on, else the input's.
 torch::ScalarType linear_dtype(const torch::Tensor& x) {
   const auto device = x.device().type();
@@ -460,6 +492,14 @@ std::pair<torch::Tensor, torch::Tensor> modulate_linear_with_down(
   const auto outputs = apply_modulate_linear(x, shift, scale, weight, bias, down);
   return {outputs[0], outputs[1]};
 }
+std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, int64_t head_dim, bool fused) {
+  TT_ASSERT(qkv.dim() == 3 && qkv.size(2) == 3 * heads * head_dim, "qkv_heads: qkv ", qkv.sizes(),
+            " is not (B, N, 3 x ", heads, " x ", head_dim, ")");
+  if (fused) return QkvHeads::apply(qkv, heads, head_dim);
+  const auto parts = qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  return {parts[0], parts[1], parts[2]};
+}
+
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {
   if (fused && fused_kernels_take(x)) return gelu_tanh_fused(x);
   return gelu_tanh_reference(x);

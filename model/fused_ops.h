@@ -57,6 +57,14 @@ torch::Tensor gelu_tanh_fused(const torch::Tensor& x);
 torch::Tensor gelu_tanh_reference(const torch::Tensor& x);
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused);
 
+/// (B, N, 3 * heads * head_dim) -> q, k, v (B, heads, N, head_dim), permuted views of qkv. With
+/// `fused`, one autograd function whose backward copies the three gradients straight into one
+/// (B, N, 3, heads, head_dim) buffer (an undefined one as zeros); autograd of the composition stacks
+/// them (unbind's backward) and then copies the permuted stack into the projection's layout (the
+/// reshape's backward): two passes over the (B, N, 3 hidden) gradient instead of one. The values
+/// and gradients are the same bit for bit.
+std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, int64_t head_dim, bool fused);
+
 /// The MLP's GELU-tanh and down-projection as one autograd function that keeps only its inputs:
 /// linear(gelu_tanh(u)), or linear(cat(a, gelu_tanh(u), -1)) when `a` is defined (the single
 /// blocks' attention output beside the MLP), with `weight` (out, in) and `bias` (out) or undefined.

@@ -218,12 +218,12 @@ std::vector<torch::Tensor> AttentionImpl::heads_and_norm(const torch::Tensor& qk
                                                          RmsNorm& norm_k, const RopeTable* rope,
                                                          int64_t rope_tokens) {
   // (B, N, 3*hidden) -> 3 x (B, heads, N, head_dim), permuted views of qkv
-  auto parts = qkv.unflatten(2, {3, options_.heads, options_.head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const bool fused = options_.fused_kernels;
+  auto parts = qkv_heads(qkv, options_.heads, options_.head_dim, fused);
   if (!options_.qk_norm) {
     TT_ASSERT(rope_tokens == 0, "RoPE is applied with QK-norm only");
-    return {parts[0], parts[1], parts[2]};
+    return parts;
   }
-  const bool fused = options_.fused_kernels;
   return {rms_norm_rope(parts[0], norm_q->weight, rope, rope_tokens, norm_q->eps(), fused),
           rms_norm_rope(parts[1], norm_k->weight, rope, rope_tokens, norm_k->eps(), fused), parts[2]};
 }

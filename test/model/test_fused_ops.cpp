@@ -309,6 +309,46 @@ TEST_CASE("QK RMSNorm + RoPE: own backward gives autograd's gradients of RmsNorm
                             0.5 + torch::rand({head_dim}, torch::kFloat64)});
 }
 
+TEST_CASE("qkv heads: the fused function's views and gradients equal the composition's bit for bit",
+          "[model][fused]") {
+  torch::manual_seed(31);
+  const int64_t heads = 3, head_dim = 8;
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    // Each case uses q, k, v with its own weight, or leaves v (then also k) out of the loss: an
+    // output that gets no gradient must give zeros in its third of qkv's gradient.
+    for (const int used : {3, 2, 1}) {
+      INFO(dtype << ", " << used << " of q, k, v used");
+      const auto qkv = (torch::randn({2, 5, 3 * heads * head_dim}) * 2).to(dtype);
+      const auto weights = torch::randn({3, 2, heads, 5, head_dim}).to(dtype);
+      auto run = [&](bool fused) {
+        auto input = qkv.clone().requires_grad_(true);
+        const auto parts = tt::qkv_heads(input, heads, head_dim, fused);
+        REQUIRE(parts.size() == 3);
+        torch::Tensor loss = torch::zeros({}, qkv.options());
+        for (int i = 0; i < used; ++i) loss = loss + (parts[static_cast<size_t>(i)] * weights[i]).sum();
+        loss.backward();
+        return std::make_pair(parts, input.grad());
+      };
+      const auto [fused_parts, fused_grad] = run(true);
+      const auto [plain_parts, plain_grad] = run(false);
+      for (size_t i = 0; i < 3; ++i) {
+        CHECK(fused_parts[i].sizes() == plain_parts[i].sizes());
+        CHECK(fused_parts[i].strides() == plain_parts[i].strides());
+        CHECK(torch::equal(fused_parts[i], plain_parts[i]));
+      }
+      REQUIRE(fused_grad.defined());
+      CHECK(fused_grad.sizes() == qkv.sizes());
+      CHECK(fused_grad.is_contiguous());
+      CHECK(torch::equal(fused_grad, plain_grad));
+      // The unused thirds are zero, the used ones are not.
+      const auto thirds = fused_grad.view({2, 5, 3, heads * head_dim});
+      for (int i = 0; i < 3; ++i)
+        CHECK((thirds.select(2, i).abs().sum().item<double>() == 0.0) == (i >= used));
+    }
+  }
+  CHECK_THROWS(tt::qkv_heads(torch::randn({2, 5, 7}), heads, head_dim, true));
+}
+
 TEST_CASE("fused ops on CPU tensors take the unfused composition bit for bit", "[model][fused]") {
   torch::manual_seed(24);
   auto x = torch::randn({2, 12, 96}), y = torch::randn({2, 12, 96}), gate = torch::randn({2, 96});
