@@ -63,11 +63,12 @@ static __global__ void gelu_tanh_kernel(T* __restrict__ y, const T* __restrict__
   }
 }
 
-// dx (rows, cols) <- grad (rows, cols), x rows of stride x_stride; vectors as gelu_tanh_kernel.
+// dx (rows, cols) <- grad rows of stride g_stride, x rows of stride x_stride; vectors as
+// gelu_tanh_kernel.
 template <typename T, int kVec>
 static __global__ void gelu_tanh_backward_kernel(T* __restrict__ dx, const T* __restrict__ grad,
                                                  const T* __restrict__ x, int64_t rows, int64_t cols,
-                                                 int64_t x_stride) {
+                                                 int64_t g_stride, int64_t x_stride) {
   const int64_t per_row = cols / kVec;
   const int64_t vectors = rows * per_row;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -75,7 +76,7 @@ static __global__ void gelu_tanh_backward_kernel(T* __restrict__ dx, const T* __
     const int64_t r = i / per_row;
     const int64_t c = (i - r * per_row) * kVec;
     float g[kVec], v[kVec];
-    load_vec<T, kVec>(grad + i * kVec, g);
+    load_vec<T, kVec>(grad + r * g_stride + c, g);
     load_vec<T, kVec>(x + r * x_stride + c, v);
     for (int k = 0; k < kVec; ++k) v[k] = gelu_tanh_grad_of(g[k], v[k]);
     store_vec<T, kVec>(dx + i * kVec, v);
@@ -84,11 +85,12 @@ static __global__ void gelu_tanh_backward_kernel(T* __restrict__ dx, const T* __
 
 namespace {
 
-// The widest vector every operand allows: it divides the row and x's row stride, and keeps each
+// The widest vector every operand allows: it divides the row and the row strides, and keeps each
 // pointer aligned (halving a width that fits keeps it fitting).
-int width_of(int64_t cols, int64_t x_stride, int element_size, const void* a, const void* b, const void* x) {
+int width_of(int64_t cols, int64_t stride_a, int64_t stride_b, int element_size, const void* a, const void* b,
+             const void* x) {
   int vec = std::min(vector_width(cols, element_size, a, b), vector_width(cols, element_size, x, x));
-  while (vec > 1 && x_stride % vec != 0) vec /= 2;
+  while (vec > 1 && (stride_a % vec != 0 || stride_b % vec != 0)) vec /= 2;
   return vec;
 }
 
@@ -99,7 +101,7 @@ dim3 grid_of(int64_t rows, int64_t cols, int vec) {
 
 template <typename T>
 void launch_forward(T* y, const T* x, int64_t rows, int64_t cols, int64_t x_stride, cudaStream_t stream) {
-  const int vec = width_of(cols, x_stride, sizeof(T), y, y, x);
+  const int vec = width_of(cols, x_stride, x_stride, sizeof(T), y, y, x);
   const dim3 grid = grid_of(rows, cols, vec);
   if constexpr (sizeof(T) == 2) {
     if (vec == 8) return gelu_tanh_kernel<T, 8><<<grid, kThreads, 0, stream>>>(y, x, rows, cols, x_stride);
@@ -110,20 +112,22 @@ void launch_forward(T* y, const T* x, int64_t rows, int64_t cols, int64_t x_stri
 }
 
 template <typename T>
-void launch_backward(T* dx, const T* grad, const T* x, int64_t rows, int64_t cols, int64_t x_stride,
-                     cudaStream_t stream) {
-  const int vec = width_of(cols, x_stride, sizeof(T), dx, grad, x);
+void launch_backward(T* dx, const T* grad, const T* x, int64_t rows, int64_t cols, int64_t g_stride,
+                     int64_t x_stride, cudaStream_t stream) {
+  const int vec = width_of(cols, g_stride, x_stride, sizeof(T), dx, grad, x);
   const dim3 grid = grid_of(rows, cols, vec);
   if constexpr (sizeof(T) == 2) {
     if (vec == 8)
       return gelu_tanh_backward_kernel<T, 8>
-          <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
+          <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, g_stride, x_stride);
   }
   if (vec >= 4)
-    return gelu_tanh_backward_kernel<T, 4><<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
+    return gelu_tanh_backward_kernel<T, 4>
+        <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, g_stride, x_stride);
   if (vec == 2)
-    return gelu_tanh_backward_kernel<T, 2><<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
-  gelu_tanh_backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, x_stride);
+    return gelu_tanh_backward_kernel<T, 2>
+        <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, g_stride, x_stride);
+  gelu_tanh_backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, g_stride, x_stride);
 }
 
 }  // namespace
@@ -141,14 +145,15 @@ cudaError_t gelu_tanh_forward(void* y, const void* x, int64_t rows, int64_t cols
 }
 
 cudaError_t gelu_tanh_backward(void* dx, const void* grad, const void* x, int64_t rows, int64_t cols,
-                               int64_t x_row_stride, bool bf16, cudaStream_t stream) {
+                               int64_t grad_row_stride, int64_t x_row_stride, bool bf16,
+                               cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   if (bf16) {
     launch_backward(static_cast<__nv_bfloat16*>(dx), static_cast<const __nv_bfloat16*>(grad),
-                    static_cast<const __nv_bfloat16*>(x), rows, cols, x_row_stride, stream);
+                    static_cast<const __nv_bfloat16*>(x), rows, cols, grad_row_stride, x_row_stride, stream);
   } else {
     launch_backward(static_cast<float*>(dx), static_cast<const float*>(grad), static_cast<const float*>(x),
-                    rows, cols, x_row_stride, stream);
+                    rows, cols, grad_row_stride, x_row_stride, stream);
   }
   return cudaGetLastError();
 }

@@ -1029,11 +1029,13 @@ torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor&
   if (row_stride == 0) row_stride = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  auto gc = grad.contiguous();
+  int64_t grad_stride = gelu_row_stride(grad);  // a column slice of a wider gradient reads in place
+  auto gc = grad_stride > 0 ? grad : grad.contiguous();
+  if (grad_stride == 0) grad_stride = cols;
   auto dx = torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const cudaError_t status =
-      kernels::gelu_tanh_backward(dx.data_ptr(), gc.data_ptr(), src.data_ptr(), rows, cols, row_stride,
-                                  x.scalar_type() == torch::kBFloat16, current_stream(x));
+      kernels::gelu_tanh_backward(dx.data_ptr(), gc.data_ptr(), src.data_ptr(), rows, cols, grad_stride,
+                                  row_stride, x.scalar_type() == torch::kBFloat16, current_stream(x));
   TORCH_CHECK(status == cudaSuccess, "gelu_tanh_backward kernel launch failed: ", cudaGetErrorString(status));
   return dx;
 #else

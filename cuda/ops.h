@@ -217,7 +217,8 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward_reference(
 torch::Tensor gelu_tanh_forward(const torch::Tensor& x);
 torch::Tensor gelu_tanh_forward_reference(const torch::Tensor& x);
 
-/// grad (x's shape), x -> dx = grad * gelu_tanh'(x) in x's dtype.
+/// grad (x's shape), x -> dx = grad * gelu_tanh'(x) in x's dtype (dense). On CUDA, x and grad may be
+/// column slices of wider matrices (rows of a stride): read in place.
 torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x);
 torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torch::Tensor& x);
 

@@ -186,7 +186,9 @@ torch::Tensor gelu_of(const torch::Tensor& u) {
   return fused_kernels_take(u) ? gelu_tanh_forward(u) : torch::gelu(u, "tanh");
 }
 torch::Tensor gelu_grad(const torch::Tensor& grad, const torch::Tensor& u) {
-  return fused_kernels_take(u) ? gelu_tanh_backward(grad, u) : at::gelu_backward(grad, u, "tanh");
+  // The kernel reads a column slice of a wider gradient in place; ATen's gets it dense, as before.
+  return fused_kernels_take(u) ? gelu_tanh_backward(grad, u)
+                               : at::gelu_backward(grad.contiguous(), u, "tanh");
 }
 
 // The GELU of u, and beside it `a` when there is one (both in their promoted dtype).
@@ -252,7 +254,7 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
       grad_a = grad_h.slice(-1, 0, a_width).to(a.scalar_type());
       grad_mlp = grad_h.slice(-1, a_width);
     }
-    const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()).contiguous(), u);
+    const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()), u);
     return {grad_a,          grad_u,          g.base.weight,   g.base.bias,    g.down,
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

@@ -196,6 +196,14 @@ TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gp
       } else {
         check_close("dx", dx, dx_reference, t);
       }
+      // The gradient as a column slice of a wider one (GeluLinear's backward passes the MLP's part
+      // of its input's gradient), read in place: the same values as from its dense copy.
+      auto sizes = x.sizes().vec();
+      sizes.back() += 16;
+      const auto grad_slice = torch::randn(sizes).to(dtype).to(kCuda).slice(-1, 16);
+      REQUIRE(!grad_slice.is_contiguous());
+      CHECK(torch::equal(tt::gelu_tanh_backward(grad_slice, x_gpu),
+                         tt::gelu_tanh_backward(grad_slice.contiguous(), x_gpu)));
     }
   }
 }
