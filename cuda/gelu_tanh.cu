@@ -43,24 +43,32 @@ __device__ float gelu_tanh_grad_of(float grad, float x) {
   return grad * (left_derivative + right_derivative);
 }
 
-}  // namespace
-
-// y (rows, cols) <- x rows of stride x_stride, kVec consecutive elements of a row per thread and step
-// (one 16-byte load and store for bf16 x 8 or fp32 x 4); a grid-stride loop over the vectors.
-template <typename T, int kVec>
-static __global__ void gelu_tanh_kernel(T* __restrict__ y, const T* __restrict__ x, int64_t rows,
-                                        int64_t cols, int64_t x_stride) {
+// f(i, r, c) for every vector i of kVec consecutive elements of a (rows, cols) matrix, r its row and
+// c its first column; a grid-stride loop over the vectors.
+template <int kVec, typename F>
+__device__ void for_each_vector(int64_t rows, int64_t cols, F f) {
   const int64_t per_row = cols / kVec;
   const int64_t vectors = rows * per_row;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += step) {
     const int64_t r = i / per_row;
-    const int64_t c = (i - r * per_row) * kVec;
+    f(i, r, (i - r * per_row) * kVec);
+  }
+}
+
+}  // namespace
+
+// y (rows, cols) <- x rows of stride x_stride, kVec consecutive elements of a row per thread and step
+// (one 16-byte load and store for bf16 x 8 or fp32 x 4).
+template <typename T, int kVec>
+static __global__ void gelu_tanh_kernel(T* __restrict__ y, const T* __restrict__ x, int64_t rows,
+                                        int64_t cols, int64_t x_stride) {
+  for_each_vector<kVec>(rows, cols, [&](int64_t i, int64_t r, int64_t c) {
     float v[kVec];
     load_vec<T, kVec>(x + r * x_stride + c, v);
     for (int k = 0; k < kVec; ++k) v[k] = gelu_tanh_of(v[k]);
     store_vec<T, kVec>(y + i * kVec, v);
-  }
+  });
 }
 
 // dx (rows, cols) <- grad rows of stride g_stride, x rows of stride x_stride; vectors as
@@ -69,18 +77,13 @@ template <typename T, int kVec>
 static __global__ void gelu_tanh_backward_kernel(T* __restrict__ dx, const T* __restrict__ grad,
                                                  const T* __restrict__ x, int64_t rows, int64_t cols,
                                                  int64_t g_stride, int64_t x_stride) {
-  const int64_t per_row = cols / kVec;
-  const int64_t vectors = rows * per_row;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += step) {
-    const int64_t r = i / per_row;
-    const int64_t c = (i - r * per_row) * kVec;
+  for_each_vector<kVec>(rows, cols, [&](int64_t i, int64_t r, int64_t c) {
     float g[kVec], v[kVec];
     load_vec<T, kVec>(grad + r * g_stride + c, g);
     load_vec<T, kVec>(x + r * x_stride + c, v);
     for (int k = 0; k < kVec; ++k) v[k] = gelu_tanh_grad_of(g[k], v[k]);
     store_vec<T, kVec>(dx + i * kVec, v);
-  }
+  });
 }
 
 namespace {
