@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <tuple>
+#include <vector>
 
 #include "cuda/ops.h"
 #include "model/layers.h"
@@ -139,8 +140,10 @@ std::vector<int64_t> with_last(c10::IntArrayRef sizes, int64_t last) {
 }
 // weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped,
 // and `input` is not read (undefined is fine: its shape is `input_sizes`).
+// input_parts: the input as column blocks side by side (their last sizes add up to the input's): the
+// weight's gradient is one GEMM per block into its columns, and the concatenated input is never made.
 LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
-                            const torch::Tensor& input, const torch::Tensor& weight,
+                            const std::vector<torch::Tensor>& input_parts, const torch::Tensor& weight,
                             const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype,
                             bool weight_grad) {
   const int64_t in = input_sizes.back(), out = weight.size(0);
@@ -148,9 +151,29 @@ LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef inpu
   LinearGrads g;
   g.input = grad.mm(weight.to(dtype)).view(input_sizes);
   if (!weight_grad) return g;
-  g.weight = grad.t().mm(input.to(dtype).reshape({-1, in})).to(weight.scalar_type());
+  if (input_parts.size() == 1) {
+    g.weight = grad.t().mm(input_parts[0].to(dtype).reshape({-1, in})).to(weight.scalar_type());
+  } else {
+    torch::Tensor weight_grad_all = torch::empty({out, in}, grad.options());
+    int64_t column = 0;
+    for (const auto& part : input_parts) {
+      const int64_t width = part.size(-1);
+      torch::Tensor columns = weight_grad_all.narrow(1, column, width);  // written in place
+      at::mm_out(columns, grad.t(), part.to(dtype).reshape({-1, width}));
+      column += width;
+    }
+    TT_ASSERT(column == in, "linear_backward: input parts of ", column, " columns for an input of ", in);
+    g.weight = weight_grad_all.to(weight.scalar_type());
+  }
   if (has_bias) g.bias = grad.sum(0).to(bias.scalar_type());
   return g;
+}
+LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
+                            const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype,
+                            bool weight_grad) {
+  return linear_backward(grad_out, input_sizes, std::vector<torch::Tensor>{input}, weight, bias, has_bias,
+                         dtype, weight_grad);
 }
 
 // The backward of a Linear (weight, bias) and, beside it on the same input, the adapters' stacked A
@@ -242,11 +265,19 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     // The linear's input again only for a weight's gradient (a frozen base needs none), once.
     const bool weight_grad = ctx->needs_input_grad(2);
     const bool down_grad = has_down && ctx->needs_input_grad(4) && grads[1].defined();
-    torch::Tensor h = weight_grad || down_grad ? gelu_input(a, u, has_a) : torch::Tensor();
+    // Without adapters, `a` and the GELU serve the weight's gradient as two column blocks (one GEMM
+    // each): the concatenation is not made again.
+    const bool apart = has_a && !has_down && weight_grad;
+    torch::Tensor h = (weight_grad || down_grad) && !apart ? gelu_input(a, u, has_a) : torch::Tensor();
     const torch::Tensor grad_down = has_down ? grads[1] : torch::Tensor();
-    BaseAndDownGrads g = base_and_down_backward(grads[0], grad_down, with_last(u.sizes(), weight.size(1)),
-                                                std::move(h), weight, bias,
-                                                has_bias, down, dtype, weight_grad, down_grad);
+    const std::vector<int64_t> h_sizes = with_last(u.sizes(), weight.size(1));
+    BaseAndDownGrads g;
+    if (apart) {
+      g.base = linear_backward(grads[0], h_sizes, {a, gelu_of(u)}, weight, bias, has_bias, dtype, true);
+    } else {
+      g = base_and_down_backward(grads[0], grad_down, h_sizes, std::move(h), weight, bias, has_bias, down,
+                                 dtype, weight_grad, down_grad);
+    }
     const torch::Tensor grad_h = std::move(g.base.input);
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
