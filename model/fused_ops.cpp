@@ -138,42 +138,66 @@ std::vector<int64_t> with_last(c10::IntArrayRef sizes, int64_t last) {
   out.back() = last;
   return out;
 }
+// The weight's gradient grad^T x in `out_dtype` (the master weight's): on CUDA a half-precision GEMM
+// writes fp32 itself (no half-precision result and cast); `columns`, when defined, is the (out, in)
+// block it is written into.
+torch::Tensor weight_grad_mm(const torch::Tensor& grad, const torch::Tensor& x, torch::ScalarType out_dtype,
+                             torch::Tensor columns = {}) {
+  const bool widen = grad.is_cuda() && out_dtype == torch::kFloat32 &&
+                     (grad.scalar_type() == torch::kBFloat16 || grad.scalar_type() == torch::kFloat16);
+  if (!columns.defined()) {
+    return widen ? at::mm(grad.t(), x, out_dtype) : grad.t().mm(x).to(out_dtype);
+  }
+  if (widen || grad.scalar_type() == out_dtype) {
+    if (widen) {
+      at::mm_out(columns, grad.t(), x, out_dtype);
+    } else {
+      at::mm_out(columns, grad.t(), x);
+    }
+  } else {
+    columns.copy_(grad.t().mm(x));
+  }
+  return columns;
+}
+
 // weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped,
 // and `input` is not read (undefined is fine: its shape is `input_sizes`).
 // input_parts: the input as column blocks side by side (their last sizes add up to the input's): the
 // weight's gradient is one GEMM per block into its columns, and the concatenated input is never made.
+// weight: the master weight or its copy in `dtype` kept from forward; weight_dtype: the master's, the
+// dtype of its gradient.
 LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
                             const std::vector<torch::Tensor>& input_parts, const torch::Tensor& weight,
-                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype,
-                            bool weight_grad) {
+                            torch::ScalarType weight_dtype, const torch::Tensor& bias, bool has_bias,
+                            torch::ScalarType dtype, bool weight_grad) {
   const int64_t in = input_sizes.back(), out = weight.size(0);
   const torch::Tensor grad = grad_out.to(dtype).reshape({-1, out});
   LinearGrads g;
   g.input = grad.mm(weight.to(dtype)).view(input_sizes);
   if (!weight_grad) return g;
   if (input_parts.size() == 1) {
-    g.weight = grad.t().mm(input_parts[0].to(dtype).reshape({-1, in})).to(weight.scalar_type());
+    g.weight = weight_grad_mm(grad, input_parts[0].to(dtype).reshape({-1, in}), weight_dtype);
   } else {
-    torch::Tensor weight_grad_all = torch::empty({out, in}, grad.options());
+    g.weight = torch::empty({out, in}, grad.options().dtype(weight_dtype));
     int64_t column = 0;
     for (const auto& part : input_parts) {
       const int64_t width = part.size(-1);
-      torch::Tensor columns = weight_grad_all.narrow(1, column, width);  // written in place
-      at::mm_out(columns, grad.t(), part.to(dtype).reshape({-1, width}));
+      weight_grad_mm(grad, part.to(dtype).reshape({-1, width}), weight_dtype,
+                     g.weight.narrow(1, column, width));
       column += width;
     }
     TT_ASSERT(column == in, "linear_backward: input parts of ", column, " columns for an input of ", in);
-    g.weight = weight_grad_all.to(weight.scalar_type());
   }
-  if (has_bias) g.bias = grad.sum(0).to(bias.scalar_type());
+  // Summed in fp32 and written in the bias's dtype by one kernel.
+  if (has_bias) g.bias = grad.sum(0, /*keepdim=*/false, bias.scalar_type());
   return g;
 }
 LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
                             const torch::Tensor& input, const torch::Tensor& weight,
-                            const torch::Tensor& bias, bool has_bias, torch::ScalarType dtype,
-                            bool weight_grad) {
-  return linear_backward(grad_out, input_sizes, std::vector<torch::Tensor>{input}, weight, bias, has_bias,
-                         dtype, weight_grad);
+                            torch::ScalarType weight_dtype, const torch::Tensor& bias, bool has_bias,
+                            torch::ScalarType dtype, bool weight_grad) {
+  return linear_backward(grad_out, input_sizes, std::vector<torch::Tensor>{input}, weight, weight_dtype, bias,
+                         has_bias, dtype, weight_grad);
 }
 
 // The backward of a Linear (weight, bias) and, beside it on the same input, the adapters' stacked A
@@ -187,17 +211,19 @@ struct BaseAndDownGrads {
 };
 BaseAndDownGrads base_and_down_backward(const torch::Tensor& grad_base, const torch::Tensor& grad_down,
                                         c10::IntArrayRef input_sizes, torch::Tensor input,
-                                        const torch::Tensor& weight, const torch::Tensor& bias, bool has_bias,
-                                        const torch::Tensor& down, torch::ScalarType dtype, bool weight_grad,
-                                        bool down_weight_grad) {
+                                        const torch::Tensor& weight, torch::ScalarType weight_dtype,
+                                        const torch::Tensor& bias, bool has_bias, const torch::Tensor& down,
+                                        torch::ScalarType dtype, bool weight_grad, bool down_weight_grad) {
   BaseAndDownGrads out;
   torch::Tensor input_grad_down;
   if (grad_down.defined()) {
-    LinearGrads d = linear_backward(grad_down, input_sizes, input, down, {}, false, dtype, down_weight_grad);
+    LinearGrads d = linear_backward(grad_down, input_sizes, input, down, down.scalar_type(), {}, false, dtype,
+                                    down_weight_grad);
     out.down = std::move(d.weight);
     input_grad_down = std::move(d.input);
   }
-  out.base = linear_backward(grad_base, input_sizes, input, weight, bias, has_bias, dtype, weight_grad);
+  out.base = linear_backward(grad_base, input_sizes, input, weight, weight_dtype, bias, has_bias, dtype,
+                             weight_grad);
   input = torch::Tensor();
   if (input_grad_down.defined()) out.base.input.add_(input_grad_down);
   return out;
@@ -222,6 +248,18 @@ torch::Tensor gelu_input(const torch::Tensor& a, const torch::Tensor& u, bool ha
   return torch::cat({a.to(common), h.to(common)}, -1);
 }
 
+// The weight in the GEMMs' dtype for forward (undefined when forward runs no GEMM with it).
+torch::Tensor weight_in(const torch::Tensor& weight, torch::ScalarType dtype, bool needed) {
+  return needed ? weight.to(dtype) : torch::Tensor();
+}
+// What backward gets of the weight: the forward's cast copy for a trained weight (its backward GEMM
+// reuses it instead of casting the master again; autocast keeps the same copy for a plain Linear),
+// the weight itself for a frozen one (a LoRA run's base: no copy of a whole frozen model is held
+// through the step) or where forward made none.
+torch::Tensor weight_for_backward(const torch::Tensor& weight, const torch::Tensor& cast) {
+  return weight.requires_grad() && cast.defined() ? cast : weight;
+}
+
 // linear(cat(a, gelu(u))) keeping a and u only (see gelu_linear in fused_ops.h).
 class GeluLinear : public torch::autograd::Function<GeluLinear> {
  public:
@@ -241,14 +279,16 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     torch::autograd::variable_list outputs;
     const torch::Tensor h = compute_output || has_down ? gelu_input(a, u, has_a).to(dtype) : torch::Tensor();
+    const torch::Tensor weight_cast = weight_in(weight, dtype, compute_output);
     if (compute_output) {
-      outputs.push_back(torch::linear(h, weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor()));
+      outputs.push_back(torch::linear(h, weight_cast, has_bias ? bias.to(dtype) : torch::Tensor()));
     } else {
       outputs.push_back(torch::empty(with_last(u.sizes(), weight.size(0)), u.options().dtype(dtype)));
     }
     if (has_down) outputs.push_back(torch::linear(h, down.to(dtype)));
-    ctx->save_for_backward({a, u, weight, bias, down});
+    ctx->save_for_backward({a, u, weight_for_backward(weight, weight_cast), bias, down});
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->saved_data["has_a"] = has_a;
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["has_down"] = has_down;
@@ -260,6 +300,7 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &a = saved[0], &u = saved[1], &weight = saved[2], &bias = saved[3], &down = saved[4];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const auto weight_dtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     const bool has_a = ctx->saved_data["has_a"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
     const bool has_down = ctx->saved_data["has_down"].toBool();
     // The linear's input again only for a weight's gradient (a frozen base needs none), once.
@@ -273,10 +314,11 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     const std::vector<int64_t> h_sizes = with_last(u.sizes(), weight.size(1));
     BaseAndDownGrads g;
     if (apart) {
-      g.base = linear_backward(grads[0], h_sizes, {a, gelu_of(u)}, weight, bias, has_bias, dtype, true);
+      g.base = linear_backward(grads[0], h_sizes, {a, gelu_of(u)}, weight, weight_dtype, bias, has_bias,
+                               dtype, true);
     } else {
-      g = base_and_down_backward(grads[0], grad_down, h_sizes, std::move(h), weight, bias, has_bias, down,
-                                 dtype, weight_grad, down_grad);
+      g = base_and_down_backward(grads[0], grad_down, h_sizes, std::move(h), weight, weight_dtype, bias,
+                                 has_bias, down, dtype, weight_grad, down_grad);
     }
     const torch::Tensor grad_h = std::move(g.base.input);
     torch::Tensor grad_a, grad_mlp = grad_h;
@@ -315,8 +357,8 @@ class UnreadLinear : public torch::autograd::Function<UnreadLinear> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    const LinearGrads g = linear_backward(grads[0], sizes, x, weight, bias, has_bias, dtype,
-                                          ctx->saved_data["weight_grad"].toBool());
+    const LinearGrads g = linear_backward(grads[0], sizes, x, weight, weight.scalar_type(), bias, has_bias,
+                                          dtype, ctx->saved_data["weight_grad"].toBool());
     return {g.input, g.weight, g.bias, torch::Tensor()};
   }
 };
@@ -344,11 +386,14 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto [m, normed, mean, rstd] = modulated(x, shift, scale);
     const torch::Tensor md = m.to(dtype);
+    const torch::Tensor weight_cast = weight_in(weight, dtype, true);
     torch::autograd::variable_list outputs = {
-        torch::linear(md, weight.to(dtype), has_bias ? bias.to(dtype) : torch::Tensor())};
+        torch::linear(md, weight_cast, has_bias ? bias.to(dtype) : torch::Tensor())};
     if (has_down) outputs.push_back(torch::linear(md, down.to(dtype)));
     // The statistics too (B, N, 1 fp32 each): x's gradient needs no recomputation then.
-    ctx->save_for_backward({x, shift, scale, weight, bias, down, mean, rstd});
+    ctx->save_for_backward(
+        {x, shift, scale, weight_for_backward(weight, weight_cast), bias, down, mean, rstd});
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->saved_data["m_dtype"] = static_cast<int64_t>(m.scalar_type());
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["has_bias"] = has_bias;
@@ -362,6 +407,7 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     const torch::Tensor &x = saved[0], &shift = saved[1], &scale = saved[2], &weight = saved[3],
                         &bias = saved[4], &down = saved[5], &mean = saved[6], &rstd = saved[7];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const auto weight_dtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     const bool has_bias = ctx->saved_data["has_bias"].toBool(),
                has_down = ctx->saved_data["has_down"].toBool();
     // The modulated input only for a weight's gradient, x̂ only for the scale's (both recomputed,
@@ -373,8 +419,9 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     if (weight_grad || down_grad || ctx->needs_input_grad(2))
       std::tie(m, normed, std::ignore, std::ignore) = modulated(x, shift, scale);
     const torch::Tensor grad_down = has_down ? grads[1] : torch::Tensor();
-    BaseAndDownGrads g = base_and_down_backward(grads[0], grad_down, x.sizes(), std::move(m), weight, bias,
-                                                has_bias, down, dtype, weight_grad, down_grad);
+    BaseAndDownGrads g =
+        base_and_down_backward(grads[0], grad_down, x.sizes(), std::move(m), weight, weight_dtype, bias,
+                               has_bias, down, dtype, weight_grad, down_grad);
     const torch::Tensor grad_m_dtype = std::move(g.base.input);
     const torch::Tensor grad_m =
         grad_m_dtype.to(static_cast<torch::ScalarType>(ctx->saved_data["m_dtype"].toInt()));
@@ -483,8 +530,8 @@ torch::autograd::variable_list apply_modulate_linear(const torch::Tensor& x, con
                                                      const torch::Tensor& scale, const torch::Tensor& weight,
                                                      const torch::Tensor& bias, const torch::Tensor& down) {
   const torch::Tensor none = torch::empty({0}, x.options());
-  return ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : none, down.defined() ? down : none,
-                               bias.defined(), down.defined());
+  return ModulateLinear::apply(x, shift, scale, weight, bias.defined() ? bias : none,
+                               down.defined() ? down : none, bias.defined(), down.defined());
 }
 
 }  // namespace
