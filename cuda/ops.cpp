@@ -40,8 +40,8 @@ std::pair<torch::Tensor, torch::Tensor> flow_matching_mix_reference(const torch:
 std::pair<torch::Tensor, torch::Tensor> flow_matching_mix(const torch::Tensor& x0, const torch::Tensor& noise,
                                                           const torch::Tensor& sigmas) {
   TORCH_CHECK(x0.sizes() == noise.sizes(), "flow_matching_mix: x0 ", x0.sizes(), " vs noise ", noise.sizes());
-  TORCH_CHECK(sigmas.dim() == 1 && sigmas.size(0) == x0.size(0), "flow_matching_mix: sigmas must be (B), got ",
-              sigmas.sizes());
+  TORCH_CHECK(sigmas.dim() == 1 && sigmas.size(0) == x0.size(0),
+              "flow_matching_mix: sigmas must be (B), got ", sigmas.sizes());
   if (!x0.is_cuda()) return flow_matching_mix_reference(x0, noise, sigmas);
 #ifdef TELETRON_WITH_CUDA
   TORCH_CHECK(x0.scalar_type() == torch::kFloat32 && noise.scalar_type() == torch::kFloat32 &&
@@ -58,8 +58,8 @@ std::pair<torch::Tensor, torch::Tensor> flow_matching_mix(const torch::Tensor& x
   const int64_t per_sample = a.size(0) > 0 ? total / a.size(0) : 1;
   auto stream = c10::cuda::getCurrentCUDAStream(a.device().index());
   cudaError_t status = kernels::flow_matching_mix(noisy.data_ptr<float>(), target.data_ptr<float>(),
-                                                  a.data_ptr<float>(), e.data_ptr<float>(), s.data_ptr<float>(),
-                                                  total, per_sample, stream.stream());
+                                                  a.data_ptr<float>(), e.data_ptr<float>(),
+                                                  s.data_ptr<float>(), total, per_sample, stream.stream());
   TORCH_CHECK(status == cudaSuccess, "flow_matching_mix kernel launch failed: ", cudaGetErrorString(status));
   return {noisy, target};
 #else
@@ -86,7 +86,8 @@ torch::Tensor keyed_draw(const torch::Tensor& keys, at::IntArrayRef row_shape, u
     per_row *= size;
   }
   // The element's block index is a 32-bit Philox counter word.
-  TORCH_CHECK((per_row + 3) / 4 <= int64_t{1} << 32, name, ": ", per_row, " elements per row is more than 2^34");
+  TORCH_CHECK((per_row + 3) / 4 <= int64_t{1} << 32, name, ": ", per_row,
+              " elements per row is more than 2^34");
   const torch::Tensor k = keys.contiguous();
   auto out = torch::empty(shape, k.options().dtype(torch::kFloat32));
   const int64_t batch = k.size(0);
@@ -94,12 +95,11 @@ torch::Tensor keyed_draw(const torch::Tensor& keys, at::IntArrayRef row_shape, u
 #ifdef TELETRON_WITH_CUDA
     const c10::cuda::CUDAGuard guard(k.device());
     auto stream = c10::cuda::getCurrentCUDAStream(k.device().index());
-    const cudaError_t status =
-        kind == KeyedKind::kNormal
-            ? kernels::keyed_normal(out.data_ptr<float>(), k.data_ptr<int64_t>(), batch, per_row, seed, draw,
-                                    stream.stream())
-            : kernels::keyed_uniform(out.data_ptr<float>(), k.data_ptr<int64_t>(), batch, per_row, seed, draw,
-                                     stream.stream());
+    const cudaError_t status = kind == KeyedKind::kNormal
+                                   ? kernels::keyed_normal(out.data_ptr<float>(), k.data_ptr<int64_t>(),
+                                                           batch, per_row, seed, draw, stream.stream())
+                                   : kernels::keyed_uniform(out.data_ptr<float>(), k.data_ptr<int64_t>(),
+                                                            batch, per_row, seed, draw, stream.stream());
     TORCH_CHECK(status == cudaSuccess, name, " kernel launch failed: ", cudaGetErrorString(status));
     return out;
 #else
@@ -114,7 +114,8 @@ torch::Tensor keyed_draw(const torch::Tensor& keys, at::IntArrayRef row_shape, u
     for (int64_t work = begin; work < end; ++work) {
       const int64_t b = work / groups;
       const int64_t group = work - b * groups;
-      const keyed::Block block = keyed::block_of(seed, static_cast<uint64_t>(key[b]), draw, static_cast<uint32_t>(group));
+      const keyed::Block block =
+          keyed::block_of(seed, static_cast<uint64_t>(key[b]), draw, static_cast<uint32_t>(group));
       float drawn[4];
       if (kind == KeyedKind::kNormal) {
         keyed::normals_of(block, drawn);
@@ -133,16 +134,19 @@ torch::Tensor keyed_draw(const torch::Tensor& keys, at::IntArrayRef row_shape, u
 
 }  // namespace
 
-torch::Tensor keyed_normal(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw) {
+torch::Tensor keyed_normal(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed,
+                           uint32_t draw) {
   return keyed_draw(keys, row_shape, seed, draw, KeyedKind::kNormal);
 }
 
-torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw) {
+torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed,
+                            uint32_t draw) {
   return keyed_draw(keys, row_shape, seed, draw, KeyedKind::kUniform);
 }
 
 torch::Tensor stochastic_round_bf16(const torch::Tensor& x, const torch::Tensor& key, uint64_t seed) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "stochastic_round_bf16: x must be fp32, got ", x.scalar_type());
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "stochastic_round_bf16: x must be fp32, got ",
+              x.scalar_type());
   TORCH_CHECK(key.dim() == 1 && key.size(0) == 1 && key.device() == x.device(),
               "stochastic_round_bf16: key must be (1) int64 on x's device");
   const auto uniform = keyed_uniform(key, {x.numel()}, seed, keyed::kStochasticRounding).view(x.sizes());
@@ -154,7 +158,8 @@ torch::Tensor stochastic_round_bf16(const torch::Tensor& x, const torch::Tensor&
   return bits.view(torch::kFloat32).to(torch::kBFloat16);  // exact: the low 16 bits are zero
 }
 
-std::function<torch::Tensor(const torch::Tensor&, int64_t, const torch::Tensor&)> keyed_bf16_rounding(uint64_t seed) {
+std::function<torch::Tensor(const torch::Tensor&, int64_t, const torch::Tensor&)> keyed_bf16_rounding(
+    uint64_t seed) {
   return [seed](const torch::Tensor& x, int64_t index, const torch::Tensor& step) {
     const auto key = (step.to(torch::kInt64) * (int64_t{1} << 32) + index).view({1});
     return stochastic_round_bf16(x, key, seed);
@@ -202,7 +207,8 @@ torch::Tensor yuv420_upsample(const torch::Tensor& c, int64_t height, int64_t wi
       // first: offset of the first tap from the chroma row (-2 for even luma rows, -1 for odd)
       torch::Tensor sum;
       for (int j = 0; j < 4; ++j) {
-        auto index = (torch::arange(chroma_h, torch::kInt64) + (first + j)).clamp(0, chroma_h - 1).to(c.device());
+        auto index =
+            (torch::arange(chroma_h, torch::kInt64) + (first + j)).clamp(0, chroma_h - 1).to(c.device());
         auto term = c.index_select(1, index) * chroma_cubic_tap(odd_row, j);
         sum = j == 0 ? term : sum + term;
       }
@@ -278,8 +284,8 @@ void augment_check(const torch::Tensor& rgb, const AugmentKernelArgs& args, int6
                    const char* name) {
   TORCH_CHECK(rgb.dim() == 4 && rgb.size(3) == 3 && rgb.scalar_type() == torch::kUInt8, name,
               ": expected rgb (T, H, W, 3) uint8, got ", rgb.sizes(), " ", rgb.scalar_type());
-  TORCH_CHECK(rgb.size(1) > 0 && rgb.size(2) > 0 && out_h > 0 && out_w > 0, name, ": empty frame ", rgb.sizes(),
-              " or output ", out_h, "x", out_w);
+  TORCH_CHECK(rgb.size(1) > 0 && rgb.size(2) > 0 && out_h > 0 && out_w > 0, name, ": empty frame ",
+              rgb.sizes(), " or output ", out_h, "x", out_w);
   TORCH_CHECK(args.crop_y >= 0 && args.crop_x >= 0 && args.crop_y + out_h <= args.resized_h &&
                   args.crop_x + out_w <= args.resized_w,
               name, ": crop window (", args.crop_y, ", ", args.crop_x, ") + ", out_h, "x", out_w,
@@ -292,8 +298,8 @@ torch::Tensor augment_clip_cuda(const torch::Tensor& rgb, const AugmentKernelArg
                                 int64_t out_w, torch::Dtype dtype) {
   augment_check(rgb, args, out_h, out_w, "augment_clip_cuda");
   TORCH_CHECK(rgb.is_cuda(), "augment_clip_cuda: expected a CUDA tensor; CPU clips use augment_reference");
-  TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32, "augment_clip_cuda: dtype must be bf16 or fp32, got ",
-              dtype);
+  TORCH_CHECK(dtype == torch::kBFloat16 || dtype == torch::kFloat32,
+              "augment_clip_cuda: dtype must be bf16 or fp32, got ", dtype);
 #ifdef TELETRON_WITH_CUDA
   const c10::cuda::CUDAGuard guard(rgb.device());
   auto src = rgb.contiguous();
@@ -307,8 +313,8 @@ torch::Tensor augment_clip_cuda(const torch::Tensor& rgb, const AugmentKernelArg
   float* out_f32 = dtype == torch::kFloat32 ? out.data_ptr<float>() : nullptr;
   __nv_bfloat16* out_bf16 =
       dtype == torch::kBFloat16 ? reinterpret_cast<__nv_bfloat16*>(out.data_ptr<at::BFloat16>()) : nullptr;
-  status = kernels::augment_clip(out_f32, out_bf16, src.data_ptr<uint8_t>(), sum, frames, in_h, in_w, out_h, out_w,
-                                 args, stream);
+  status = kernels::augment_clip(out_f32, out_bf16, src.data_ptr<uint8_t>(), sum, frames, in_h, in_w, out_h,
+                                 out_w, args, stream);
   TORCH_CHECK(status == cudaSuccess, "augment kernel launch failed: ", cudaGetErrorString(status));
   return out;
 #else
@@ -323,8 +329,8 @@ torch::Tensor augment_clip_emulated(const torch::Tensor& rgb, const AugmentKerne
 #ifdef TELETRON_WITH_CUDA
   auto src = rgb.contiguous();
   auto out = torch::empty({3, src.size(0), out_h, out_w}, src.options().dtype(torch::kFloat32));
-  kernels::augment_clip_host(out.data_ptr<float>(), src.data_ptr<uint8_t>(), src.size(0), src.size(1), src.size(2),
-                             out_h, out_w, args);
+  kernels::augment_clip_host(out.data_ptr<float>(), src.data_ptr<uint8_t>(), src.size(0), src.size(1),
+                             src.size(2), out_h, out_w, args);
   return out;
 #else
   TORCH_CHECK(false, "augment_clip_emulated: teletron was built without CUDA kernels (TELETRON_CUDA=OFF)");
@@ -408,7 +414,8 @@ void run_group_norm(torch::Tensor& y, const torch::Tensor& src, const torch::Ten
   auto w = weight.to(torch::kFloat32).contiguous();  // (C) fp32
   auto b = bias.to(torch::kFloat32).contiguous();    // (C) fp32
   torch::Tensor pb = pre_bias.defined() ? pre_bias.to(torch::kFloat32).contiguous() : torch::Tensor();
-  auto scratch = torch::empty({kernels::group_norm_scratch_size(shape)}, src.options().dtype(torch::kFloat32));
+  auto scratch =
+      torch::empty({kernels::group_norm_scratch_size(shape)}, src.options().dtype(torch::kFloat32));
   auto stream = c10::cuda::getCurrentCUDAStream(src.device().index()).stream();
   const cudaError_t status = kernels::group_norm_silu(
       y.data_ptr(), src.data_ptr(), w.data_ptr<float>(), b.data_ptr<float>(),
@@ -442,9 +449,11 @@ void replicate_pad_borders(torch::Tensor& out, int64_t time, int64_t space) {
   if (space > 0) {
     torch::Tensor rows = frames.narrow(4, space, w);
     rows.narrow(3, 0, space).copy_(rows.narrow(3, space, 1).expand_as(rows.narrow(3, 0, space)));
-    rows.narrow(3, space + h, space).copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
+    rows.narrow(3, space + h, space)
+        .copy_(rows.narrow(3, space + h - 1, 1).expand_as(rows.narrow(3, 0, space)));
     frames.narrow(4, 0, space).copy_(frames.narrow(4, space, 1).expand_as(frames.narrow(4, 0, space)));
-    frames.narrow(4, space + w, space).copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
+    frames.narrow(4, space + w, space)
+        .copy_(frames.narrow(4, space + w - 1, 1).expand_as(frames.narrow(4, 0, space)));
   }
   if (time > 0) out.narrow(2, 0, time).copy_(out.narrow(2, time, 1).expand_as(out.narrow(2, 0, time)));
 }
@@ -455,8 +464,10 @@ torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor
                                      bool borders_by_norm) {
   group_norm_check(x, weight, bias, groups);
   if (pre_bias.defined()) group_norm_check_param(x, pre_bias, "pre_bias");
-  TORCH_CHECK(x.dim() == 5 && time >= 0 && space >= 0, "group_norm_silu_padded: x must be (N, C, T, H, W) and the "
-              "pads >= 0, got ", x.sizes(), " and (", time, ", ", space, ")");
+  TORCH_CHECK(x.dim() == 5 && time >= 0 && space >= 0,
+              "group_norm_silu_padded: x must be (N, C, T, H, W) and the "
+              "pads >= 0, got ",
+              x.sizes(), " and (", time, ", ", space, ")");
   const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
 #ifdef TELETRON_WITH_CUDA
   const bool fast = x.is_cuda() && x.numel() > 0 && x.size(1) <= kernels::kGroupNormMaxChannelsLast &&
@@ -464,9 +475,9 @@ torch::Tensor group_norm_silu_padded(const torch::Tensor& x, const torch::Tensor
 #else
   const bool fast = false;  // group_norm_silu below names the missing kernels for CUDA input
 #endif
-  torch::Tensor out = torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
-                                   x.options().memory_format(fast ? at::MemoryFormat::ChannelsLast3d
-                                                                  : group_norm_format(x)));
+  torch::Tensor out =
+      torch::empty({x.size(0), x.size(1), t + time, h + 2 * space, w + 2 * space},
+                   x.options().memory_format(fast ? at::MemoryFormat::ChannelsLast3d : group_norm_format(x)));
   if (!fast) {  // the sum (rounded to x's dtype), the norm, then one copy into the interior and the borders
     const torch::Tensor source =
         pre_bias.defined() ? (x.to(torch::kFloat32) + pre_bias.to(torch::kFloat32).view({1, -1, 1, 1, 1}))
@@ -648,16 +659,15 @@ torch::Tensor causal_conv3d_gemm(const torch::Tensor& x, const torch::Tensor& we
 
 torch::Tensor spin_until_set(const torch::Tensor& flag, double timeout_s) {
   TORCH_CHECK(flag.is_cuda() && flag.scalar_type() == torch::kInt32 && flag.numel() == 1,
-              "spin_until_set: flag must be a (1) int32 CUDA tensor, got ", flag.sizes(), " ", flag.scalar_type(), " on ",
-              flag.device());
+              "spin_until_set: flag must be a (1) int32 CUDA tensor, got ", flag.sizes(), " ",
+              flag.scalar_type(), " on ", flag.device());
   TORCH_CHECK(timeout_s > 0, "spin_until_set: timeout_s must be > 0, got ", timeout_s);
 #ifdef TELETRON_WITH_CUDA
   const c10::cuda::CUDAGuard guard(flag.device());
   auto timed_out = torch::empty({1}, flag.options());  // (1) int32
-  const cudaError_t status =
-      kernels::spin_until_set(flag.data_ptr<int32_t>(), timed_out.data_ptr<int32_t>(),
-                              static_cast<int64_t>(timeout_s * 1e9),
-                              c10::cuda::getCurrentCUDAStream(flag.device().index()).stream());
+  const cudaError_t status = kernels::spin_until_set(
+      flag.data_ptr<int32_t>(), timed_out.data_ptr<int32_t>(), static_cast<int64_t>(timeout_s * 1e9),
+      c10::cuda::getCurrentCUDAStream(flag.device().index()).stream());
   TORCH_CHECK(status == cudaSuccess, "spin kernel launch failed: ", cudaGetErrorString(status));
   return timed_out;
 #else
@@ -1017,9 +1027,15 @@ torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torc
   return (grad.to(m) * (left_derivative + right_derivative)).to(x.scalar_type()).contiguous();
 }
 
-torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x) {
+torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x, torch::Tensor out) {
   TORCH_CHECK(grad.sizes() == x.sizes(), "gelu_tanh_backward: grad ", grad.sizes(), " vs x ", x.sizes());
-  if (!x.is_cuda()) return gelu_tanh_backward_reference(grad, x);
+  TORCH_CHECK(!out.defined() || (out.sizes() == x.sizes() && out.scalar_type() == x.scalar_type() &&
+                                 out.device() == x.device()),
+              "gelu_tanh_backward: out must have x's shape, dtype and device");
+  if (!x.is_cuda()) {
+    if (!out.defined()) return gelu_tanh_backward_reference(grad, x);
+    return out.copy_(gelu_tanh_backward_reference(grad, x));
+  }
 #ifdef TELETRON_WITH_CUDA
   check_kernel_dtype(x, "gelu_tanh_backward", "x");
   check_same(grad, x, "gelu_tanh_backward", "grad", "x");
@@ -1032,11 +1048,15 @@ torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor&
   int64_t grad_stride = gelu_row_stride(grad);  // a column slice of a wider gradient reads in place
   auto gc = grad_stride > 0 ? grad : grad.contiguous();
   if (grad_stride == 0) grad_stride = cols;
-  auto dx = torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  const cudaError_t status =
-      kernels::gelu_tanh_backward(dx.data_ptr(), gc.data_ptr(), src.data_ptr(), rows, cols, grad_stride,
-                                  row_stride, x.scalar_type() == torch::kBFloat16, current_stream(x));
+  // out: written in place where its rows have one stride, else through a dense result.
+  const int64_t out_stride = out.defined() ? gelu_row_stride(out) : 0;
+  auto dx =
+      out_stride > 0 ? out : torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const cudaError_t status = kernels::gelu_tanh_backward(
+      dx.data_ptr(), gc.data_ptr(), src.data_ptr(), rows, cols, out_stride > 0 ? out_stride : cols,
+      grad_stride, row_stride, x.scalar_type() == torch::kBFloat16, current_stream(x));
   TORCH_CHECK(status == cudaSuccess, "gelu_tanh_backward kernel launch failed: ", cudaGetErrorString(status));
+  if (out.defined() && out_stride == 0) return out.copy_(dx);
   return dx;
 #else
   no_kernels("gelu_tanh_backward");
@@ -1053,12 +1073,12 @@ torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor&
 
 namespace tt {
 
-torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, const torch::Tensor& flow, double lambda,
-                          double theta, double tau, int64_t warps, int64_t iterations) {
+torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, const torch::Tensor& flow,
+                          double lambda, double theta, double tau, int64_t warps, int64_t iterations) {
   TORCH_CHECK(i0.dim() == 3 && i1.sizes() == i0.sizes(), "tvl1_refine: frames (B, H, W) of one shape, got ",
               i0.sizes(), " and ", i1.sizes());
-  TORCH_CHECK(flow.dim() == 4 && flow.size(0) == i0.size(0) && flow.size(1) == 2 && flow.size(2) == i0.size(1) &&
-                  flow.size(3) == i0.size(2),
+  TORCH_CHECK(flow.dim() == 4 && flow.size(0) == i0.size(0) && flow.size(1) == 2 &&
+                  flow.size(2) == i0.size(1) && flow.size(3) == i0.size(2),
               "tvl1_refine: flow (", i0.size(0), ", 2, ", i0.size(1), ", ", i0.size(2), ") expected, got ",
               flow.sizes());
   TORCH_CHECK(i0.is_cuda() && i1.device() == i0.device() && flow.device() == i0.device(),
@@ -1073,11 +1093,11 @@ torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, cons
                             torch::MemoryFormat::Contiguous);  // refined in place: a copy of its own
   torch::Tensor p = torch::zeros({a.size(0), 4, a.size(1), a.size(2)}, a.options());
   torch::Tensor scratch = torch::empty_like(p);
-  const kernels::Tvl1Params params{static_cast<float>(lambda), static_cast<float>(theta), static_cast<float>(tau),
-                                   warps, iterations};
-  const cudaError_t status =
-      kernels::tvl1_refine(a.data_ptr<float>(), b.data_ptr<float>(), u.data_ptr<float>(), p.data_ptr<float>(),
-                           scratch.data_ptr<float>(), a.size(0), a.size(1), a.size(2), params, current_stream(a));
+  const kernels::Tvl1Params params{static_cast<float>(lambda), static_cast<float>(theta),
+                                   static_cast<float>(tau), warps, iterations};
+  const cudaError_t status = kernels::tvl1_refine(
+      a.data_ptr<float>(), b.data_ptr<float>(), u.data_ptr<float>(), p.data_ptr<float>(),
+      scratch.data_ptr<float>(), a.size(0), a.size(1), a.size(2), params, current_stream(a));
   TORCH_CHECK(status == cudaSuccess, "tvl1_refine kernel launch failed: ", cudaGetErrorString(status));
   return u;
 #else

@@ -31,10 +31,12 @@ bool kernels_built();
 /// row's place in the batch. CUDA keys run the kernel on the current stream (keys read on the device:
 /// no host sync, safe to capture in a CUDA Graph); CPU keys compute the same arithmetic on the host
 /// (the [gpu] test's reference; libm and CUDA's maths may differ in the last bits).
-torch::Tensor keyed_normal(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw);
+torch::Tensor keyed_normal(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed,
+                           uint32_t draw);
 
 /// As keyed_normal, uniform in (0, 1] (24 random bits each).
-torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed, uint32_t draw);
+torch::Tensor keyed_uniform(const torch::Tensor& keys, at::IntArrayRef row_shape, uint64_t seed,
+                            uint32_t draw);
 
 /// x (fp32) -> bf16 rounded stochastically: away from zero with probability equal to x's distance
 /// from its truncation in units of the bf16 gap there, so E[round(x)] = x (unbiased, where
@@ -48,7 +50,8 @@ torch::Tensor stochastic_round_bf16(const torch::Tensor& x, const torch::Tensor&
 /// fp32 on the device) -> stochastic_round_bf16 keyed by (step << 32) | index under `seed`, so every
 /// parameter and step draws its own bits, and a replay or a resume draws the same ones. The key
 /// is made on the device (no host read: a captured step holds it).
-std::function<torch::Tensor(const torch::Tensor&, int64_t, const torch::Tensor&)> keyed_bf16_rounding(uint64_t seed);
+std::function<torch::Tensor(const torch::Tensor&, int64_t, const torch::Tensor&)> keyed_bf16_rounding(
+    uint64_t seed);
 
 // ---- colour conversion ----
 
@@ -217,9 +220,10 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward_reference(
 torch::Tensor gelu_tanh_forward(const torch::Tensor& x);
 torch::Tensor gelu_tanh_forward_reference(const torch::Tensor& x);
 
-/// grad (x's shape), x -> dx = grad * gelu_tanh'(x) in x's dtype (dense). On CUDA, x and grad may be
-/// column slices of wider matrices (rows of a stride): read in place.
-torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x);
+/// grad (x's shape), x -> dx = grad * gelu_tanh'(x) in x's dtype, dense or written into `out` (x's
+/// shape and dtype, returned) when given. On CUDA, x, grad and out may be column slices of wider
+/// matrices (rows of a stride): read and written in place.
+torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x, torch::Tensor out = {});
 torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torch::Tensor& x);
 
 // ---- optical flow ----
@@ -228,7 +232,7 @@ torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torc
 /// frames i0, i1 (B, H, W) and the level's starting flow (B, 2, H, W), CUDA, floating point (fp32
 /// math) -> the refined flow (B, 2, H, W) fp32. The dual fields start at zero. CPU tensors are
 /// refused (their reference is pipeline's tensor-op TV-L1), as is a build without kernels.
-torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, const torch::Tensor& flow, double lambda,
-                          double theta, double tau, int64_t warps, int64_t iterations);
+torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, const torch::Tensor& flow,
+                          double lambda, double theta, double tau, int64_t warps, int64_t iterations);
 
 }  // namespace tt

@@ -119,6 +119,73 @@ class QkvHeads : public torch::autograd::Function<QkvHeads> {
   }
 };
 
+// Whether `grad` (the columns from `column` on) is that block of a row-major (B, N, width) buffer
+// that no other tensor refers to (a view keeps its base, so a view never is): the buffer's other
+// columns are then free to write.
+bool sole_column_block(const torch::Tensor& grad, c10::IntArrayRef sizes, int64_t column) {
+  const int64_t width = sizes[2];
+  if (grad.dim() != 3 || grad.size(0) != sizes[0] || grad.size(1) != sizes[1] ||
+      grad.size(2) != width - column || grad.stride(2) != 1 || grad.stride(1) != width ||
+      grad.stride(0) != sizes[1] * width || grad.storage_offset() < column)
+    return false;
+  const int64_t end = grad.storage_offset() - column + sizes[0] * sizes[1] * width;
+  return grad.storage().use_count() == 1 &&
+         static_cast<int64_t>(grad.storage().nbytes()) >= end * static_cast<int64_t>(grad.element_size());
+}
+
+// The single blocks' linear1 output as q, k, v (head views of its first columns) and the MLP's
+// input (its other columns); backward writes q, k, v's gradients into the columns beside the MLP's
+// (see qkv_mlp_split in fused_ops.h).
+class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                int64_t heads, int64_t head_dim) {
+    const int64_t qkv_width = 3 * heads * head_dim;
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["head_dim"] = head_dim;
+    const auto parts =
+        x.narrow(2, 0, qkv_width).unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+    return {parts[0], parts[1], parts[2], x.narrow(2, qkv_width, x.size(2) - qkv_width)};
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();  // (B, N, width)
+    const int64_t heads = ctx->saved_data["heads"].toInt(), head_dim = ctx->saved_data["head_dim"].toInt();
+    const int64_t qkv_width = 3 * heads * head_dim;
+    const torch::Tensor* any = nullptr;
+    for (const auto& g : grads)
+      if (g.defined()) any = &g;
+    if (any == nullptr) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const torch::Tensor& grad_mlp = grads[3];
+    torch::Tensor grad;
+    if (grad_mlp.defined() && sole_column_block(grad_mlp, sizes, qkv_width)) {
+      grad = torch::empty({0}, grad_mlp.options())
+                 .set_(grad_mlp.storage(), grad_mlp.storage_offset() - qkv_width, sizes,
+                       {sizes[1] * sizes[2], sizes[2], 1});
+    } else {
+      grad = torch::empty(sizes, any->options());
+      auto mlp = grad.narrow(2, qkv_width, sizes[2] - qkv_width);
+      if (grad_mlp.defined()) {
+        mlp.copy_(grad_mlp);
+      } else {
+        mlp.zero_();
+      }
+    }
+    const auto qkv = grad.narrow(2, 0, qkv_width).unflatten(2, {3, heads, head_dim});
+    for (int64_t i = 0; i < 3; ++i) {
+      auto part = qkv.select(2, i).permute({0, 2, 1, 3});  // (B, heads, N, head_dim), as grads[i]
+      if (grads[static_cast<size_t>(i)].defined()) {
+        part.copy_(grads[static_cast<size_t>(i)]);
+      } else {
+        part.zero_();
+      }
+    }
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // The dtype a Linear runs in here: autocast's for the device when it is on, else the input's.
 torch::ScalarType linear_dtype(const torch::Tensor& x) {
   const auto device = x.device().type();
@@ -234,10 +301,23 @@ BaseAndDownGrads base_and_down_backward(const torch::Tensor& grad_base, const to
 torch::Tensor gelu_of(const torch::Tensor& u) {
   return fused_kernels_take(u) ? gelu_tanh_forward(u) : torch::gelu(u, "tanh");
 }
+// u's gradient. The kernel reads a column slice of a wider gradient in place (ATen's gets it dense,
+// as before); where u is a column block of a wider row-major tensor (the single blocks' MLP input,
+// beside q, k, v in linear1's output), the gradient is written into the same columns of a buffer of
+// that width, which qkv_mlp_split's backward completes in place instead of concatenating.
 torch::Tensor gelu_grad(const torch::Tensor& grad, const torch::Tensor& u) {
-  // The kernel reads a column slice of a wider gradient in place; ATen's gets it dense, as before.
-  return fused_kernels_take(u) ? gelu_tanh_backward(grad, u)
-                               : at::gelu_backward(grad.contiguous(), u, "tanh");
+  if (!fused_kernels_take(u)) return at::gelu_backward(grad.contiguous(), u, "tanh");
+  torch::Tensor out;
+  if (u.dim() == 3 && u.stride(2) == 1 && u.stride(1) > u.size(2) && u.stride(0) == u.size(1) * u.stride(1)) {
+    const int64_t width = u.stride(1), column = u.storage_offset() % width;
+    // Set onto the buffer's storage, not a view of it: the block is then the storage's only holder
+    // (a view would keep its base), which is how qkv_mlp_split knows the other columns are free.
+    if (column + u.size(2) <= width) {
+      const torch::Tensor buffer = torch::empty({u.size(0), u.size(1), width}, u.options());
+      out = torch::empty({0}, u.options()).set_(buffer.storage(), column, u.sizes(), u.strides());
+    }
+  }
+  return gelu_tanh_backward(grad, u, out);
 }
 
 // The GELU of u, and beside it `a` when there is one (both in their promoted dtype).
@@ -578,6 +658,18 @@ std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, in
   if (fused) return QkvHeads::apply(qkv, heads, head_dim);
   const auto parts = qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
   return {parts[0], parts[1], parts[2]};
+}
+
+std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, int64_t head_dim,
+                                         bool fused) {
+  const int64_t qkv_width = 3 * heads * head_dim;
+  TT_ASSERT(x.dim() == 3 && x.size(2) > qkv_width, "qkv_mlp_split: linear1's output ", x.sizes(),
+            " is not (B, N, 3 x ", heads, " x ", head_dim, " + mlp)");
+  if (fused) return QkvMlpSplit::apply(x, heads, head_dim);
+  const auto [qkv, mlp] = split_at(x, 2, qkv_width);
+  auto parts = qkv_heads(qkv, heads, head_dim, false);
+  parts.push_back(mlp);
+  return parts;
 }
 
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {

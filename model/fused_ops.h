@@ -65,6 +65,15 @@ torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused);
 /// and gradients are the same bit for bit.
 std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, int64_t head_dim, bool fused);
 
+/// The single blocks' linear1 output (B, N, 3 * heads * head_dim + mlp) -> q, k, v (as qkv_heads) and
+/// the MLP's input (B, N, mlp), all views of it. Unfused: split_with_sizes, then qkv_heads (autograd
+/// concatenates the two parts' gradients). With `fused`, one autograd function whose backward
+/// writes q, k, v's gradients into the first columns of one (B, N, width) buffer; when the MLP's
+/// gradient already is the other columns of such a buffer that nothing else refers to (GeluLinear's
+/// backward writes it so on CUDA), that buffer is completed in place and nothing is concatenated.
+/// The values and gradients are the same bit for bit.
+std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, int64_t head_dim, bool fused);
+
 /// The MLP's GELU-tanh and down-projection as one autograd function that keeps only its inputs:
 /// linear(gelu_tanh(u)), or linear(cat(a, gelu_tanh(u), -1)) when `a` is defined (the single
 /// blocks' attention output beside the MLP), with `weight` (out, in) and `bias` (out) or undefined.

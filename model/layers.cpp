@@ -218,8 +218,14 @@ std::vector<torch::Tensor> AttentionImpl::heads_and_norm(const torch::Tensor& qk
                                                          RmsNorm& norm_k, const RopeTable* rope,
                                                          int64_t rope_tokens) {
   // (B, N, 3*hidden) -> 3 x (B, heads, N, head_dim), permuted views of qkv
+  return norm_heads(qkv_heads(qkv, options_.heads, options_.head_dim, options_.fused_kernels), norm_q, norm_k,
+                    rope, rope_tokens);
+}
+
+std::vector<torch::Tensor> AttentionImpl::norm_heads(std::vector<torch::Tensor> parts, RmsNorm& norm_q,
+                                                     RmsNorm& norm_k, const RopeTable* rope,
+                                                     int64_t rope_tokens) {
   const bool fused = options_.fused_kernels;
-  auto parts = qkv_heads(qkv, options_.heads, options_.head_dim, fused);
   if (!options_.qk_norm) {
     TT_ASSERT(rope_tokens == 0, "RoPE is applied with QK-norm only");
     return parts;
@@ -253,9 +259,9 @@ std::vector<torch::Tensor> AttentionImpl::project_added_modulated(const torch::T
   return heads_and_norm(qkv, norm_added_q_, norm_added_k_, nullptr, 0);
 }
 
-std::vector<torch::Tensor> AttentionImpl::split_and_normalize(const torch::Tensor& qkv, const RopeTable* rope,
-                                                              int64_t rope_tokens) {
-  return heads_and_norm(qkv, norm_q_, norm_k_, rope, rope_tokens);
+std::vector<torch::Tensor> AttentionImpl::normalize(std::vector<torch::Tensor> parts, const RopeTable* rope,
+                                                    int64_t rope_tokens) {
+  return norm_heads(std::move(parts), norm_q_, norm_k_, rope, rope_tokens);
 }
 
 torch::Tensor AttentionImpl::output(const torch::Tensor& x) {

@@ -145,10 +145,10 @@ class AttentionImpl : public torch::nn::Module {
                                                int64_t rope_tokens = 0);
   std::vector<torch::Tensor> project_added_modulated(const torch::Tensor& x, const torch::Tensor& shift,
                                                      const torch::Tensor& scale);
-  /// Splits an already projected (B, N, 3*hidden) q|k|v tensor into heads and applies QK-norm and
-  /// RoPE as project() does.
-  std::vector<torch::Tensor> split_and_normalize(const torch::Tensor& qkv, const RopeTable* rope = nullptr,
-                                                 int64_t rope_tokens = 0);
+  /// QK-norm and RoPE, as project() applies them, on q, k, v already split into heads (B, heads, N,
+  /// head_dim) (the single blocks' linear1 output, qkv_mlp_split in model/fused_ops.h).
+  std::vector<torch::Tensor> normalize(std::vector<torch::Tensor> parts, const RopeTable* rope = nullptr,
+                                       int64_t rope_tokens = 0);
   /// to_out.0 / to_add_out on (B, N, hidden).
   torch::Tensor output(const torch::Tensor& x);
   torch::Tensor output_added(const torch::Tensor& x);
@@ -162,6 +162,8 @@ class AttentionImpl : public torch::nn::Module {
  private:
   std::vector<torch::Tensor> heads_and_norm(const torch::Tensor& qkv, RmsNorm& norm_q, RmsNorm& norm_k,
                                             const RopeTable* rope, int64_t rope_tokens);
+  std::vector<torch::Tensor> norm_heads(std::vector<torch::Tensor> parts, RmsNorm& norm_q, RmsNorm& norm_k,
+                                        const RopeTable* rope, int64_t rope_tokens);
 
   AttentionOptions options_;
   torch::nn::Linear to_qkv_{nullptr}, add_qkv_{nullptr};

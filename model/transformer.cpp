@@ -167,9 +167,12 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
   auto m = norm_(vec);  // shift, scale, gate
   // (B, N+L, 3*hidden + mlp)
   auto fused = modulated_linear(linear1_, lora_linear1, x, m[0], m[1], fused_kernels_);
-  const auto [qkv_in, mlp_in] = split_at(fused, 2, 3 * hidden_);
+  // q, k, v and the MLP's input, views of linear1's output.
+  auto parts = qkv_mlp_split(fused, attn_->options().heads, attn_->options().head_dim, fused_kernels_);
+  const torch::Tensor mlp_in = parts[3];
+  parts.pop_back();
   // QK-norm on every token, RoPE on the video tokens only.
-  auto qkv = attn_->split_and_normalize(qkv_in, &rope, video_tokens);
+  auto qkv = attn_->normalize(std::move(parts), &rope, video_tokens);
   auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);
   // With fused kernels, GELU, concatenation and linear2 keep only attn and the MLP's input (a view).
   // Recomputed for backward with a gate that needs no gradient, linear2's result is never read.
@@ -236,7 +239,8 @@ HunyuanVideoTransformerImpl::HunyuanVideoTransformerImpl(const HunyuanVideoConfi
 }
 
 void HunyuanVideoTransformerImpl::set_activation_checkpointing(int64_t every_n) {
-  checkpointed_ = every_nth_block(static_cast<int64_t>(double_blocks_.size() + single_blocks_.size()), every_n);
+  checkpointed_ =
+      every_nth_block(static_cast<int64_t>(double_blocks_.size() + single_blocks_.size()), every_n);
 }
 
 void HunyuanVideoTransformerImpl::set_checkpointed_blocks(int64_t doubles, int64_t singles) {

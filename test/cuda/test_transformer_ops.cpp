@@ -187,10 +187,13 @@ TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gp
         // exact value by more than a few ulps of dx. Judged against fp64, the kernel may be off as
         // far as the fp32 reference is (twice, for a tanhf another way round), not further.
         const auto exact = tt::gelu_tanh_backward_reference(grad.to(torch::kFloat64), x.to(torch::kFloat64));
-        const double kernel_error = max_abs_diff(dx, exact), reference_error = max_abs_diff(dx_reference, exact);
-        const double kernel_mean = mean_abs_diff(dx, exact), reference_mean = mean_abs_diff(dx_reference, exact);
+        const double kernel_error = max_abs_diff(dx, exact),
+                     reference_error = max_abs_diff(dx_reference, exact);
+        const double kernel_mean = mean_abs_diff(dx, exact),
+                     reference_mean = mean_abs_diff(dx_reference, exact);
         INFO("dx against fp64: kernel max |diff| " << kernel_error << " (fp32 reference " << reference_error
-                                                   << "), mean " << kernel_mean << " (" << reference_mean << ")");
+                                                   << "), mean " << kernel_mean << " (" << reference_mean
+                                                   << ")");
         CHECK(kernel_error <= 2 * reference_error + 1e-7);
         CHECK(kernel_mean <= 2 * reference_mean + 1e-9);
       } else {
@@ -202,8 +205,18 @@ TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gp
       sizes.back() += 16;
       const auto grad_slice = torch::randn(sizes).to(dtype).to(kCuda).slice(-1, 16);
       REQUIRE(!grad_slice.is_contiguous());
-      CHECK(torch::equal(tt::gelu_tanh_backward(grad_slice, x_gpu),
-                         tt::gelu_tanh_backward(grad_slice.contiguous(), x_gpu)));
+      const auto dense = tt::gelu_tanh_backward(grad_slice.contiguous(), x_gpu);
+      CHECK(torch::equal(tt::gelu_tanh_backward(grad_slice, x_gpu), dense));
+      // Written into a column slice of a wider buffer (the single blocks' linear1 gradient): the
+      // same values there, the columns beside it untouched.
+      auto sizes_out = x.sizes().vec();
+      sizes_out.back() += 24;
+      const auto buffer = torch::full(sizes_out, 7.0, torch::TensorOptions().dtype(dtype).device(kCuda));
+      const auto out = buffer.slice(-1, 24);
+      const auto returned = tt::gelu_tanh_backward(grad_slice, x_gpu, out);
+      CHECK(returned.data_ptr() == out.data_ptr());
+      CHECK(torch::equal(out, dense));
+      CHECK(torch::equal(buffer.slice(-1, 0, 24), torch::full_like(buffer.slice(-1, 0, 24), 7.0)));
     }
   }
 }

@@ -349,6 +349,73 @@ TEST_CASE("qkv heads: the fused function's views and gradients equal the composi
   CHECK_THROWS(tt::qkv_heads(torch::randn({2, 5, 7}), heads, head_dim, true));
 }
 
+TEST_CASE("qkv + MLP split: the fused function's views and gradients equal the composition's bit for bit",
+          "[model][fused]") {
+  torch::manual_seed(32);
+  const int64_t heads = 2, head_dim = 8, mlp = 24, width = 3 * heads * head_dim + mlp;
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    // q, k, v and the MLP's input each with its own weight; or the MLP alone, or q, k, v alone: a part
+    // without a gradient gives zeros in its columns.
+    for (const auto& used : std::vector<std::vector<int>>{{0, 1, 2, 3}, {3}, {0, 1, 2}}) {
+      INFO(dtype << ", " << used.size() << " parts used, the first " << used[0]);
+      const auto x = (torch::randn({2, 5, width}) * 2).to(dtype);
+      const auto weights = torch::randn({3, 2, heads, 5, head_dim}).to(dtype);
+      const auto mlp_weight = torch::randn({2, 5, mlp}).to(dtype);
+      auto run = [&](bool fused) {
+        auto input = x.clone().requires_grad_(true);
+        const auto parts = tt::qkv_mlp_split(input, heads, head_dim, fused);
+        REQUIRE(parts.size() == 4);
+        torch::Tensor loss = torch::zeros({}, x.options());
+        for (const int i : used)
+          loss = loss + (parts[static_cast<size_t>(i)] * (i < 3 ? weights[i] : mlp_weight)).sum();
+        loss.backward();
+        return std::make_pair(parts, input.grad());
+      };
+      const auto [fused_parts, fused_grad] = run(true);
+      const auto [plain_parts, plain_grad] = run(false);
+      for (size_t i = 0; i < 4; ++i) {
+        CHECK(fused_parts[i].sizes() == plain_parts[i].sizes());
+        CHECK(fused_parts[i].strides() == plain_parts[i].strides());
+        CHECK(torch::equal(fused_parts[i], plain_parts[i]));
+      }
+      REQUIRE(fused_grad.defined());
+      CHECK(fused_grad.is_contiguous());
+      CHECK(torch::equal(fused_grad, plain_grad));
+    }
+  }
+  CHECK_THROWS(tt::qkv_mlp_split(torch::randn({2, 5, 48}), heads, head_dim, true));
+}
+
+TEST_CASE(
+    "qkv + MLP split: an MLP gradient in a buffer of linear1's width is completed in place, only when "
+    "nothing else holds that buffer",
+    "[model][fused]") {
+  const int64_t heads = 2, head_dim = 8, mlp = 24, qkv_width = 3 * heads * head_dim;
+  const int64_t width = qkv_width + mlp;
+  const auto x = torch::randn({2, 5, width});
+  const auto mlp_grad = torch::randn({2, 5, mlp});
+  const auto expected = torch::cat({torch::zeros({2, 5, qkv_width}), mlp_grad}, 2);
+  for (const bool shared : {false, true}) {
+    INFO((shared ? "the buffer is still held elsewhere" : "the gradient is the buffer's only holder"));
+    auto input = x.clone().requires_grad_(true);
+    const auto parts = tt::qkv_mlp_split(input, heads, head_dim, true);
+    // The layout GeluLinear's backward gives on CUDA: the MLP columns of a (B, N, width) buffer
+    // whose other columns hold garbage, set onto its storage (a view would keep the buffer).
+    auto buffer = torch::full({2, 5, width}, 7.0);
+    torch::Tensor grad = torch::empty({0}).set_(buffer.storage(), qkv_width, {2, 5, mlp}, buffer.strides());
+    grad.copy_(mlp_grad);
+    const auto* block_start = static_cast<const float*>(grad.data_ptr()) - qkv_width;
+    if (!shared) buffer = torch::Tensor();
+    torch::autograd::backward({parts[3]}, {std::move(grad)});
+    REQUIRE(input.grad().defined());
+    CHECK(torch::equal(input.grad(), expected));
+    // In place: the gradient is the buffer itself (autograd keeps it as the leaf's gradient). Shared:
+    // a new buffer, the held one untouched.
+    CHECK((input.grad().data_ptr() == block_start) == !shared);
+    if (shared) CHECK(torch::equal(buffer.narrow(2, 0, qkv_width), torch::full({2, 5, qkv_width}, 7.0)));
+  }
+}
+
 TEST_CASE("fused ops on CPU tensors take the unfused composition bit for bit", "[model][fused]") {
   torch::manual_seed(24);
   auto x = torch::randn({2, 12, 96}), y = torch::randn({2, 12, 96}), gate = torch::randn({2, 96});
