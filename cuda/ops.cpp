@@ -1107,3 +1107,60 @@ torch::Tensor tvl1_refine(const torch::Tensor& i0, const torch::Tensor& i1, cons
 }
 
 }  // namespace tt
+
+// ---- a Linear's weight and bias gradients in one GEMM ----
+
+#ifdef TELETRON_WITH_CUDA
+#include <ATen/cuda/CUDAContextLight.h>
+
+#include "cuda/weight_grad.cuh"
+#endif
+
+namespace tt {
+namespace {
+
+// Rows of unit column stride `ld` apart (ld >= cols), or 0.
+int64_t row_ld(const torch::Tensor& t, int64_t cols) {
+  if (t.dim() != 2 || t.size(1) != cols) return 0;
+  if (t.size(1) > 1 && t.stride(1) != 1) return 0;
+  if (t.size(0) > 1 && t.stride(0) < cols) return 0;
+  return std::max<int64_t>(t.size(0) > 1 ? t.stride(0) : cols, cols);
+}
+
+}  // namespace
+
+bool weight_bias_grad(const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight_grad,
+                      const torch::Tensor& bias_grad) {
+#ifdef TELETRON_WITH_CUDA
+  if (!grad.is_cuda() || grad.dim() != 2 || x.dim() != 2 || grad.size(0) != x.size(0)) return false;
+  const auto half = grad.scalar_type();
+  if ((half != torch::kBFloat16 && half != torch::kHalf) || x.scalar_type() != half) return false;
+  const int64_t tokens = grad.size(0), out = grad.size(1), in = x.size(1);
+  if (weight_grad.scalar_type() != torch::kFloat32 || weight_grad.dim() != 2 || weight_grad.size(0) != out)
+    return false;
+  if (bias_grad.defined() && (bias_grad.scalar_type() != torch::kFloat32 || bias_grad.dim() != 1 ||
+                              bias_grad.size(0) != out || bias_grad.stride(0) != 1))
+    return false;
+  for (const torch::Tensor* t : {&x, &weight_grad, &bias_grad})
+    if (t->defined() && t->device() != grad.device()) return false;
+  const int64_t grad_ld = row_ld(grad, out), x_ld = row_ld(x, in), weight_ld = row_ld(weight_grad, in);
+  if (grad_ld == 0 || x_ld == 0 || weight_ld == 0) return false;
+  const c10::cuda::CUDAGuard guard(grad.device());
+  kernels::LtContext lt;
+  lt.handle = at::cuda::getCurrentCUDABlasLtHandle();
+  lt.workspace = at::cuda::getCUDABlasLtWorkspace();
+  lt.workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+  lt.stream = current_stream(grad);
+  const cublasStatus_t status = kernels::weight_bias_grad(
+      lt, grad.data_ptr(), grad_ld, x.data_ptr(), x_ld, tokens, out, in, half == torch::kBFloat16,
+      weight_grad.data_ptr<float>(), weight_ld, bias_grad.defined() ? bias_grad.data_ptr<float>() : nullptr);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "weight_bias_grad: cuBLASLt failed with status ",
+              static_cast<int>(status));
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace tt

@@ -226,6 +226,18 @@ torch::Tensor gelu_tanh_forward_reference(const torch::Tensor& x);
 torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x, torch::Tensor out = {});
 torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torch::Tensor& x);
 
+// ---- a Linear's weight and bias gradients ----
+
+/// grad (tokens, out) and x (tokens, in), CUDA, both bf16 or both fp16, rows of unit column stride:
+/// writes weight_grad = grad^T x into weight_grad ((out, in) fp32, rows of unit column stride: a
+/// column block of a wider matrix is fine) and, when bias_grad is defined ((out) fp32, dense), the
+/// column sums of grad into it, by one cuBLASLt GEMM whose epilogue makes the sums (fp32
+/// accumulation throughout). Returns false, having written nothing, for operands it does not take
+/// (CPU, other dtypes or layouts, a build without CUDA) or where cuBLASLt has no kernel for them:
+/// the caller then runs ATen's GEMM and sum.
+bool weight_bias_grad(const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight_grad,
+                      const torch::Tensor& bias_grad);
+
 // ---- optical flow ----
 
 /// One pyramid level of TV-L1 (the scheme of pipeline/optical_flow_tvl1.h) with cuda/tvl1.cu:

@@ -242,6 +242,27 @@ LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef inpu
   LinearGrads g;
   g.input = grad.mm(weight.to(dtype)).view(input_sizes);
   if (!weight_grad) return g;
+  // On CUDA in half precision with fp32 master weights: one cuBLASLt GEMM per column block, the
+  // first also summing the bias's gradient in its epilogue (no separate pass over grad).
+  if (grad.is_cuda() && weight_dtype == torch::kFloat32 &&
+      (!has_bias || bias.scalar_type() == torch::kFloat32)) {
+    torch::Tensor weight_grad_all = torch::empty({out, in}, grad.options().dtype(torch::kFloat32));
+    torch::Tensor bias_grad = has_bias ? torch::empty({out}, weight_grad_all.options()) : torch::Tensor();
+    bool done = true;
+    int64_t column = 0;
+    for (const auto& part : input_parts) {
+      const int64_t width = part.size(-1);
+      done = done && weight_bias_grad(grad, part.to(dtype).reshape({-1, width}),
+                                      weight_grad_all.narrow(1, column, width),
+                                      column == 0 ? bias_grad : torch::Tensor());
+      column += width;
+    }
+    if (done) {
+      g.weight = std::move(weight_grad_all);
+      g.bias = std::move(bias_grad);
+      return g;
+    }
+  }
   if (input_parts.size() == 1) {
     g.weight = weight_grad_mm(grad, input_parts[0].to(dtype).reshape({-1, in}), weight_dtype);
   } else {

@@ -220,3 +220,56 @@ TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gp
     }
   }
 }
+
+TEST_CASE("weight_bias_grad: one cuBLASLt GEMM gives grad^T x and grad's column sums in fp32",
+          "[gpu][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(15);
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    // Dense operands; x a column slice of a wider matrix and the result a column block (offset by 3
+    // floats: 4-byte aligned) of a wider one, as the single blocks' linear2 gives them; rows past a
+    // few tiles; a bias-free call.
+    const int64_t tokens = 1500, out = 48, in = 72;
+    const auto grad = torch::randn({tokens, out}).to(dtype).to(kCuda);
+    const auto x_wide = torch::randn({tokens, in + 8}).to(dtype).to(kCuda);
+    for (const bool strided : {false, true}) {
+      for (const bool with_bias : {true, false}) {
+        INFO(dtype << (strided ? ", strided x and result" : ", dense")
+                   << (with_bias ? ", bias" : ", no bias"));
+        const auto x = strided ? x_wide.slice(1, 8) : x_wide.slice(1, 8).contiguous();
+        auto wide = torch::full({out, in + 5}, 7.0f, torch::TensorOptions().device(kCuda));
+        const auto weight_grad = strided ? wide.slice(1, 3, 3 + in) : torch::empty({out, in}, wide.options());
+        auto bias_grad = with_bias ? torch::full({out}, 7.0f, wide.options()) : torch::Tensor();
+        REQUIRE(tt::weight_bias_grad(grad, x, weight_grad, bias_grad));
+        // fp32 products of half-precision values are exact; only the order of the fp32 sums differs.
+        const auto want_weight = grad.to(torch::kFloat64).t().mm(x.to(torch::kFloat64));
+        CHECK(excess(weight_grad, want_weight, 1e-4, 1e-5) <= 0);
+        if (with_bias) CHECK(excess(bias_grad, grad.to(torch::kFloat64).sum(0), 1e-4, 1e-5) <= 0);
+        if (strided) {  // the columns beside the block untouched
+          CHECK(torch::equal(wide.slice(1, 0, 3), torch::full({out, 3}, 7.0f, wide.options())));
+          CHECK(torch::equal(wide.slice(1, 3 + in), torch::full({out, 2}, 7.0f, wide.options())));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("weight_bias_grad takes only CUDA half-precision operands with an fp32 result", "[fused]") {
+  // Callers fall back to ATen's GEMM and sum on false; nothing is written then.
+  auto weight_grad = torch::full({4, 6}, 7.0f);
+  CHECK_FALSE(tt::weight_bias_grad(torch::randn({10, 4}).to(torch::kBFloat16),
+                                   torch::randn({10, 6}).to(torch::kBFloat16), weight_grad, torch::Tensor()));
+  CHECK(torch::equal(weight_grad, torch::full({4, 6}, 7.0f)));
+  if (!torch::cuda::is_available()) return;
+  const auto options = torch::TensorOptions().device(kCuda);
+  const auto g32 = torch::randn({10, 4}, options), x32 = torch::randn({10, 6}, options);
+  auto wg = torch::empty({4, 6}, options);
+  CHECK_FALSE(tt::weight_bias_grad(g32, x32, wg, torch::Tensor()));  // fp32 operands
+  CHECK_FALSE(tt::weight_bias_grad(g32.to(torch::kBFloat16), x32.to(torch::kHalf), wg, torch::Tensor()));
+  CHECK_FALSE(tt::weight_bias_grad(g32.to(torch::kBFloat16), x32.to(torch::kBFloat16),
+                                   wg.to(torch::kBFloat16),
+                                   torch::Tensor()));  // a bf16 result
+  CHECK_FALSE(tt::weight_bias_grad(g32.to(torch::kBFloat16), x32.to(torch::kBFloat16).t().contiguous().t(),
+                                   wg,
+                                   torch::Tensor()));  // x column-major
+}
