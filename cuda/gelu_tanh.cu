@@ -71,16 +71,22 @@ static __global__ void gelu_tanh_kernel(T* __restrict__ y, const T* __restrict__
   });
 }
 
-// dx rows of stride d_stride <- grad rows of stride g_stride, x rows of stride x_stride; vectors as
-// gelu_tanh_kernel.
-template <typename T, int kVec>
-static __global__ void gelu_tanh_backward_kernel(T* __restrict__ dx, const T* __restrict__ grad,
-                                                 const T* __restrict__ x, int64_t rows, int64_t cols,
-                                                 int64_t d_stride, int64_t g_stride, int64_t x_stride) {
-  for_each_vector<kVec>(rows, cols, [&](int64_t, int64_t r, int64_t c) {
+// dx rows of stride d_stride <- grad rows of stride g_stride, x rows of stride x_stride; with kValue
+// also y (rows, cols) dense <- gelu(x) from the same load of x. Vectors as gelu_tanh_kernel.
+template <typename T, int kVec, bool kValue>
+static __global__ void gelu_tanh_backward_kernel(T* __restrict__ dx, T* __restrict__ y,
+                                                 const T* __restrict__ grad, const T* __restrict__ x,
+                                                 int64_t rows, int64_t cols, int64_t d_stride,
+                                                 int64_t g_stride, int64_t x_stride) {
+  for_each_vector<kVec>(rows, cols, [&](int64_t i, int64_t r, int64_t c) {
     float g[kVec], v[kVec];
     load_vec<T, kVec>(grad + r * g_stride + c, g);
     load_vec<T, kVec>(x + r * x_stride + c, v);
+    if constexpr (kValue) {
+      float h[kVec];
+      for (int k = 0; k < kVec; ++k) h[k] = gelu_tanh_of(v[k]);
+      store_vec<T, kVec>(y + i * kVec, h);
+    }
     for (int k = 0; k < kVec; ++k) v[k] = gelu_tanh_grad_of(g[k], v[k]);
     store_vec<T, kVec>(dx + r * d_stride + c, v);
   });
@@ -114,25 +120,36 @@ void launch_forward(T* y, const T* x, int64_t rows, int64_t cols, int64_t x_stri
   gelu_tanh_kernel<T, 1><<<grid, kThreads, 0, stream>>>(y, x, rows, cols, x_stride);
 }
 
-template <typename T>
-void launch_backward(T* dx, const T* grad, const T* x, int64_t rows, int64_t cols, int64_t d_stride,
+template <typename T, bool kValue>
+void launch_backward(T* dx, T* y, const T* grad, const T* x, int64_t rows, int64_t cols, int64_t d_stride,
                      int64_t g_stride, int64_t x_stride, cudaStream_t stream) {
   int vec = width_of(cols, g_stride, x_stride, sizeof(T), dx, grad, x);
+  if (kValue) vec = std::min(vec, width_of(cols, cols, cols, sizeof(T), y, y, y));
   while (vec > 1 && d_stride % vec != 0) vec /= 2;
   const dim3 grid = grid_of(rows, cols, vec);
   if constexpr (sizeof(T) == 2) {
     if (vec == 8)
-      return gelu_tanh_backward_kernel<T, 8>
-          <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, d_stride, g_stride, x_stride);
+      return gelu_tanh_backward_kernel<T, 8, kValue>
+          <<<grid, kThreads, 0, stream>>>(dx, y, grad, x, rows, cols, d_stride, g_stride, x_stride);
   }
   if (vec >= 4)
-    return gelu_tanh_backward_kernel<T, 4>
-        <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, d_stride, g_stride, x_stride);
+    return gelu_tanh_backward_kernel<T, 4, kValue>
+        <<<grid, kThreads, 0, stream>>>(dx, y, grad, x, rows, cols, d_stride, g_stride, x_stride);
   if (vec == 2)
-    return gelu_tanh_backward_kernel<T, 2>
-        <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, d_stride, g_stride, x_stride);
-  gelu_tanh_backward_kernel<T, 1>
-      <<<grid, kThreads, 0, stream>>>(dx, grad, x, rows, cols, d_stride, g_stride, x_stride);
+    return gelu_tanh_backward_kernel<T, 2, kValue>
+        <<<grid, kThreads, 0, stream>>>(dx, y, grad, x, rows, cols, d_stride, g_stride, x_stride);
+  gelu_tanh_backward_kernel<T, 1, kValue>
+      <<<grid, kThreads, 0, stream>>>(dx, y, grad, x, rows, cols, d_stride, g_stride, x_stride);
+}
+
+template <typename T>
+void launch_backward(T* dx, T* y, const T* grad, const T* x, int64_t rows, int64_t cols, int64_t d_stride,
+                     int64_t g_stride, int64_t x_stride, cudaStream_t stream) {
+  if (y != nullptr) {
+    launch_backward<T, true>(dx, y, grad, x, rows, cols, d_stride, g_stride, x_stride, stream);
+  } else {
+    launch_backward<T, false>(dx, y, grad, x, rows, cols, d_stride, g_stride, x_stride, stream);
+  }
 }
 
 }  // namespace
@@ -149,17 +166,18 @@ cudaError_t gelu_tanh_forward(void* y, const void* x, int64_t rows, int64_t cols
   return cudaGetLastError();
 }
 
-cudaError_t gelu_tanh_backward(void* dx, const void* grad, const void* x, int64_t rows, int64_t cols,
+cudaError_t gelu_tanh_backward(void* dx, void* y, const void* grad, const void* x, int64_t rows, int64_t cols,
                                int64_t dx_row_stride, int64_t grad_row_stride, int64_t x_row_stride,
                                bool bf16, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   if (bf16) {
-    launch_backward(static_cast<__nv_bfloat16*>(dx), static_cast<const __nv_bfloat16*>(grad),
-                    static_cast<const __nv_bfloat16*>(x), rows, cols, dx_row_stride, grad_row_stride,
-                    x_row_stride, stream);
+    launch_backward(static_cast<__nv_bfloat16*>(dx), static_cast<__nv_bfloat16*>(y),
+                    static_cast<const __nv_bfloat16*>(grad), static_cast<const __nv_bfloat16*>(x), rows, cols,
+                    dx_row_stride, grad_row_stride, x_row_stride, stream);
   } else {
-    launch_backward(static_cast<float*>(dx), static_cast<const float*>(grad), static_cast<const float*>(x),
-                    rows, cols, dx_row_stride, grad_row_stride, x_row_stride, stream);
+    launch_backward(static_cast<float*>(dx), static_cast<float*>(y), static_cast<const float*>(grad),
+                    static_cast<const float*>(x), rows, cols, dx_row_stride, grad_row_stride, x_row_stride,
+                    stream);
   }
   return cudaGetLastError();
 }

@@ -16,8 +16,9 @@ cudaError_t gelu_tanh_forward(void* y, const void* x, int64_t rows, int64_t cols
 
 /// dx = grad * gelu_tanh'(x), the derivative as PyTorch's GeluBackward (tanh) writes it. dx, grad
 /// and x strided by rows as x in gelu_tanh_forward (column slices of wider matrices are read and
-/// written in place); one dtype.
-cudaError_t gelu_tanh_backward(void* dx, const void* grad, const void* x, int64_t rows, int64_t cols,
+/// written in place); one dtype. y, when not null: gelu_tanh(x) as gelu_tanh_forward writes it,
+/// (rows, cols) dense, from the same read of x.
+cudaError_t gelu_tanh_backward(void* dx, void* y, const void* grad, const void* x, int64_t rows, int64_t cols,
                                int64_t dx_row_stride, int64_t grad_row_stride, int64_t x_row_stride,
                                bool bf16, cudaStream_t stream);
 

@@ -1027,18 +1027,23 @@ torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torc
   return (grad.to(m) * (left_derivative + right_derivative)).to(x.scalar_type()).contiguous();
 }
 
-torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x, torch::Tensor out) {
-  TORCH_CHECK(grad.sizes() == x.sizes(), "gelu_tanh_backward: grad ", grad.sizes(), " vs x ", x.sizes());
+namespace {
+
+// gelu_tanh_backward, and with `value` also gelu_tanh(x) (dense) from the same pass.
+std::pair<torch::Tensor, torch::Tensor> gelu_backward(const char* name, const torch::Tensor& grad,
+                                                      const torch::Tensor& x, torch::Tensor out, bool value) {
+  TORCH_CHECK(grad.sizes() == x.sizes(), name, ": grad ", grad.sizes(), " vs x ", x.sizes());
   TORCH_CHECK(!out.defined() || (out.sizes() == x.sizes() && out.scalar_type() == x.scalar_type() &&
                                  out.device() == x.device()),
-              "gelu_tanh_backward: out must have x's shape, dtype and device");
+              name, ": out must have x's shape, dtype and device");
   if (!x.is_cuda()) {
-    if (!out.defined()) return gelu_tanh_backward_reference(grad, x);
-    return out.copy_(gelu_tanh_backward_reference(grad, x));
+    torch::Tensor dx = gelu_tanh_backward_reference(grad, x);
+    if (out.defined()) dx = out.copy_(dx);
+    return {dx, value ? gelu_tanh_forward_reference(x) : torch::Tensor()};
   }
 #ifdef TELETRON_WITH_CUDA
-  check_kernel_dtype(x, "gelu_tanh_backward", "x");
-  check_same(grad, x, "gelu_tanh_backward", "grad", "x");
+  check_kernel_dtype(x, name, "x");
+  check_same(grad, x, name, "grad", "x");
   const c10::cuda::CUDAGuard guard(x.device());
   int64_t row_stride = gelu_row_stride(x);
   auto src = row_stride > 0 ? x : x.contiguous();
@@ -1050,17 +1055,31 @@ torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor&
   if (grad_stride == 0) grad_stride = cols;
   // out: written in place where its rows have one stride, else through a dense result.
   const int64_t out_stride = out.defined() ? gelu_row_stride(out) : 0;
-  auto dx =
-      out_stride > 0 ? out : torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  const cudaError_t status = kernels::gelu_tanh_backward(
-      dx.data_ptr(), gc.data_ptr(), src.data_ptr(), rows, cols, out_stride > 0 ? out_stride : cols,
-      grad_stride, row_stride, x.scalar_type() == torch::kBFloat16, current_stream(x));
-  TORCH_CHECK(status == cudaSuccess, "gelu_tanh_backward kernel launch failed: ", cudaGetErrorString(status));
-  if (out.defined() && out_stride == 0) return out.copy_(dx);
-  return dx;
+  const auto dense = x.options().memory_format(at::MemoryFormat::Contiguous);
+  auto dx = out_stride > 0 ? out : torch::empty(x.sizes(), dense);
+  auto y = value ? torch::empty(x.sizes(), dense) : torch::Tensor();
+  const cudaError_t status =
+      kernels::gelu_tanh_backward(dx.data_ptr(), value ? y.data_ptr() : nullptr, gc.data_ptr(),
+                                  src.data_ptr(), rows, cols, out_stride > 0 ? out_stride : cols, grad_stride,
+                                  row_stride, x.scalar_type() == torch::kBFloat16, current_stream(x));
+  TORCH_CHECK(status == cudaSuccess, name, " kernel launch failed: ", cudaGetErrorString(status));
+  if (out.defined() && out_stride == 0) dx = out.copy_(dx);
+  return {dx, y};
 #else
-  no_kernels("gelu_tanh_backward");
+  no_kernels(name);
 #endif
+}
+
+}  // namespace
+
+torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x, torch::Tensor out) {
+  return gelu_backward("gelu_tanh_backward", grad, x, std::move(out), false).first;
+}
+
+std::pair<torch::Tensor, torch::Tensor> gelu_tanh_backward_and_value(const torch::Tensor& grad,
+                                                                     const torch::Tensor& x,
+                                                                     torch::Tensor out) {
+  return gelu_backward("gelu_tanh_backward_and_value", grad, x, std::move(out), true);
 }
 
 }  // namespace tt

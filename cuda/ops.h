@@ -225,6 +225,12 @@ torch::Tensor gelu_tanh_forward_reference(const torch::Tensor& x);
 /// matrices (rows of a stride): read and written in place.
 torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x, torch::Tensor out = {});
 torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torch::Tensor& x);
+/// gelu_tanh_backward and, from the same read of x, gelu_tanh(x) (dense, as gelu_tanh_forward gives
+/// it): (dx, gelu(x)). A backward that needs the GELU's value again (GeluLinear's, for the
+/// down-projection's weight gradient) reads x once instead of twice.
+std::pair<torch::Tensor, torch::Tensor> gelu_tanh_backward_and_value(const torch::Tensor& grad,
+                                                                     const torch::Tensor& x,
+                                                                     torch::Tensor out = {});
 
 // ---- a Linear's weight and bias gradients ----
 

@@ -233,15 +233,13 @@ torch::Tensor weight_grad_mm(const torch::Tensor& grad, const torch::Tensor& x, 
 // weight's gradient is one GEMM per block into its columns, and the concatenated input is never made.
 // weight: the master weight or its copy in `dtype` kept from forward; weight_dtype: the master's, the
 // dtype of its gradient.
-LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
-                            const std::vector<torch::Tensor>& input_parts, const torch::Tensor& weight,
-                            torch::ScalarType weight_dtype, const torch::Tensor& bias, bool has_bias,
-                            torch::ScalarType dtype, bool weight_grad) {
-  const int64_t in = input_sizes.back(), out = weight.size(0);
-  const torch::Tensor grad = grad_out.to(dtype).reshape({-1, out});
+// The weight's and bias's gradients (g.input left undefined) from the output's gradient as a (rows,
+// out) matrix in `dtype`; the input as linear_backward's input_parts.
+LinearGrads linear_weight_grads(const torch::Tensor& grad, const std::vector<torch::Tensor>& input_parts,
+                                int64_t in, torch::ScalarType weight_dtype, const torch::Tensor& bias,
+                                bool has_bias, torch::ScalarType dtype) {
+  const int64_t out = grad.size(1);
   LinearGrads g;
-  g.input = grad.mm(weight.to(dtype)).view(input_sizes);
-  if (!weight_grad) return g;
   // On CUDA in half precision with fp32 master weights: one cuBLASLt GEMM per column block, the
   // first also summing the bias's gradient in its epilogue (no separate pass over grad).
   if (grad.is_cuda() && weight_dtype == torch::kFloat32 &&
@@ -278,6 +276,19 @@ LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef inpu
   }
   // Summed in fp32 and written in the bias's dtype by one kernel.
   if (has_bias) g.bias = grad.sum(0, /*keepdim=*/false, bias.scalar_type());
+  return g;
+}
+
+LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
+                            const std::vector<torch::Tensor>& input_parts, const torch::Tensor& weight,
+                            torch::ScalarType weight_dtype, const torch::Tensor& bias, bool has_bias,
+                            torch::ScalarType dtype, bool weight_grad) {
+  const torch::Tensor grad = grad_out.to(dtype).reshape({-1, weight.size(0)});
+  const torch::Tensor input = grad.mm(weight.to(dtype)).view(input_sizes);
+  if (!weight_grad) return {input, {}, {}};
+  LinearGrads g =
+      linear_weight_grads(grad, input_parts, input_sizes.back(), weight_dtype, bias, has_bias, dtype);
+  g.input = input;
   return g;
 }
 LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
@@ -326,8 +337,11 @@ torch::Tensor gelu_of(const torch::Tensor& u) {
 // as before); where u is a column block of a wider row-major tensor (the single blocks' MLP input,
 // beside q, k, v in linear1's output), the gradient is written into the same columns of a buffer of
 // that width, which qkv_mlp_split's backward completes in place instead of concatenating.
-torch::Tensor gelu_grad(const torch::Tensor& grad, const torch::Tensor& u) {
-  if (!fused_kernels_take(u)) return at::gelu_backward(grad.contiguous(), u, "tanh");
+// With `value`, also the GELU of u (the kernel's from the same read of u; ATen's, as gelu_of).
+std::pair<torch::Tensor, torch::Tensor> gelu_grad(const torch::Tensor& grad, const torch::Tensor& u,
+                                                  bool value = false) {
+  if (!fused_kernels_take(u))
+    return {at::gelu_backward(grad.contiguous(), u, "tanh"), value ? gelu_of(u) : torch::Tensor()};
   torch::Tensor out;
   if (u.dim() == 3 && u.stride(2) == 1 && u.stride(1) > u.size(2) && u.stride(0) == u.size(1) * u.stride(1)) {
     const int64_t width = u.stride(1), column = u.storage_offset() % width;
@@ -338,7 +352,8 @@ torch::Tensor gelu_grad(const torch::Tensor& grad, const torch::Tensor& u) {
       out = torch::empty({0}, u.options()).set_(buffer.storage(), column, u.sizes(), u.strides());
     }
   }
-  return gelu_tanh_backward(grad, u, out);
+  if (value) return gelu_tanh_backward_and_value(grad, u, out);
+  return {gelu_tanh_backward(grad, u, out), torch::Tensor()};
 }
 
 // The GELU of u, and beside it `a` when there is one (both in their promoted dtype).
@@ -407,20 +422,34 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
     // The linear's input again only for a weight's gradient (a frozen base needs none), once.
     const bool weight_grad = ctx->needs_input_grad(2);
     const bool down_grad = has_down && ctx->needs_input_grad(4) && grads[1].defined();
-    // Without adapters, `a` and the GELU serve the weight's gradient as two column blocks (one GEMM
-    // each): the concatenation is not made again.
-    const bool apart = has_a && !has_down && weight_grad;
-    torch::Tensor h = (weight_grad || down_grad) && !apart ? gelu_input(a, u, has_a) : torch::Tensor();
-    const torch::Tensor grad_down = has_down ? grads[1] : torch::Tensor();
     const std::vector<int64_t> h_sizes = with_last(u.sizes(), weight.size(1));
-    BaseAndDownGrads g;
-    if (apart) {
-      g.base = linear_backward(grads[0], h_sizes, {a, gelu_of(u)}, weight, weight_dtype, bias, has_bias,
-                               dtype, true);
-    } else {
-      g = base_and_down_backward(grads[0], grad_down, h_sizes, std::move(h), weight, weight_dtype, bias,
-                                 has_bias, down, dtype, weight_grad, down_grad);
+    // Without adapters: the input's gradient first, then one kernel gives u's gradient and the GELU
+    // again (one read of u), and `a` and the GELU serve the weight's gradient as column blocks (one
+    // GEMM each): the concatenation is not made again.
+    if (!has_down) {
+      const torch::Tensor grad = grads[0].to(dtype).reshape({-1, weight.size(0)});
+      const torch::Tensor grad_h = grad.mm(weight.to(dtype)).view(h_sizes);
+      torch::Tensor grad_a, grad_mlp = grad_h;
+      if (has_a) {
+        grad_a = grad_h.slice(-1, 0, a.size(-1)).to(a.scalar_type());
+        grad_mlp = grad_h.slice(-1, a.size(-1));
+      }
+      auto [grad_u, gelu_u] = gelu_grad(grad_mlp.to(u.scalar_type()), u, weight_grad);
+      LinearGrads w;
+      if (weight_grad) {
+        std::vector<torch::Tensor> parts;
+        if (has_a) parts.push_back(a.to(dtype));
+        parts.push_back(gelu_u.to(dtype));
+        w = linear_weight_grads(grad, parts, weight.size(1), weight_dtype, bias, has_bias, dtype);
+      }
+      return {grad_a,          grad_u,          w.weight,        w.bias,         torch::Tensor(),
+              torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     }
+    // With adapters: the concatenated input once for both weights' gradients.
+    torch::Tensor h = weight_grad || down_grad ? gelu_input(a, u, has_a) : torch::Tensor();
+    BaseAndDownGrads g =
+        base_and_down_backward(grads[0], grads[1], h_sizes, std::move(h), weight, weight_dtype, bias,
+                               has_bias, down, dtype, weight_grad, down_grad);
     const torch::Tensor grad_h = std::move(g.base.input);
     torch::Tensor grad_a, grad_mlp = grad_h;
     if (has_a) {
@@ -428,7 +457,7 @@ class GeluLinear : public torch::autograd::Function<GeluLinear> {
       grad_a = grad_h.slice(-1, 0, a_width).to(a.scalar_type());
       grad_mlp = grad_h.slice(-1, a_width);
     }
-    const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()), u);
+    const torch::Tensor grad_u = gelu_grad(grad_mlp.to(u.scalar_type()), u).first;
     return {grad_a,          grad_u,          g.base.weight,   g.base.bias,    g.down,
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

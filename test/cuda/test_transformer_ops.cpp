@@ -217,6 +217,12 @@ TEST_CASE("GELU-tanh kernels equal the CPU reference and ATen's CUDA gelu", "[gp
       CHECK(returned.data_ptr() == out.data_ptr());
       CHECK(torch::equal(out, dense));
       CHECK(torch::equal(buffer.slice(-1, 0, 24), torch::full_like(buffer.slice(-1, 0, 24), 7.0)));
+      // With the GELU's value from the same pass (GeluLinear's backward): both as the kernels alone
+      // give them, bit for bit.
+      const auto [dx_both, value] = tt::gelu_tanh_backward_and_value(grad_slice, x_gpu);
+      CHECK(torch::equal(dx_both, dense));
+      CHECK(torch::equal(value, y));
+      CHECK(value.is_contiguous());
     }
   }
 }
