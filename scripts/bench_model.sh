@@ -6,9 +6,7 @@
 # Extra arguments go to both benchmarks' shape flags (e.g. --text-valid 64).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh"
-if [ -d .wheels ]; then
-  python3 -m pip install -q --no-index --find-links .wheels diffusers >"$out/pip.log" 2>&1 || tail -5 "$out/pip.log"
-fi
+use_diffusers_wheels || echo "diffusers wheels missing: the diffusers rows will fail"
 "$tt" bench --preset 1b --device cuda --json "$out/teletron_1b.json" --trace "$out/traces/teletron.json" "$@" \
   >"$out/teletron_bench.log" 2>&1 ||
   { tail -20 "$out/teletron_bench.log"; exit 1; }
