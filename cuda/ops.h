@@ -195,7 +195,8 @@ std::pair<torch::Tensor, torch::Tensor> gated_residual_backward_reference(const 
 /// rounded to x's dtype (as the model's CUDA RMSNorm uses it); rope (>= rope_tokens, D/2, 2) fp32
 /// (cos, sin) per token and pair, undefined when rope_tokens is 0. The normalised value is rounded to
 /// x's dtype before the rotation, as the unfused model stores it. Returns (out (B, H, N, D) x's dtype,
-/// contiguous; rstd (B, H, N) fp32, or fp64 for fp64 x).
+/// on CUDA stored token-major ((B, N, H, D) in memory, as the QKV projection's views and ATen's ops on
+/// them are), on the CPU contiguous; rstd (B, H, N) fp32, or fp64 for fp64 x).
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward(const torch::Tensor& x,
                                                               const torch::Tensor& weight,
                                                               const torch::Tensor& rope, int64_t rope_tokens,
@@ -205,7 +206,8 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward_reference(const to
                                                                         const torch::Tensor& rope,
                                                                         int64_t rope_tokens, double eps);
 
-/// grad (B, H, N, D), the forward's x, weight, rope and rstd -> (dx (B, H, N, D) x's dtype, dweight
+/// grad (B, H, N, D) (on CUDA any strides along B, H, N read in place), the forward's x, weight, rope
+/// and rstd -> (dx (B, H, N, D) x's dtype, stored as the forward's out, dweight
 /// (D) weight's dtype, summed over B, H, N in fp32).
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward(
     const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,

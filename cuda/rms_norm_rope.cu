@@ -12,7 +12,8 @@
 // g * x̂ for dweight, merged per block in shared memory into one partial row per block; a second
 // kernel adds the partials in block order (deterministic, no atomics). The rounding between norm
 // and rotation is treated as the identity in backward, as autograd treats the cast.
-// Scalar loads; the speed has not been measured.
+// Scalar loads. out and dx are written token-major by the entry (cuda/ops.cpp), the layout of the
+// QKV projection's views and of ATen's unfused ops, which cuDNN's attention is faster with.
 #include "cuda/rms_norm_rope.cuh"
 #include "cuda/scalar_io.cuh"
 
@@ -37,13 +38,17 @@ int64_t block_count(const RmsNormRopeShape& s) {
   return needed < kMaxBlocks ? needed : kMaxBlocks;
 }
 
-// Offset of row (b, h, n) = row in x, with row = (b * H + h) * N + n.
-__device__ int64_t x_offset(const RmsNormRopeShape& s, int64_t row) {
+// Offset of row (b, h, n) = row, with row = (b * H + h) * N + n, in a tensor of those strides.
+__device__ int64_t row_offset(const RmsNormRopeShape& s, const RowStrides& strides, int64_t row) {
   const int64_t n = row % s.tokens;
   const int64_t bh = row / s.tokens;
   const int64_t h = bh % s.heads;
   const int64_t b = bh / s.heads;
-  return b * s.stride_batch + h * s.stride_heads + n * s.stride_tokens;
+  return b * strides.batch + h * strides.heads + n * strides.tokens;
+}
+
+__device__ int64_t x_offset(const RmsNormRopeShape& s, int64_t row) {
+  return row_offset(s, RowStrides{s.stride_batch, s.stride_heads, s.stride_tokens}, row);
 }
 
 }  // namespace
@@ -73,7 +78,7 @@ static __global__ void __launch_bounds__(kThreads)
     if (lane == 0) rstd_out[row] = r;
     const int64_t n = row % s.tokens;
     const bool rotate = n < s.rope_tokens;
-    T* o = out + row * s.dim;
+    T* o = out + row_offset(s, s.out, row);
     for (int k = 0; k < kMaxPairsPerLane; ++k) {
       const int j = lane + 32 * k;
       if (j >= pairs) break;
@@ -107,7 +112,7 @@ static __global__ void __launch_bounds__(kThreads)
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarps) {
     const T* xr = x + x_offset(s, row);
-    const T* gr = grad + row * s.dim;
+    const T* gr = grad + row_offset(s, s.grad, row);
     const float r = rstd[row];
     const int64_t n = row % s.tokens;
     const bool rotate = n < s.rope_tokens;
@@ -134,7 +139,7 @@ static __global__ void __launch_bounds__(kThreads)
       dot += gw0[k] * xh0[k] + gw1[k] * xh1[k];
     }
     const float mean_dot = warp_sum(dot) / static_cast<float>(s.dim);
-    T* d = dx + row * s.dim;
+    T* d = dx + row_offset(s, s.out, row);
     for (int k = 0; k < kMaxPairsPerLane; ++k) {
       const int j = lane + 32 * k;
       if (j >= pairs) break;

@@ -134,7 +134,8 @@ TEST_CASE("QK RMSNorm + RoPE kernels equal the CPU reference", "[gpu][fused]") {
       auto rope_gpu = rope.defined() ? rope.to(kCuda) : torch::Tensor();
       auto [out, rstd] = tt::rms_norm_rope_forward(x_gpu, weight.to(kCuda), rope_gpu, k.rope_tokens, eps);
       auto [out_ref, rstd_ref] = tt::rms_norm_rope_forward_reference(x, weight, rope, k.rope_tokens, eps);
-      CHECK(out.is_contiguous());
+      // Stored token-major, (B, N, H, D) in memory, as the QKV projection's views are.
+      CHECK(out.permute({0, 2, 1, 3}).is_contiguous());
       // bf16: a one-ulp flip of the rounded x̂w (|x̂w| < 8: ulp <= 2^-5) survives the rotation
       // even where the rotated value is small, hence the absolute floor.
       check_close("out", out, out_ref,
@@ -146,6 +147,14 @@ TEST_CASE("QK RMSNorm + RoPE kernels equal the CPU reference", "[gpu][fused]") {
           tt::rms_norm_rope_backward_reference(grad, x, weight, rstd_ref, rope, k.rope_tokens);
       const Tolerance t = dtype == torch::kFloat32 ? Tolerance{1e-4, 1e-4, 1e-5} : tolerance_for(dtype);
       check_close("dx", dx, dx_ref, t);
+      CHECK(dx.permute({0, 2, 1, 3}).is_contiguous());
+      // A token-major gradient (attention's, for token-major q) read in place: the same dx bit for bit.
+      const auto grad_token_major = grad.to(kCuda).permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
+      REQUIRE(!grad_token_major.is_contiguous());
+      auto [dx_strided, dweight_strided] = tt::rms_norm_rope_backward(
+          grad_token_major, x_gpu, weight.to(kCuda), rstd, rope_gpu, k.rope_tokens);
+      CHECK(torch::equal(dx_strided, dx));
+      CHECK(torch::equal(dweight_strided, dweight));
       // dweight: a fp32 sum over B * H * N rows in both (dtype only rounds the inputs).
       const double rows = static_cast<double>(k.b * k.h * k.n);
       check_close("dweight", dweight, dweight_ref,
