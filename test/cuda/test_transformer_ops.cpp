@@ -150,7 +150,7 @@ TEST_CASE("QK RMSNorm + RoPE kernels equal the CPU reference", "[gpu][fused]") {
       CHECK(dx.permute({0, 2, 1, 3}).is_contiguous());
       // A token-major gradient (attention's, for token-major q) read in place: the same dx bit for bit.
       const auto grad_token_major = grad.to(kCuda).permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
-      REQUIRE(!grad_token_major.is_contiguous());
+      if (k.h > 1 && k.n > 1) REQUIRE(!grad_token_major.is_contiguous());  // (one head or token: the same)
       auto [dx_strided, dweight_strided] = tt::rms_norm_rope_backward(
           grad_token_major, x_gpu, weight.to(kCuda), rstd, rope_gpu, k.rope_tokens);
       CHECK(torch::equal(dx_strided, dx));
