@@ -227,12 +227,6 @@ torch::Tensor weight_grad_mm(const torch::Tensor& grad, const torch::Tensor& x, 
   return columns;
 }
 
-// weight_grad false: the weight (and bias) are frozen (a LoRA run's base): their GEMM is skipped,
-// and `input` is not read (undefined is fine: its shape is `input_sizes`).
-// input_parts: the input as column blocks side by side (their last sizes add up to the input's): the
-// weight's gradient is one GEMM per block into its columns, and the concatenated input is never made.
-// weight: the master weight or its copy in `dtype` kept from forward; weight_dtype: the master's, the
-// dtype of its gradient.
 // The weight's and bias's gradients (g.input left undefined) from the output's gradient as a (rows,
 // out) matrix in `dtype`; the input as linear_backward's input_parts.
 LinearGrads linear_weight_grads(const torch::Tensor& grad, const std::vector<torch::Tensor>& input_parts,
@@ -279,6 +273,12 @@ LinearGrads linear_weight_grads(const torch::Tensor& grad, const std::vector<tor
   return g;
 }
 
+// A Linear's backward: the input's gradient, and the weight's and bias's unless weight_grad is false
+// (the weight and bias are frozen, a LoRA run's base: their GEMM is skipped and the input is not
+// read; undefined is fine, its shape is `input_sizes`). input_parts: the input as column blocks side
+// by side (their last sizes add up to the input's): the weight's gradient is one GEMM per block into
+// its columns, and the concatenated input is never made. weight: the master weight or its copy in
+// `dtype` kept from forward; weight_dtype: the master's, the dtype of its gradient.
 LinearGrads linear_backward(const torch::Tensor& grad_out, c10::IntArrayRef input_sizes,
                             const std::vector<torch::Tensor>& input_parts, const torch::Tensor& weight,
                             torch::ScalarType weight_dtype, const torch::Tensor& bias, bool has_bias,
