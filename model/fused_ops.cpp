@@ -87,6 +87,26 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
   }
 };
 
+// The first defined gradient of `grads`, or null.
+const torch::Tensor* first_defined(const torch::autograd::tensor_list& grads) {
+  for (const auto& g : grads)
+    if (g.defined()) return &g;
+  return nullptr;
+}
+
+// Writes the gradients of q, k, v (grads[0..2], (B, heads, N, head_dim); an undefined one as zeros)
+// into `columns`, the (B, N, 3, heads, head_dim) view of a projection's gradient.
+void write_head_grads(const torch::Tensor& columns, const torch::autograd::tensor_list& grads) {
+  for (int64_t i = 0; i < 3; ++i) {
+    auto part = columns.select(2, i).permute({0, 2, 1, 3});  // (B, heads, N, head_dim), as grads[i]
+    if (grads[static_cast<size_t>(i)].defined()) {
+      part.copy_(grads[static_cast<size_t>(i)]);
+    } else {
+      part.zero_();
+    }
+  }
+}
+
 // q, k, v as permuted views of the projection; backward writes their gradients into one buffer of
 // the projection's layout.
 class QkvHeads : public torch::autograd::Function<QkvHeads> {
@@ -101,20 +121,10 @@ class QkvHeads : public torch::autograd::Function<QkvHeads> {
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto sizes = ctx->saved_data["sizes"].toIntVector();  // (B, N, 3 hidden)
-    const torch::Tensor* any = nullptr;
-    for (const auto& g : grads)
-      if (g.defined()) any = &g;
+    const torch::Tensor* any = first_defined(grads);
     if (any == nullptr) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    const int64_t heads = any->size(1), head_dim = any->size(3);
-    auto grad = torch::empty({sizes[0], sizes[1], 3, heads, head_dim}, any->options());
-    for (int64_t i = 0; i < 3; ++i) {
-      auto part = grad.select(2, i).permute({0, 2, 1, 3});  // (B, heads, N, head_dim), as grads[i]
-      if (grads[static_cast<size_t>(i)].defined()) {
-        part.copy_(grads[static_cast<size_t>(i)]);
-      } else {
-        part.zero_();
-      }
-    }
+    auto grad = torch::empty({sizes[0], sizes[1], 3, any->size(1), any->size(3)}, any->options());
+    write_head_grads(grad, grads);
     return {grad.view(sizes), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -154,9 +164,7 @@ class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
     const auto sizes = ctx->saved_data["sizes"].toIntVector();  // (B, N, width)
     const int64_t heads = ctx->saved_data["heads"].toInt(), head_dim = ctx->saved_data["head_dim"].toInt();
     const int64_t qkv_width = 3 * heads * head_dim;
-    const torch::Tensor* any = nullptr;
-    for (const auto& g : grads)
-      if (g.defined()) any = &g;
+    const torch::Tensor* any = first_defined(grads);
     if (any == nullptr) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
     const torch::Tensor& grad_mlp = grads[3];
     torch::Tensor grad;
@@ -173,15 +181,7 @@ class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
         mlp.zero_();
       }
     }
-    const auto qkv = grad.narrow(2, 0, qkv_width).unflatten(2, {3, heads, head_dim});
-    for (int64_t i = 0; i < 3; ++i) {
-      auto part = qkv.select(2, i).permute({0, 2, 1, 3});  // (B, heads, N, head_dim), as grads[i]
-      if (grads[static_cast<size_t>(i)].defined()) {
-        part.copy_(grads[static_cast<size_t>(i)]);
-      } else {
-        part.zero_();
-      }
-    }
+    write_head_grads(grad.narrow(2, 0, qkv_width).unflatten(2, {3, heads, head_dim}), grads);
     return {grad, torch::Tensor(), torch::Tensor()};
   }
 };
@@ -215,12 +215,10 @@ torch::Tensor weight_grad_mm(const torch::Tensor& grad, const torch::Tensor& x, 
   if (!columns.defined()) {
     return widen ? at::mm(grad.t(), x, out_dtype) : grad.t().mm(x).to(out_dtype);
   }
-  if (widen || grad.scalar_type() == out_dtype) {
-    if (widen) {
-      at::mm_out(columns, grad.t(), x, out_dtype);
-    } else {
-      at::mm_out(columns, grad.t(), x);
-    }
+  if (widen) {
+    at::mm_out(columns, grad.t(), x, out_dtype);
+  } else if (grad.scalar_type() == out_dtype) {
+    at::mm_out(columns, grad.t(), x);
   } else {
     columns.copy_(grad.t().mm(x));
   }
