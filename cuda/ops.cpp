@@ -1199,3 +1199,106 @@ bool weight_bias_grad(const torch::Tensor& grad, const torch::Tensor& x, const t
 }
 
 }  // namespace tt
+
+// ---- adaLN modulation: LayerNorm, then shift + x̂ (1 + scale) ----
+
+#ifdef TELETRON_WITH_CUDA
+#include "cuda/layer_norm_modulate.cuh"
+#endif
+
+namespace tt {
+namespace {
+
+void layer_norm_modulate_check(const torch::Tensor& x, const torch::Tensor& scale, const char* name) {
+  TORCH_CHECK(x.dim() == 3, name, ": expected x (B, N, C), got ", x.sizes());
+  TORCH_CHECK(scale.dim() == 2 && scale.size(0) == x.size(0) && scale.size(1) == x.size(2), name,
+              ": expected (B, C) = (", x.size(0), ", ", x.size(2), "), got ", scale.sizes());
+}
+
+}  // namespace
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_forward_reference(
+    const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
+  layer_norm_modulate_check(x, shift, "layer_norm_modulate_forward");
+  layer_norm_modulate_check(x, scale, "layer_norm_modulate_forward");
+  auto [normed, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, {}, {}, eps);
+  return {torch::addcmul(shift.unsqueeze(1), normed, 1 + scale.unsqueeze(1)), mean, rstd};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_forward(
+    const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
+  if (!x.is_cuda()) return layer_norm_modulate_forward_reference(x, shift, scale, eps);
+#ifdef TELETRON_WITH_CUDA
+  const char* name = "layer_norm_modulate_forward";
+  layer_norm_modulate_check(x, shift, name);
+  layer_norm_modulate_check(x, scale, name);
+  check_kernel_dtype(x, name, "x");
+  check_same(x, shift, name, "x", "shift");
+  check_same(x, scale, name, "x", "scale");
+  TORCH_CHECK(x.size(2) <= kernels::kLayerNormModulateMaxChannels, name, ": ", x.size(2),
+              " channels are more than the kernel's ", kernels::kLayerNormModulateMaxChannels);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const auto xc = x.contiguous(), shift_c = shift.contiguous(), scale_c = scale.contiguous();
+  auto m = torch::empty_like(xc);
+  auto mean = torch::empty({x.size(0), x.size(1), 1}, x.options().dtype(torch::kFloat32));
+  auto rstd = torch::empty_like(mean);
+  const cudaError_t status = kernels::layer_norm_modulate_forward(
+      m.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), xc.data_ptr(), shift_c.data_ptr(),
+      scale_c.data_ptr(), x.size(0), x.size(1), x.size(2), static_cast<float>(eps),
+      x.scalar_type() == torch::kBFloat16, current_stream(x));
+  TORCH_CHECK(status == cudaSuccess, name, " kernel launch failed: ", cudaGetErrorString(status));
+  return {m, mean, rstd};
+#else
+  no_kernels("layer_norm_modulate_forward");
+#endif
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_backward_reference(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor& mean,
+    const torch::Tensor& rstd) {
+  layer_norm_modulate_check(x, scale, "layer_norm_modulate_backward");
+  TORCH_CHECK(grad.sizes() == x.sizes(), "layer_norm_modulate_backward: grad ", grad.sizes(), " vs x ",
+              x.sizes());
+  const auto normed = ((x.to(mean.scalar_type()) - mean) * rstd).to(x.scalar_type());
+  const auto grad_normed = (grad * (1 + scale.unsqueeze(1))).to(x.scalar_type());
+  auto dx = std::get<0>(
+      at::native_layer_norm_backward(grad_normed, x, {x.size(-1)}, mean, rstd, {}, {}, {true, false, false}));
+  return {dx, grad.sum(1), (grad * normed).sum(1)};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_backward(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor& mean,
+    const torch::Tensor& rstd) {
+  if (!x.is_cuda()) return layer_norm_modulate_backward_reference(grad, x, scale, mean, rstd);
+#ifdef TELETRON_WITH_CUDA
+  const char* name = "layer_norm_modulate_backward";
+  layer_norm_modulate_check(x, scale, name);
+  TORCH_CHECK(grad.sizes() == x.sizes(), name, ": grad ", grad.sizes(), " vs x ", x.sizes());
+  check_kernel_dtype(x, name, "x");
+  check_same(x, grad, name, "x", "grad");
+  check_same(x, scale, name, "x", "scale");
+  TORCH_CHECK(mean.scalar_type() == torch::kFloat32 && rstd.scalar_type() == torch::kFloat32 &&
+                  mean.numel() == x.size(0) * x.size(1) && rstd.numel() == mean.numel(),
+              name, ": expected mean and rstd (B, N, 1) fp32");
+  TORCH_CHECK(x.size(2) <= kernels::kLayerNormModulateMaxChannels, name, ": ", x.size(2),
+              " channels are more than the kernel's ", kernels::kLayerNormModulateMaxChannels);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const auto xc = x.contiguous(), gc = grad.contiguous(), scale_c = scale.contiguous();
+  const auto mean_c = mean.contiguous(), rstd_c = rstd.contiguous();
+  auto dx = torch::empty_like(xc);
+  auto dshift = torch::empty({x.size(0), x.size(2)}, x.options());
+  auto dscale = torch::empty_like(dshift);
+  auto scratch = torch::empty({kernels::layer_norm_modulate_scratch_size(x.size(0), x.size(1), x.size(2))},
+                              x.options().dtype(torch::kFloat32));
+  const cudaError_t status = kernels::layer_norm_modulate_backward(
+      dx.data_ptr(), dshift.data_ptr(), dscale.data_ptr(), gc.data_ptr(), xc.data_ptr(), scale_c.data_ptr(),
+      mean_c.data_ptr<float>(), rstd_c.data_ptr<float>(), scratch.data_ptr<float>(), x.size(0), x.size(1),
+      x.size(2), x.scalar_type() == torch::kBFloat16, current_stream(x));
+  TORCH_CHECK(status == cudaSuccess, name, " kernel launch failed: ", cudaGetErrorString(status));
+  return {dx, dshift, dscale};
+#else
+  no_kernels("layer_norm_modulate_backward");
+#endif
+}
+
+}  // namespace tt

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <tuple>
 #include <utility>
 
 #include "cuda/colour.h"
@@ -233,6 +234,29 @@ torch::Tensor gelu_tanh_backward_reference(const torch::Tensor& grad, const torc
 std::pair<torch::Tensor, torch::Tensor> gelu_tanh_backward_and_value(const torch::Tensor& grad,
                                                                      const torch::Tensor& x,
                                                                      torch::Tensor out = {});
+
+// ---- adaLN modulation ----
+
+/// x (B, N, C), shift and scale (B, C) -> (m, mean, rstd): LayerNorm over C without affine (eps), then
+/// m = shift + x̂ (1 + scale) (B, N, C) in x's dtype, as model/layers.cpp's norm_modulate composes it
+/// (x̂ and 1 + scale rounded to x's dtype as its ops store them); mean and rstd (B, N, 1) fp32 for
+/// backward. On CUDA one kernel (x, shift, scale one dtype, bf16 or fp32, C <= 3072); on the CPU the
+/// reference, ATen's LayerNorm and addcmul.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_forward(
+    const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_forward_reference(
+    const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale, double eps);
+
+/// grad = dL/dm (x's shape and dtype), x, scale and the forward's mean and rstd -> (dx, dshift,
+/// dscale): LayerNorm's backward of round(grad (1 + scale)), and the sums over N of grad and of grad
+/// x̂ (B, C) in x's dtype (fp32 accumulation). On CUDA one pass plus a small column kernel
+/// (deterministic); on the CPU the reference, the composition's autograd.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_backward(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor& mean,
+    const torch::Tensor& rstd);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> layer_norm_modulate_backward_reference(
+    const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& scale, const torch::Tensor& mean,
+    const torch::Tensor& rstd);
 
 // ---- a Linear's weight and bias gradients ----
 

@@ -501,6 +501,23 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> modulated
   return {m, normed, mean, rstd};
 }
 
+// Whether the adaLN kernel (cuda/layer_norm_modulate.cu) takes x, shift and scale: CUDA, one kernel
+// dtype, (B, N, C) with C within its limit. Its results are the composition's up to rounding.
+bool modulate_kernel_takes(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
+  return fused_kernels_take(x) && same_kind(x, shift) && same_kind(x, scale) && x.dim() == 3 &&
+         x.size(2) <= 3072;
+}
+
+// The modulated input and LayerNorm's statistics: the kernel's when `kernel`, else the composition's.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> modulated_input(const torch::Tensor& x,
+                                                                        const torch::Tensor& shift,
+                                                                        const torch::Tensor& scale,
+                                                                        bool kernel) {
+  if (kernel) return layer_norm_modulate_forward(x, shift, scale, 1e-6);
+  auto [m, normed, mean, rstd] = modulated(x, shift, scale);
+  return {m, mean, rstd};
+}
+
 // linear(norm_modulate(x, shift, scale)) keeping x, shift, scale (see modulate_linear in fused_ops.h).
 class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
  public:
@@ -512,7 +529,8 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
                                                 const torch::Tensor& down, bool has_bias, bool has_down) {
     const torch::ScalarType dtype = linear_dtype(x);
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const auto [m, normed, mean, rstd] = modulated(x, shift, scale);
+    const bool kernel = modulate_kernel_takes(x, shift, scale);
+    const auto [m, mean, rstd] = modulated_input(x, shift, scale, kernel);
     const torch::Tensor md = m.to(dtype);
     const torch::Tensor weight_cast = weight_in(weight, dtype, true);
     torch::autograd::variable_list outputs = {
@@ -526,12 +544,14 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["has_down"] = has_down;
+    ctx->saved_data["kernel"] = kernel;
     return outputs;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
+    const bool kernel = ctx->saved_data["kernel"].toBool();
     const torch::Tensor &x = saved[0], &shift = saved[1], &scale = saved[2], &weight = saved[3],
                         &bias = saved[4], &down = saved[5], &mean = saved[6], &rstd = saved[7];
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
@@ -543,9 +563,13 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
     // adapter needs neither.
     const bool weight_grad = ctx->needs_input_grad(3);
     const bool down_grad = has_down && ctx->needs_input_grad(5) && grads[1].defined();
+    // With the adaLN kernel, x̂ is the backward kernel's own business.
     torch::Tensor m, normed;
-    if (weight_grad || down_grad || ctx->needs_input_grad(2))
+    if (kernel) {
+      if (weight_grad || down_grad) m = std::get<0>(layer_norm_modulate_forward(x, shift, scale, 1e-6));
+    } else if (weight_grad || down_grad || ctx->needs_input_grad(2)) {
       std::tie(m, normed, std::ignore, std::ignore) = modulated(x, shift, scale);
+    }
     const torch::Tensor grad_down = has_down ? grads[1] : torch::Tensor();
     BaseAndDownGrads g =
         base_and_down_backward(grads[0], grad_down, x.sizes(), std::move(m), weight, weight_dtype, bias,
@@ -555,6 +579,14 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
         grad_m_dtype.to(static_cast<torch::ScalarType>(ctx->saved_data["m_dtype"].toInt()));
     // norm_modulate's backward (model/layers.cpp).
     torch::Tensor grad_shift, grad_scale, grad_x;
+    if (kernel && (ctx->needs_input_grad(0) || ctx->needs_input_grad(1) || ctx->needs_input_grad(2))) {
+      auto [dx, dshift, dscale] = layer_norm_modulate_backward(grad_m, x, scale, mean, rstd);
+      if (ctx->needs_input_grad(0)) grad_x = std::move(dx);
+      if (ctx->needs_input_grad(1)) grad_shift = std::move(dshift);
+      if (ctx->needs_input_grad(2)) grad_scale = std::move(dscale);
+      return {grad_x,      grad_shift, grad_scale,      g.base.weight,
+              g.base.bias, g.down,     torch::Tensor(), torch::Tensor()};
+    }
     if (ctx->needs_input_grad(1)) grad_shift = grad_m.sum(1).to(shift.scalar_type());
     if (ctx->needs_input_grad(2)) grad_scale = (grad_m * normed).sum(1).to(scale.scalar_type());
     if (ctx->needs_input_grad(0)) {

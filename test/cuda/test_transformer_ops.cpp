@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -287,4 +288,64 @@ TEST_CASE("weight_bias_grad takes only CUDA half-precision operands with an fp32
   CHECK_FALSE(tt::weight_bias_grad(g32.to(torch::kBFloat16), x32.to(torch::kBFloat16).t().contiguous().t(),
                                    wg,
                                    torch::Tensor()));  // x column-major
+}
+
+TEST_CASE("adaLN modulation kernels equal the CPU reference", "[gpu][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(16);
+  // The 1b and 13b widths (1536, 3072), a width that leaves threads idle (200), one channel, rows
+  // past a backward chunk and over several samples.
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1000, 1536}, {2, 7, 3072}, {3, 70, 200}, {2, 5, 1}};
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& [b, n, c] : shapes) {
+      INFO(dtype << " B " << b << " N " << n << " C " << c);
+      const auto x = (torch::randn({b, n, c}) * 2 + 0.3).to(dtype);
+      const auto shift = (torch::randn({b, c}) * 0.5).to(dtype);
+      const auto scale = (torch::randn({b, c}) * 0.5).to(dtype);
+      const auto grad = torch::randn({b, n, c}).to(dtype);
+      auto [m, mean, rstd] =
+          tt::layer_norm_modulate_forward(x.to(kCuda), shift.to(kCuda), scale.to(kCuda), 1e-6);
+      // The reference is the composition on the same device (ATen's CUDA LayerNorm and addcmul).
+      auto [m_ref, mean_ref, rstd_ref] =
+          tt::layer_norm_modulate_forward_reference(x.to(kCuda), shift.to(kCuda), scale.to(kCuda), 1e-6);
+      REQUIRE(mean.sizes() == mean_ref.sizes());
+      // bf16: a one-ulp flip of the rounded x̂ (|x̂| < 8) times 1 + scale survives where shift cancels
+      // the product, hence the absolute floor.
+      check_close("m", m, m_ref,
+                  dtype == torch::kFloat32 ? Tolerance{1e-4, 1e-4, 1e-5} : Tolerance{0.06, 1.0 / 128, 2e-3});
+      check_close("mean", mean, mean_ref, Tolerance{1e-5, 1e-5, 1e-6});
+      check_close("rstd", rstd, rstd_ref, Tolerance{1e-5, 1e-4, 1e-5});
+      // Backward from the same statistics on both sides (the kernel's).
+      auto [dx, dshift, dscale] =
+          tt::layer_norm_modulate_backward(grad.to(kCuda), x.to(kCuda), scale.to(kCuda), mean, rstd);
+      auto [dx_ref, dshift_ref, dscale_ref] = tt::layer_norm_modulate_backward_reference(
+          grad.to(kCuda), x.to(kCuda), scale.to(kCuda), mean, rstd);
+      const Tolerance row =
+          dtype == torch::kFloat32 ? Tolerance{1e-4, 1e-4, 1e-5} : Tolerance{1e-2, 1.0 / 128, 1e-3};
+      const Tolerance column =
+          dtype == torch::kFloat32 ? Tolerance{1e-3, 1e-4, 1e-4} : Tolerance{1e-2, 1.0 / 128, 1e-3};
+      check_close("dx", dx, dx_ref, row);
+      check_close("dshift", dshift, dshift_ref, column);
+      check_close("dscale", dscale, dscale_ref, column);
+    }
+  }
+}
+
+TEST_CASE("adaLN modulation reference backward gives autograd's gradients of LayerNorm then addcmul",
+          "[fused]") {
+  torch::manual_seed(17);
+  const auto x = (torch::randn({2, 9, 24}) * 2 + 0.3).to(torch::kFloat64).requires_grad_(true);
+  const auto shift = torch::randn({2, 24}, torch::kFloat64).requires_grad_(true);
+  const auto scale = torch::randn({2, 24}, torch::kFloat64).requires_grad_(true);
+  const auto grad = torch::randn({2, 9, 24}, torch::kFloat64);
+  auto [m, mean, rstd] = tt::layer_norm_modulate_forward_reference(x, shift, scale, 1e-6);
+  const auto composed =
+      torch::addcmul(shift.unsqueeze(1), torch::layer_norm(x, {24}, {}, {}, 1e-6), 1 + scale.unsqueeze(1));
+  CHECK(torch::allclose(m, composed, 1e-12, 1e-12));
+  const auto autograd = torch::autograd::grad({composed}, {x, shift, scale}, {grad});
+  auto [dx, dshift, dscale] =
+      tt::layer_norm_modulate_backward_reference(grad, x.detach(), scale.detach(), mean, rstd);
+  CHECK(torch::allclose(dx, autograd[0], 1e-9, 1e-9));
+  CHECK(torch::allclose(dshift, autograd[1], 1e-9, 1e-9));
+  CHECK(torch::allclose(dscale, autograd[2], 1e-9, 1e-9));
 }
