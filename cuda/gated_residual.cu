@@ -9,6 +9,7 @@
 // backward, so the saving here is the (B, N, C) grad * y temporary and its separate reduction, not
 // a saved activation. Scalar loads (no vectors); the speed has not been measured.
 #include "cuda/gated_residual.cuh"
+#include "cuda/row_chunks.h"
 #include "cuda/scalar_io.cuh"
 
 namespace tt::kernels {
@@ -20,18 +21,13 @@ constexpr int kLanes = 8;        // backward: token lanes per block (threadIdx.y
 constexpr int64_t kChunk = 128;  // backward: tokens per block, before kMaxChunks caps it
 constexpr int64_t kMaxChunks = 65535;
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 // Tokens per backward block: kChunk, more when that would need over kMaxChunks blocks along N.
 int64_t chunk_tokens(int64_t tokens) {
-  const int64_t least = ceil_div(tokens, kMaxChunks);
-  return least > kChunk ? least : kChunk;
+  return chunk_rows(tokens, kChunk, kMaxChunks);
 }
 
-int64_t chunk_count(int64_t tokens) {
-  return tokens == 0 ? 0 : ceil_div(tokens, chunk_tokens(tokens));
+int64_t chunks_of(int64_t tokens) {
+  return chunk_count(tokens, kChunk, kMaxChunks);
 }
 
 }  // namespace
@@ -110,7 +106,7 @@ cudaError_t launch_forward(T* out, const T* x, const T* y, const T* gate, int64_
 template <typename T>
 cudaError_t launch_backward(T* dy, T* dgate, const T* grad, const T* y, const T* gate, float* scratch,
                             int64_t batch, int64_t tokens, int64_t channels, cudaStream_t stream) {
-  const int64_t chunks = chunk_count(tokens);
+  const int64_t chunks = chunks_of(tokens);
   if (chunks > 0) {
     const dim3 grid(static_cast<unsigned>(ceil_div(channels, kColumns)), static_cast<unsigned>(chunks),
                     static_cast<unsigned>(batch));
@@ -141,7 +137,7 @@ cudaError_t gated_residual_forward(void* out, const void* x, const void* y, cons
 }
 
 int64_t gated_residual_scratch_size(int64_t batch, int64_t tokens, int64_t channels) {
-  return batch * chunk_count(tokens) * channels;
+  return batch * chunks_of(tokens) * channels;
 }
 
 cudaError_t gated_residual_backward(void* dy, void* dgate, const void* grad, const void* y, const void* gate,

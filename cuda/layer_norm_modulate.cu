@@ -12,6 +12,7 @@
 // channels over the chunk's rows, written as one partial row per chunk, which a second kernel adds
 // in chunk order (dshift, dscale). No atomics: deterministic. Scalar loads.
 #include "cuda/layer_norm_modulate.cuh"
+#include "cuda/row_chunks.h"
 #include "cuda/scalar_io.cuh"
 
 namespace tt::kernels {
@@ -23,17 +24,12 @@ constexpr int kPerThread = static_cast<int>(kLayerNormModulateMaxChannels / kThr
 constexpr int64_t kChunk = 32;  // backward: rows per block, before the grid's limit raises it
 constexpr int64_t kMaxChunks = 65535;
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
+int64_t chunk_tokens(int64_t tokens) {
+  return chunk_rows(tokens, kChunk, kMaxChunks);
 }
 
-int64_t chunk_rows(int64_t tokens) {
-  const int64_t least = ceil_div(tokens, kMaxChunks);
-  return least > kChunk ? least : kChunk;
-}
-
-int64_t chunk_count(int64_t tokens) {
-  return tokens == 0 ? 0 : ceil_div(tokens, chunk_rows(tokens));
+int64_t chunks_of(int64_t tokens) {
+  return chunk_count(tokens, kChunk, kMaxChunks);
 }
 
 // Sums of a and b over the block, in every thread (shared: kWarps float2 of scratch). Fixed order.
@@ -193,11 +189,11 @@ template <typename T>
 cudaError_t launch_backward(T* dx, T* dshift, T* dscale, const T* grad, const T* x, const T* scale,
                             const float* mean, const float* rstd, float* scratch, int64_t batch,
                             int64_t tokens, int64_t channels, cudaStream_t stream) {
-  const int64_t chunks = chunk_count(tokens);
+  const int64_t chunks = chunks_of(tokens);
   if (chunks > 0) {
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(batch));
     layer_norm_modulate_backward_kernel<T><<<grid, kThreads, 0, stream>>>(
-        dx, scratch, grad, x, scale, mean, rstd, tokens, channels, chunk_rows(tokens));
+        dx, scratch, grad, x, scale, mean, rstd, tokens, channels, chunk_tokens(tokens));
     const cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
@@ -225,7 +221,7 @@ cudaError_t layer_norm_modulate_forward(void* m, float* mean, float* rstd, const
 }
 
 int64_t layer_norm_modulate_scratch_size(int64_t batch, int64_t tokens, int64_t channels) {
-  return batch * chunk_count(tokens) * 2 * channels;
+  return batch * chunks_of(tokens) * 2 * channels;
 }
 
 cudaError_t layer_norm_modulate_backward(void* dx, void* dshift, void* dscale, const void* grad,
