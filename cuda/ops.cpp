@@ -829,6 +829,21 @@ void rms_norm_rope_check(const torch::Tensor& x, const torch::Tensor& weight, co
   TORCH_CHECK(rope.device() == x.device(), name, ": x on ", x.device(), " but rope on ", rope.device());
 }
 
+// A caller's destination for rms_norm_rope's out or dx: x's sizes, dtype and device, unit stride along D.
+void rms_norm_rope_check_destination(const torch::Tensor& dest, const torch::Tensor& x, const char* name) {
+  if (!dest.defined()) return;
+  TORCH_CHECK(dest.sizes() == x.sizes() && dest.scalar_type() == x.scalar_type() && dest.device() == x.device(),
+              name, ": the destination ", dest.sizes(), " ", dest.scalar_type(), " on ", dest.device(),
+              " does not match x ", x.sizes(), " ", x.scalar_type(), " on ", x.device());
+  TORCH_CHECK(dest.stride(3) == 1, name, ": the destination must have unit stride along D, got ",
+              dest.strides());
+}
+
+// result, or result copied into dest when a destination is given.
+torch::Tensor into(const torch::Tensor& dest, const torch::Tensor& result) {
+  return dest.defined() ? dest.copy_(result) : result;
+}
+
 // (x_a, x_b) pairs of t (..., N, D) rotated by rope (N, D/2, 2) (cos, sin); `sign` -1 rotates back.
 torch::Tensor rotate_pairs(const torch::Tensor& t, const torch::Tensor& rope, double sign) {
   auto pairs = t.unflatten(-1, {-1, 2});  // (..., N, D/2, 2)
@@ -907,9 +922,13 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward_reference(const to
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward(const torch::Tensor& x,
                                                               const torch::Tensor& weight,
                                                               const torch::Tensor& rope, int64_t rope_tokens,
-                                                              double eps) {
+                                                              double eps, const torch::Tensor& out_to) {
   rms_norm_rope_check(x, weight, rope, rope_tokens, "rms_norm_rope_forward");
-  if (!x.is_cuda()) return rms_norm_rope_forward_reference(x, weight, rope, rope_tokens, eps);
+  rms_norm_rope_check_destination(out_to, x, "rms_norm_rope_forward");
+  if (!x.is_cuda()) {
+    auto [out, rstd] = rms_norm_rope_forward_reference(x, weight, rope, rope_tokens, eps);
+    return {into(out_to, out), rstd};
+  }
 #ifdef TELETRON_WITH_CUDA
   check_kernel_dtype(x, "rms_norm_rope_forward", "x");
   TORCH_CHECK(x.size(3) <= kernels::kRmsNormRopeMaxDim, "rms_norm_rope_forward: head dim ", x.size(3),
@@ -919,7 +938,7 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward(const torch::Tenso
   auto w = weight.to(x.scalar_type()).to(torch::kFloat32).contiguous();  // (D) fp32, rounded as the model's
   torch::Tensor rope_holder;
   const float* rope_data = rope_pointer(rope, rope_tokens, rope_holder);
-  auto out = empty_token_major(x);
+  auto out = out_to.defined() ? out_to : empty_token_major(x);
   auto rstd = torch::empty({x.size(0), x.size(1), x.size(2)}, x.options().dtype(torch::kFloat32));
   kernels::RmsNormRopeShape shape = rms_norm_rope_shape(src, rope_tokens, eps);
   shape.out = row_strides(out);
@@ -951,10 +970,14 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward_reference(
 
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward(
     const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,
-    const torch::Tensor& rope, int64_t rope_tokens) {
+    const torch::Tensor& rope, int64_t rope_tokens, const torch::Tensor& dx_out) {
   rms_norm_rope_check(x, weight, rope, rope_tokens, "rms_norm_rope_backward");
   TORCH_CHECK(grad.sizes() == x.sizes(), "rms_norm_rope_backward: grad ", grad.sizes(), " vs x ", x.sizes());
-  if (!x.is_cuda()) return rms_norm_rope_backward_reference(grad, x, weight, rstd, rope, rope_tokens);
+  rms_norm_rope_check_destination(dx_out, x, "rms_norm_rope_backward");
+  if (!x.is_cuda()) {
+    auto [dx, dweight] = rms_norm_rope_backward_reference(grad, x, weight, rstd, rope, rope_tokens);
+    return {into(dx_out, dx), dweight};
+  }
 #ifdef TELETRON_WITH_CUDA
   check_kernel_dtype(x, "rms_norm_rope_backward", "x");
   check_same(grad, x, "rms_norm_rope_backward", "grad", "x");
@@ -971,7 +994,7 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward(
   torch::Tensor rope_holder;
   const float* rope_data = rope_pointer(rope, rope_tokens, rope_holder);
   kernels::RmsNormRopeShape shape = rms_norm_rope_shape(src, rope_tokens, 0.0);
-  auto dx = empty_token_major(x);
+  auto dx = dx_out.defined() ? dx_out : empty_token_major(x);
   shape.out = row_strides(dx);
   shape.grad = row_strides(gc);
   auto dweight = torch::empty({x.size(3)}, x.options().dtype(torch::kFloat32));                // (D) fp32

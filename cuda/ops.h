@@ -198,10 +198,12 @@ std::pair<torch::Tensor, torch::Tensor> gated_residual_backward_reference(const 
 /// x's dtype before the rotation, as the unfused model stores it. Returns (out (B, H, N, D) x's dtype,
 /// on CUDA stored token-major ((B, N, H, D) in memory, as the QKV projection's views and ATen's ops on
 /// them are), on the CPU contiguous; rstd (B, H, N) fp32, or fp64 for fp64 x).
+/// `out`, when given, is where the result goes instead (x's sizes, dtype and device, unit stride along
+/// D, any other strides: e.g. a token slice of a joint q of video and text), and is returned.
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward(const torch::Tensor& x,
                                                               const torch::Tensor& weight,
                                                               const torch::Tensor& rope, int64_t rope_tokens,
-                                                              double eps);
+                                                              double eps, const torch::Tensor& out = {});
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward_reference(const torch::Tensor& x,
                                                                         const torch::Tensor& weight,
                                                                         const torch::Tensor& rope,
@@ -209,10 +211,11 @@ std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_forward_reference(const to
 
 /// grad (B, H, N, D) (on CUDA any strides along B, H, N read in place), the forward's x, weight, rope
 /// and rstd -> (dx (B, H, N, D) x's dtype, stored as the forward's out, dweight
-/// (D) weight's dtype, summed over B, H, N in fp32).
+/// (D) weight's dtype, summed over B, H, N in fp32). `dx_out`, when given, receives dx instead (as
+/// forward's `out`: e.g. the q columns of a projection's gradient) and is returned.
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward(
     const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,
-    const torch::Tensor& rope, int64_t rope_tokens);
+    const torch::Tensor& rope, int64_t rope_tokens, const torch::Tensor& dx_out = {});
 std::pair<torch::Tensor, torch::Tensor> rms_norm_rope_backward_reference(
     const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& rstd,
     const torch::Tensor& rope, int64_t rope_tokens);

@@ -186,6 +186,91 @@ class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
   }
 };
 
+// The double blocks' q, k, v of video and text in one sequence: both projections split into heads,
+// QK-norm (each stream its own weights) and RoPE (the video tokens) written by the kernel straight
+// into three joint buffers of N + L tokens, token-major, which attention reads; v copied in beside.
+// Backward writes q and k's input gradients straight into each projection's gradient buffer and
+// copies v's. Inputs: video qkv (B, N, 3C), text qkv (B, L, 3C), the four norm weights, the RoPE
+// table (or an empty tensor when rope_tokens is 0); keeps the two projections, the weights and the
+// four rstd (B, H, tokens) fp32, as four RmsNormRope calls would.
+class JointQkv : public torch::autograd::Function<JointQkv> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& video,
+                                                const torch::Tensor& text, const torch::Tensor& weight_q,
+                                                const torch::Tensor& weight_k, const torch::Tensor& weight_added_q,
+                                                const torch::Tensor& weight_added_k, const torch::Tensor& rope,
+                                                int64_t heads, int64_t head_dim, int64_t rope_tokens, double eps) {
+    ctx->set_materialize_grads(false);  // an output outside the loss: no gradient, not zeros
+    const int64_t batch = video.size(0), n = video.size(1), l = text.size(1);
+    const auto video_parts = heads_of(video, heads, head_dim);
+    const auto text_parts = heads_of(text, heads, head_dim);
+    torch::autograd::variable_list joint;
+    for (int i = 0; i < 3; ++i)  // (B, N + L, H, D) in memory, seen as (B, H, N + L, D)
+      joint.push_back(torch::empty({batch, n + l, heads, head_dim}, video.options()).permute({0, 2, 1, 3}));
+    const torch::Tensor video_weights[2] = {weight_q, weight_k}, text_weights[2] = {weight_added_q, weight_added_k};
+    std::vector<torch::Tensor> saved = {video, text, weight_q, weight_k, weight_added_q, weight_added_k, rope};
+    for (int i = 0; i < 2; ++i) {
+      saved.push_back(rms_norm_rope_forward(video_parts[i], video_weights[i], rope, rope_tokens, eps,
+                                            joint[i].narrow(2, 0, n)).second);
+      saved.push_back(rms_norm_rope_forward(text_parts[i], text_weights[i], rope, 0, eps,
+                                            joint[i].narrow(2, n, l)).second);
+    }
+    joint[2].narrow(2, 0, n).copy_(video_parts[2]);
+    joint[2].narrow(2, n, l).copy_(text_parts[2]);
+    ctx->save_for_backward(saved);
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["head_dim"] = head_dim;
+    ctx->saved_data["rope_tokens"] = rope_tokens;
+    return joint;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &video = saved[0], &text = saved[1], &rope = saved[6];
+    const int64_t heads = ctx->saved_data["heads"].toInt(), head_dim = ctx->saved_data["head_dim"].toInt();
+    const int64_t rope_tokens = ctx->saved_data["rope_tokens"].toInt();
+    const int64_t n = video.size(1), l = text.size(1);
+    const torch::Tensor* any = first_defined(grads);
+    torch::autograd::tensor_list out(11);
+    if (any == nullptr) return out;
+    const torch::Tensor grad_video = torch::empty(video.sizes(), any->options());
+    const torch::Tensor grad_text = torch::empty(text.sizes(), any->options());
+    const auto video_parts = heads_of(video, heads, head_dim), text_parts = heads_of(text, heads, head_dim);
+    const auto video_grads = heads_of(grad_video, heads, head_dim);
+    const auto text_grads = heads_of(grad_text, heads, head_dim);
+    for (int i = 0; i < 3; ++i) {
+      const torch::Tensor& g = grads[static_cast<size_t>(i)];
+      if (!g.defined()) {
+        video_grads[i].zero_();
+        text_grads[i].zero_();
+        continue;
+      }
+      if (i == 2) {
+        video_grads[i].copy_(g.narrow(2, 0, n));
+        text_grads[i].copy_(g.narrow(2, n, l));
+        continue;
+      }
+      // saved[7 + 2i] / saved[8 + 2i]: rstd of the video / text rows of q (i = 0) or k (i = 1).
+      out[static_cast<size_t>(2 + i)] =
+          rms_norm_rope_backward(g.narrow(2, 0, n), video_parts[i], saved[2 + i], saved[7 + 2 * i], rope,
+                                 rope_tokens, video_grads[i]).second;
+      out[static_cast<size_t>(4 + i)] =
+          rms_norm_rope_backward(g.narrow(2, n, l), text_parts[i], saved[4 + i], saved[8 + 2 * i], rope, 0,
+                                 text_grads[i]).second;
+    }
+    out[0] = grad_video;
+    out[1] = grad_text;
+    return out;
+  }
+
+ private:
+  // (B, N, 3 H D) -> q, k, v (B, H, N, D), permuted views.
+  static std::vector<torch::Tensor> heads_of(const torch::Tensor& qkv, int64_t heads, int64_t head_dim) {
+    return qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  }
+};
+
 // The dtype a Linear runs in here: autocast's for the device when it is on, else the input's.
 torch::ScalarType linear_dtype(const torch::Tensor& x) {
   const auto device = x.device().type();
@@ -750,6 +835,44 @@ std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, 
   auto parts = qkv_heads(qkv, heads, head_dim, false);
   parts.push_back(mlp);
   return parts;
+}
+
+std::vector<torch::Tensor> joint_qkv_fused(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
+                                           const JointQkvNorms& norms, int64_t heads, int64_t head_dim,
+                                           const RopeTable* rope, int64_t rope_tokens) {
+  TT_ASSERT(video_qkv.dim() == 3 && text_qkv.dim() == 3 && video_qkv.size(0) == text_qkv.size(0) &&
+                video_qkv.size(2) == 3 * heads * head_dim && text_qkv.size(2) == video_qkv.size(2),
+            "joint_qkv: video ", video_qkv.sizes(), " and text ", text_qkv.sizes(), " are not (B, N|L, 3 x ",
+            heads, " x ", head_dim, ")");
+  TT_ASSERT(rope_tokens >= 0 && rope_tokens <= video_qkv.size(1) &&
+                (rope_tokens == 0 || (rope != nullptr && rope->freqs.size(0) == rope_tokens)),
+            "joint_qkv: expected a RoPE table of ", rope_tokens, " tokens");
+  const torch::Tensor table = rope_tokens > 0 ? torch::view_as_real(rope->freqs)
+                                              : torch::empty({0}, video_qkv.options().dtype(torch::kFloat32));
+  return JointQkv::apply(video_qkv, text_qkv, norms.q, norms.k, norms.added_q, norms.added_k, table, heads,
+                         head_dim, rope_tokens, norms.eps);
+}
+
+std::vector<torch::Tensor> joint_qkv_reference(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
+                                               const JointQkvNorms& norms, int64_t heads, int64_t head_dim,
+                                               const RopeTable* rope, int64_t rope_tokens, bool fused) {
+  const auto video = qkv_heads(video_qkv, heads, head_dim, fused);
+  const auto text = qkv_heads(text_qkv, heads, head_dim, fused);
+  const torch::Tensor video_q = rms_norm_rope(video[0], norms.q, rope, rope_tokens, norms.eps, fused);
+  const torch::Tensor video_k = rms_norm_rope(video[1], norms.k, rope, rope_tokens, norms.eps, fused);
+  const torch::Tensor text_q = rms_norm_rope(text[0], norms.added_q, nullptr, 0, norms.eps, fused);
+  const torch::Tensor text_k = rms_norm_rope(text[1], norms.added_k, nullptr, 0, norms.eps, fused);
+  return {torch::cat({video_q, text_q}, 2), torch::cat({video_k, text_k}, 2), torch::cat({video[2], text[2]}, 2)};
+}
+
+std::vector<torch::Tensor> joint_qkv(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
+                                     const JointQkvNorms& norms, int64_t heads, int64_t head_dim,
+                                     const RopeTable* rope, int64_t rope_tokens, bool fused) {
+  if (fused && fused_kernels_take(video_qkv) && same_kind(video_qkv, text_qkv) && head_dim % 2 == 0 &&
+      head_dim <= 256 && video_qkv.size(1) > 0 && text_qkv.size(1) > 0) {
+    return joint_qkv_fused(video_qkv, text_qkv, norms, heads, head_dim, rope, rope_tokens);
+  }
+  return joint_qkv_reference(video_qkv, text_qkv, norms, heads, head_dim, rope, rope_tokens, fused);
 }
 
 torch::Tensor gelu_tanh(const torch::Tensor& x, bool fused) {

@@ -74,6 +74,31 @@ std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, in
 /// The values and gradients are the same bit for bit.
 std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, int64_t head_dim, bool fused);
 
+/// The QK-norm weights of a double block's attention (video's q and k, text's added q and k) and
+/// their epsilon.
+struct JointQkvNorms {
+  torch::Tensor q, k, added_q, added_k;
+  double eps = 1e-6;
+};
+
+/// The double blocks' joint q, k, v (B, H, N + L, D) of video qkv (B, N, 3 H D) and text qkv (B, L,
+/// 3 H D): qkv_heads of each, QK-norm (rms_norm_rope; RoPE on the first rope_tokens video tokens,
+/// `rope` a table of that many, none on text), then the video and text tokens concatenated.
+/// Fused: one autograd function whose kernels write the normalised q and k and the copied v
+/// straight into three token-major joint buffers (no concatenation), and whose backward writes q and
+/// k's input gradients straight into each projection's gradient (no copies). Same values and
+/// gradients as the reference (the same kernels, in other buffers).
+std::vector<torch::Tensor> joint_qkv_fused(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
+                                           const JointQkvNorms& norms, int64_t heads, int64_t head_dim,
+                                           const RopeTable* rope, int64_t rope_tokens);
+/// qkv_heads and rms_norm_rope (each `fused` or not) on each stream, then torch::cat.
+std::vector<torch::Tensor> joint_qkv_reference(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
+                                               const JointQkvNorms& norms, int64_t heads, int64_t head_dim,
+                                               const RopeTable* rope, int64_t rope_tokens, bool fused);
+std::vector<torch::Tensor> joint_qkv(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
+                                     const JointQkvNorms& norms, int64_t heads, int64_t head_dim,
+                                     const RopeTable* rope, int64_t rope_tokens, bool fused);
+
 /// The MLP's GELU-tanh and down-projection as one autograd function that keeps only its inputs:
 /// linear(gelu_tanh(u)), or linear(cat(a, gelu_tanh(u), -1)) when `a` is defined (the single
 /// blocks' attention output beside the MLP), with `weight` (out, in) and `bias` (out) or undefined.

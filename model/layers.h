@@ -138,13 +138,15 @@ class AttentionImpl : public torch::nn::Module {
                                      int64_t rope_tokens = 0);
   /// Same for the text stream (added_stream only), without RoPE.
   std::vector<torch::Tensor> project_added(const torch::Tensor& x);
-  /// project(norm_modulate(x, shift, scale), ...) and project_added of the same; with fused kernels
-  /// the modulated input is not kept (modulate_linear, model/fused_ops.h).
-  std::vector<torch::Tensor> project_modulated(const torch::Tensor& x, const torch::Tensor& shift,
-                                               const torch::Tensor& scale, const RopeTable* rope = nullptr,
-                                               int64_t rope_tokens = 0);
-  std::vector<torch::Tensor> project_added_modulated(const torch::Tensor& x, const torch::Tensor& shift,
-                                                     const torch::Tensor& scale);
+  /// The double blocks' joint q, k, v (B, heads, N + L, head_dim): project(norm_modulate(video,
+  /// shift, scale), rope, rope_tokens) and project_added(norm_modulate(text, shift_added,
+  /// scale_added)), video tokens first. With fused kernels the modulated inputs are not kept
+  /// (modulate_linear) and QK-norm writes straight into the joint tensors (joint_qkv, model/fused_ops.h).
+  std::vector<torch::Tensor> project_joint_modulated(const torch::Tensor& video, const torch::Tensor& shift,
+                                                     const torch::Tensor& scale, const torch::Tensor& text,
+                                                     const torch::Tensor& shift_added,
+                                                     const torch::Tensor& scale_added, const RopeTable* rope,
+                                                     int64_t rope_tokens);
   /// QK-norm and RoPE, as project() applies them, on q, k, v already split into heads (B, heads, N,
   /// head_dim) (the single blocks' linear1 output, qkv_mlp_split in model/fused_ops.h).
   std::vector<torch::Tensor> normalize(std::vector<torch::Tensor> parts, const RopeTable* rope = nullptr,

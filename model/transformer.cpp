@@ -124,12 +124,9 @@ std::pair<torch::Tensor, torch::Tensor> DoubleBlockImpl::forward(const torch::Te
   auto m = norm1_(vec);
   auto c = norm1_context_(vec);
   const int64_t n = video.size(1);
-  auto video_qkv = attn_->project_modulated(video, m[0], m[1], &rope, n);  // RoPE on every video token
-  auto text_qkv = attn_->project_added_modulated(text, c[0], c[1]);
-  auto q = torch::cat({video_qkv[0], text_qkv[0]}, 2);
-  auto k = torch::cat({video_qkv[1], text_qkv[1]}, 2);
-  auto v = torch::cat({video_qkv[2], text_qkv[2]}, 2);
-  auto joint = attend_joint(q, k, v, keys);  // (B, N+L, hidden)
+  // Joint q, k, v of the video tokens (RoPE on every one), then the text tokens.
+  const auto qkv = attn_->project_joint_modulated(video, m[0], m[1], text, c[0], c[1], &rope, n);
+  auto joint = attend_joint(qkv[0], qkv[1], qkv[2], keys);  // (B, N+L, hidden)
   const auto [joint_video, joint_text] = split_at(joint, 1, n);
   auto video_attn = attn_->output(joint_video);
   auto text_attn = attn_->output_added(joint_text);

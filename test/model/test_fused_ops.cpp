@@ -147,6 +147,81 @@ Fn norm_rope(bool fused, const tt::RopeTable* rope, int64_t rope_tokens, int64_t
   };
 }
 
+// joint_qkv through one path, with a loss that weighs the `used` first of q, k, v: the outputs and
+// the gradients of video qkv, text qkv and the four norm weights (undefined where none flowed).
+enum class JointPath { kFused, kKernelsComposed, kUnfused };
+struct JointRun {
+  std::vector<torch::Tensor> outputs, grads;
+};
+JointRun run_joint(JointPath path, const std::vector<torch::Tensor>& inputs, const tt::RopeTable* rope,
+                   int64_t rope_tokens, int64_t heads, int64_t head_dim, int used,
+                   const std::vector<torch::Tensor>& upstream) {
+  std::vector<torch::Tensor> in;
+  for (const auto& t : inputs) in.push_back(t.detach().clone().requires_grad_(true));
+  const tt::JointQkvNorms norms{in[2], in[3], in[4], in[5], 1e-6};
+  const auto outputs =
+      path == JointPath::kFused
+          ? tt::joint_qkv_fused(in[0], in[1], norms, heads, head_dim, rope, rope_tokens)
+          : tt::joint_qkv_reference(in[0], in[1], norms, heads, head_dim, rope, rope_tokens,
+                                    path == JointPath::kKernelsComposed);
+  torch::Tensor loss = torch::zeros({}, torch::kFloat32).to(inputs[0].device());
+  for (int i = 0; i < used; ++i)
+    loss = loss + (outputs[static_cast<size_t>(i)].to(torch::kFloat32) * upstream[static_cast<size_t>(i)]).sum();
+  loss.backward();
+  JointRun r;
+  for (const auto& o : outputs) r.outputs.push_back(o.detach());
+  for (const auto& t : in) r.grads.push_back(t.grad());
+  return r;
+}
+
+// Inputs of joint_qkv: video qkv (2, video, 3 H D), text qkv (2, text, 3 H D), four weights (D) fp32.
+std::vector<torch::Tensor> joint_inputs(int64_t video, int64_t text, int64_t heads, int64_t head_dim,
+                                        torch::Dtype dtype, const torch::Device& device) {
+  std::vector<torch::Tensor> in = {(torch::randn({2, video, 3 * heads * head_dim}) * 2 + 0.3).to(dtype),
+                                   (torch::randn({2, text, 3 * heads * head_dim}) * 2 - 0.2).to(dtype)};
+  for (int i = 0; i < 4; ++i) in.push_back(0.5 + torch::rand({head_dim}));
+  for (auto& t : in) t = t.to(device);
+  return in;
+}
+
+// The fused joint q, k, v against the same kernels composed (qkv_heads, rms_norm_rope, cat): equal
+// bit for bit, outputs and every gradient; the outputs token-major (attention reads them so).
+void check_joint_equal(const torch::Device& device) {
+  const int64_t heads = 2, head_dim = 16;
+  const tt::RopeTable rope = small_rope(3, device);  // 12 video tokens
+  const int64_t video = rope.freqs.size(0), text = 5;
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int used : {3, 2, 1}) {
+      INFO("dtype " << dtype << ", " << used << " of q, k, v in the loss");
+      const auto inputs = joint_inputs(video, text, heads, head_dim, dtype, device);
+      std::vector<torch::Tensor> upstream;
+      for (int i = 0; i < 3; ++i) upstream.push_back(torch::randn({2, heads, video + text, head_dim}).to(device));
+      const JointRun fused = run_joint(JointPath::kFused, inputs, &rope, video, heads, head_dim, used, upstream);
+      const JointRun composed =
+          run_joint(JointPath::kKernelsComposed, inputs, &rope, video, heads, head_dim, used, upstream);
+      REQUIRE(fused.outputs.size() == 3);
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("output " << i);
+        CHECK(fused.outputs[i].sizes() == composed.outputs[i].sizes());
+        CHECK(fused.outputs[i].stride(2) == heads * head_dim);  // token-major
+        CHECK(fused.outputs[i].stride(3) == 1);
+        CHECK(torch::equal(fused.outputs[i], composed.outputs[i]));
+      }
+      for (size_t i = 0; i < fused.grads.size(); ++i) {
+        INFO("gradient of input " << i);
+        REQUIRE(fused.grads[i].defined() == composed.grads[i].defined());
+        if (composed.grads[i].defined()) CHECK(torch::equal(fused.grads[i], composed.grads[i]));
+      }
+      // The thirds of q, k, v that no loss term reads get zero gradients, the others do not.
+      for (size_t stream = 0; stream < 2; ++stream) {
+        const auto thirds = fused.grads[stream].view({2, -1, 3, heads * head_dim});
+        for (int i = 0; i < 3; ++i)
+          CHECK((thirds.select(2, i).abs().sum().item<double>() == 0.0) == (i >= used));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("gated residual: own backward gives autograd's gradients of addcmul", "[model][fused]") {
@@ -349,6 +424,34 @@ TEST_CASE("qkv heads: the fused function's views and gradients equal the composi
   CHECK_THROWS(tt::qkv_heads(torch::randn({2, 5, 7}), heads, head_dim, true));
 }
 
+TEST_CASE("joint q, k, v: the fused function equals qkv_heads, QK-norm + RoPE and cat bit for bit",
+          "[model][fused]") {
+  torch::manual_seed(37);
+  check_joint_equal(torch::kCPU);
+  // And the autograd composition without the kernels' references (ATen's RMSNorm, apply_rope, cat).
+  const int64_t heads = 2, head_dim = 16;
+  const tt::RopeTable rope = small_rope(3, torch::kCPU);
+  const int64_t video = rope.freqs.size(0);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO("dtype " << dtype);
+    const auto inputs = joint_inputs(video, 5, heads, head_dim, dtype, torch::kCPU);
+    std::vector<torch::Tensor> upstream;
+    for (int i = 0; i < 3; ++i) upstream.push_back(torch::randn({2, heads, video + 5, head_dim}));
+    const JointRun fused = run_joint(JointPath::kFused, inputs, &rope, video, heads, head_dim, 3, upstream);
+    const JointRun plain = run_joint(JointPath::kUnfused, inputs, &rope, video, heads, head_dim, 3, upstream);
+    for (size_t i = 0; i < 3; ++i) CHECK(scaled_error(fused.outputs[i], plain.outputs[i]) <= tolerance_for(dtype));
+    for (size_t i = 0; i < fused.grads.size(); ++i) {
+      INFO("gradient of input " << i);
+      REQUIRE(fused.grads[i].defined());
+      CHECK(scaled_error(fused.grads[i], plain.grads[i]) <= tolerance_for(dtype));
+    }
+  }
+  CHECK_THROWS(tt::joint_qkv_fused(torch::randn({2, 4, 96}), torch::randn({2, 3, 90}),
+                                   tt::JointQkvNorms{torch::ones({16}), torch::ones({16}), torch::ones({16}),
+                                                     torch::ones({16})},
+                                   heads, head_dim, nullptr, 0));
+}
+
 TEST_CASE("qkv + MLP split: the fused function's views and gradients equal the composition's bit for bit",
           "[model][fused]") {
   torch::manual_seed(32);
@@ -502,6 +605,13 @@ TEST_CASE("fused ops on CUDA give the composition's outputs and gradients", "[gp
       }
     }
   }
+}
+
+TEST_CASE("joint q, k, v on CUDA: the fused function equals the same kernels composed, bit for bit",
+          "[gpu][model][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(41);
+  check_joint_equal(kCuda);
 }
 
 TEST_CASE("the small model on CUDA: fused_kernels on matches off, forward and backward",
