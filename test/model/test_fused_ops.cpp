@@ -159,11 +159,23 @@ JointRun run_joint(JointPath path, const std::vector<torch::Tensor>& inputs, con
   std::vector<torch::Tensor> in;
   for (const auto& t : inputs) in.push_back(t.detach().clone().requires_grad_(true));
   const tt::JointQkvNorms norms{in[2], in[3], in[4], in[5], 1e-6};
-  const auto outputs =
-      path == JointPath::kFused
-          ? tt::joint_qkv_fused(in[0], in[1], norms, heads, head_dim, rope, rope_tokens)
-          : tt::joint_qkv_reference(in[0], in[1], norms, heads, head_dim, rope, rope_tokens,
-                                    path == JointPath::kKernelsComposed);
+  std::vector<torch::Tensor> outputs;
+  if (path == JointPath::kFused) {
+    outputs = tt::joint_qkv_fused(in[0], in[1], norms, heads, head_dim, rope, rope_tokens);
+  } else if (path == JointPath::kUnfused) {
+    outputs = tt::joint_qkv_reference(in[0], in[1], norms, heads, head_dim, rope, rope_tokens, false);
+  } else {  // the kernels (on the CPU their references) per stream, then cat
+    const auto video = tt::qkv_heads(in[0], heads, head_dim, true);
+    const auto text = tt::qkv_heads(in[1], heads, head_dim, true);
+    for (int i = 0; i < 2; ++i) {
+      const auto v = tt::rms_norm_rope_fused(video[static_cast<size_t>(i)], in[static_cast<size_t>(2 + i)],
+                                             rope, rope_tokens, 1e-6);
+      const auto t = tt::rms_norm_rope_fused(text[static_cast<size_t>(i)], in[static_cast<size_t>(4 + i)],
+                                             nullptr, 0, 1e-6);
+      outputs.push_back(torch::cat({v, t}, 2));
+    }
+    outputs.push_back(torch::cat({video[2], text[2]}, 2));
+  }
   torch::Tensor loss = torch::zeros({}, torch::kFloat32).to(inputs[0].device());
   for (int i = 0; i < used; ++i)
     loss = loss + (outputs[static_cast<size_t>(i)].to(torch::kFloat32) * upstream[static_cast<size_t>(i)]).sum();
