@@ -832,9 +832,10 @@ void rms_norm_rope_check(const torch::Tensor& x, const torch::Tensor& weight, co
 // A caller's destination for rms_norm_rope's out or dx: x's sizes, dtype and device, unit stride along D.
 void rms_norm_rope_check_destination(const torch::Tensor& dest, const torch::Tensor& x, const char* name) {
   if (!dest.defined()) return;
-  TORCH_CHECK(dest.sizes() == x.sizes() && dest.scalar_type() == x.scalar_type() && dest.device() == x.device(),
-              name, ": the destination ", dest.sizes(), " ", dest.scalar_type(), " on ", dest.device(),
-              " does not match x ", x.sizes(), " ", x.scalar_type(), " on ", x.device());
+  TORCH_CHECK(
+      dest.sizes() == x.sizes() && dest.scalar_type() == x.scalar_type() && dest.device() == x.device(), name,
+      ": the destination ", dest.sizes(), " ", dest.scalar_type(), " on ", dest.device(),
+      " does not match x ", x.sizes(), " ", x.scalar_type(), " on ", x.device());
   TORCH_CHECK(dest.stride(3) == 1, name, ": the destination must have unit stride along D, got ",
               dest.strides());
 }

@@ -195,11 +195,13 @@ class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
 // four rstd (B, H, tokens) fp32, as four RmsNormRope calls would.
 class JointQkv : public torch::autograd::Function<JointQkv> {
  public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& video,
-                                                const torch::Tensor& text, const torch::Tensor& weight_q,
-                                                const torch::Tensor& weight_k, const torch::Tensor& weight_added_q,
-                                                const torch::Tensor& weight_added_k, const torch::Tensor& rope,
-                                                int64_t heads, int64_t head_dim, int64_t rope_tokens, double eps) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const torch::Tensor& video, const torch::Tensor& text,
+                                                const torch::Tensor& weight_q, const torch::Tensor& weight_k,
+                                                const torch::Tensor& weight_added_q,
+                                                const torch::Tensor& weight_added_k,
+                                                const torch::Tensor& rope, int64_t heads, int64_t head_dim,
+                                                int64_t rope_tokens, double eps) {
     ctx->set_materialize_grads(false);  // an output outside the loss: no gradient, not zeros
     const int64_t batch = video.size(0), n = video.size(1), l = text.size(1);
     const auto video_parts = heads_of(video, heads, head_dim);
@@ -207,13 +209,18 @@ class JointQkv : public torch::autograd::Function<JointQkv> {
     torch::autograd::variable_list joint;
     for (int i = 0; i < 3; ++i)  // (B, N + L, H, D) in memory, seen as (B, H, N + L, D)
       joint.push_back(torch::empty({batch, n + l, heads, head_dim}, video.options()).permute({0, 2, 1, 3}));
-    const torch::Tensor video_weights[2] = {weight_q, weight_k}, text_weights[2] = {weight_added_q, weight_added_k};
-    std::vector<torch::Tensor> saved = {video, text, weight_q, weight_k, weight_added_q, weight_added_k, rope};
-    for (int i = 0; i < 2; ++i) {
-      saved.push_back(rms_norm_rope_forward(video_parts[i], video_weights[i], rope, rope_tokens, eps,
-                                            joint[i].narrow(2, 0, n)).second);
-      saved.push_back(rms_norm_rope_forward(text_parts[i], text_weights[i], rope, 0, eps,
-                                            joint[i].narrow(2, n, l)).second);
+    const torch::Tensor video_weights[2] = {weight_q, weight_k};
+    const torch::Tensor text_weights[2] = {weight_added_q, weight_added_k};
+    std::vector<torch::Tensor> saved = {video,          text,           weight_q, weight_k,
+                                        weight_added_q, weight_added_k, rope};
+    for (int i = 0; i < 2; ++i) {  // q, then k: the rstd of the video rows, then of the text rows
+      const torch::Tensor video_rows = joint[i].narrow(2, 0, n), text_rows = joint[i].narrow(2, n, l);
+      [[maybe_unused]] const auto [video_out, video_rstd] =
+          rms_norm_rope_forward(video_parts[i], video_weights[i], rope, rope_tokens, eps, video_rows);
+      [[maybe_unused]] const auto [text_out, text_rstd] =
+          rms_norm_rope_forward(text_parts[i], text_weights[i], rope, 0, eps, text_rows);
+      saved.push_back(video_rstd);
+      saved.push_back(text_rstd);
     }
     joint[2].narrow(2, 0, n).copy_(video_parts[2]);
     joint[2].narrow(2, n, l).copy_(text_parts[2]);
@@ -251,13 +258,14 @@ class JointQkv : public torch::autograd::Function<JointQkv> {
         text_grads[i].copy_(g.narrow(2, n, l));
         continue;
       }
-      // saved[7 + 2i] / saved[8 + 2i]: rstd of the video / text rows of q (i = 0) or k (i = 1).
-      out[static_cast<size_t>(2 + i)] =
+      // saved[2 + i] / saved[4 + i]: the video / text weight; saved[7 + 2i] / saved[8 + 2i]: their rstd.
+      [[maybe_unused]] const auto [video_dx, video_dweight] =
           rms_norm_rope_backward(g.narrow(2, 0, n), video_parts[i], saved[2 + i], saved[7 + 2 * i], rope,
-                                 rope_tokens, video_grads[i]).second;
-      out[static_cast<size_t>(4 + i)] =
-          rms_norm_rope_backward(g.narrow(2, n, l), text_parts[i], saved[4 + i], saved[8 + 2 * i], rope, 0,
-                                 text_grads[i]).second;
+                                 rope_tokens, video_grads[i]);
+      [[maybe_unused]] const auto [text_dx, text_dweight] = rms_norm_rope_backward(
+          g.narrow(2, n, l), text_parts[i], saved[4 + i], saved[8 + 2 * i], rope, 0, text_grads[i]);
+      out[static_cast<size_t>(2 + i)] = video_dweight;
+      out[static_cast<size_t>(4 + i)] = text_dweight;
     }
     out[0] = grad_video;
     out[1] = grad_text;
@@ -862,7 +870,8 @@ std::vector<torch::Tensor> joint_qkv_reference(const torch::Tensor& video_qkv, c
   const torch::Tensor video_k = rms_norm_rope(video[1], norms.k, rope, rope_tokens, norms.eps, fused);
   const torch::Tensor text_q = rms_norm_rope(text[0], norms.added_q, nullptr, 0, norms.eps, fused);
   const torch::Tensor text_k = rms_norm_rope(text[1], norms.added_k, nullptr, 0, norms.eps, fused);
-  return {torch::cat({video_q, text_q}, 2), torch::cat({video_k, text_k}, 2), torch::cat({video[2], text[2]}, 2)};
+  return {torch::cat({video_q, text_q}, 2), torch::cat({video_k, text_k}, 2),
+          torch::cat({video[2], text[2]}, 2)};
 }
 
 std::vector<torch::Tensor> joint_qkv(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,

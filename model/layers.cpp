@@ -244,13 +244,14 @@ std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) 
 }
 
 std::vector<torch::Tensor> AttentionImpl::project_joint_modulated(
-    const torch::Tensor& video, const torch::Tensor& shift, const torch::Tensor& scale, const torch::Tensor& text,
-    const torch::Tensor& shift_added, const torch::Tensor& scale_added, const RopeTable* rope,
-    int64_t rope_tokens) {
+    const torch::Tensor& video, const torch::Tensor& shift, const torch::Tensor& scale,
+    const torch::Tensor& text, const torch::Tensor& shift_added, const torch::Tensor& scale_added,
+    const RopeTable* rope, int64_t rope_tokens) {
   TT_ASSERT(options_.added_stream, "project_joint_modulated needs the text stream's projection");
   const bool fused = options_.fused_kernels;
   const torch::Tensor video_qkv = modulated_linear(to_qkv_, lora_qkv, video, shift, scale, fused);
-  const torch::Tensor text_qkv = modulated_linear(add_qkv_, lora_added_qkv, text, shift_added, scale_added, fused);
+  const torch::Tensor text_qkv =
+      modulated_linear(add_qkv_, lora_added_qkv, text, shift_added, scale_added, fused);
   if (!options_.qk_norm) {
     TT_ASSERT(rope_tokens == 0, "RoPE is applied with QK-norm only");
     const auto v = qkv_heads(video_qkv, options_.heads, options_.head_dim, fused);

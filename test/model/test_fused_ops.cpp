@@ -178,7 +178,8 @@ JointRun run_joint(JointPath path, const std::vector<torch::Tensor>& inputs, con
   }
   torch::Tensor loss = torch::zeros({}, torch::kFloat32).to(inputs[0].device());
   for (int i = 0; i < used; ++i)
-    loss = loss + (outputs[static_cast<size_t>(i)].to(torch::kFloat32) * upstream[static_cast<size_t>(i)]).sum();
+    loss =
+        loss + (outputs[static_cast<size_t>(i)].to(torch::kFloat32) * upstream[static_cast<size_t>(i)]).sum();
   loss.backward();
   JointRun r;
   for (const auto& o : outputs) r.outputs.push_back(o.detach());
@@ -207,8 +208,10 @@ void check_joint_equal(const torch::Device& device) {
       INFO("dtype " << dtype << ", " << used << " of q, k, v in the loss");
       const auto inputs = joint_inputs(video, text, heads, head_dim, dtype, device);
       std::vector<torch::Tensor> upstream;
-      for (int i = 0; i < 3; ++i) upstream.push_back(torch::randn({2, heads, video + text, head_dim}).to(device));
-      const JointRun fused = run_joint(JointPath::kFused, inputs, &rope, video, heads, head_dim, used, upstream);
+      for (int i = 0; i < 3; ++i)
+        upstream.push_back(torch::randn({2, heads, video + text, head_dim}).to(device));
+      const JointRun fused =
+          run_joint(JointPath::kFused, inputs, &rope, video, heads, head_dim, used, upstream);
       const JointRun composed =
           run_joint(JointPath::kKernelsComposed, inputs, &rope, video, heads, head_dim, used, upstream);
       REQUIRE(fused.outputs.size() == 3);
@@ -451,17 +454,18 @@ TEST_CASE("joint q, k, v: the fused function equals qkv_heads, QK-norm + RoPE an
     for (int i = 0; i < 3; ++i) upstream.push_back(torch::randn({2, heads, video + 5, head_dim}));
     const JointRun fused = run_joint(JointPath::kFused, inputs, &rope, video, heads, head_dim, 3, upstream);
     const JointRun plain = run_joint(JointPath::kUnfused, inputs, &rope, video, heads, head_dim, 3, upstream);
-    for (size_t i = 0; i < 3; ++i) CHECK(scaled_error(fused.outputs[i], plain.outputs[i]) <= tolerance_for(dtype));
+    for (size_t i = 0; i < 3; ++i)
+      CHECK(scaled_error(fused.outputs[i], plain.outputs[i]) <= tolerance_for(dtype));
     for (size_t i = 0; i < fused.grads.size(); ++i) {
       INFO("gradient of input " << i);
       REQUIRE(fused.grads[i].defined());
       CHECK(scaled_error(fused.grads[i], plain.grads[i]) <= tolerance_for(dtype));
     }
   }
-  CHECK_THROWS(tt::joint_qkv_fused(torch::randn({2, 4, 96}), torch::randn({2, 3, 90}),
-                                   tt::JointQkvNorms{torch::ones({16}), torch::ones({16}), torch::ones({16}),
-                                                     torch::ones({16})},
-                                   heads, head_dim, nullptr, 0));
+  CHECK_THROWS(tt::joint_qkv_fused(
+      torch::randn({2, 4, 96}), torch::randn({2, 3, 90}),
+      tt::JointQkvNorms{torch::ones({16}), torch::ones({16}), torch::ones({16}), torch::ones({16})}, heads,
+      head_dim, nullptr, 0));
 }
 
 TEST_CASE("qkv + MLP split: the fused function's views and gradients equal the composition's bit for bit",
