@@ -25,6 +25,11 @@ bool same_kind(const torch::Tensor& a, const torch::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.device() == b.device();
 }
 
+// A projection's (B, N, 3 heads head_dim) columns -> q, k, v (B, heads, N, head_dim), permuted views.
+std::vector<torch::Tensor> head_views(const torch::Tensor& qkv, int64_t heads, int64_t head_dim) {
+  return qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+}
+
 // x + gate * y; autograd's addcmul keeps the same y and gate, but its backward materialises g * y
 // (B, N, C) before reducing it, which the kernel's backward does in one pass.
 class GatedResidual : public torch::autograd::Function<GatedResidual> {
@@ -114,8 +119,7 @@ class QkvHeads : public torch::autograd::Function<QkvHeads> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 const torch::Tensor& qkv, int64_t heads, int64_t head_dim) {
     ctx->saved_data["sizes"] = qkv.sizes().vec();
-    const auto parts = qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
-    return {parts[0], parts[1], parts[2]};
+    return head_views(qkv, heads, head_dim);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
@@ -154,9 +158,9 @@ class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
     ctx->saved_data["sizes"] = x.sizes().vec();
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["head_dim"] = head_dim;
-    const auto parts =
-        x.narrow(2, 0, qkv_width).unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
-    return {parts[0], parts[1], parts[2], x.narrow(2, qkv_width, x.size(2) - qkv_width)};
+    auto parts = head_views(x.narrow(2, 0, qkv_width), heads, head_dim);
+    parts.push_back(x.narrow(2, qkv_width, x.size(2) - qkv_width));
+    return parts;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
@@ -204,8 +208,8 @@ class JointQkv : public torch::autograd::Function<JointQkv> {
                                                 int64_t rope_tokens, double eps) {
     ctx->set_materialize_grads(false);  // an output outside the loss: no gradient, not zeros
     const int64_t batch = video.size(0), n = video.size(1), l = text.size(1);
-    const auto video_parts = heads_of(video, heads, head_dim);
-    const auto text_parts = heads_of(text, heads, head_dim);
+    const auto video_parts = head_views(video, heads, head_dim);
+    const auto text_parts = head_views(text, heads, head_dim);
     torch::autograd::variable_list joint;
     for (int i = 0; i < 3; ++i)  // (B, N + L, H, D) in memory, seen as (B, H, N + L, D)
       joint.push_back(torch::empty({batch, n + l, heads, head_dim}, video.options()).permute({0, 2, 1, 3}));
@@ -243,9 +247,10 @@ class JointQkv : public torch::autograd::Function<JointQkv> {
     if (any == nullptr) return out;
     const torch::Tensor grad_video = torch::empty(video.sizes(), any->options());
     const torch::Tensor grad_text = torch::empty(text.sizes(), any->options());
-    const auto video_parts = heads_of(video, heads, head_dim), text_parts = heads_of(text, heads, head_dim);
-    const auto video_grads = heads_of(grad_video, heads, head_dim);
-    const auto text_grads = heads_of(grad_text, heads, head_dim);
+    const auto video_parts = head_views(video, heads, head_dim),
+               text_parts = head_views(text, heads, head_dim);
+    const auto video_grads = head_views(grad_video, heads, head_dim);
+    const auto text_grads = head_views(grad_text, heads, head_dim);
     for (int i = 0; i < 3; ++i) {
       const torch::Tensor& g = grads[static_cast<size_t>(i)];
       if (!g.defined()) {
@@ -270,12 +275,6 @@ class JointQkv : public torch::autograd::Function<JointQkv> {
     out[0] = grad_video;
     out[1] = grad_text;
     return out;
-  }
-
- private:
-  // (B, N, 3 H D) -> q, k, v (B, H, N, D), permuted views.
-  static std::vector<torch::Tensor> heads_of(const torch::Tensor& qkv, int64_t heads, int64_t head_dim) {
-    return qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
   }
 };
 
@@ -692,13 +691,26 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
   }
 };
 
-void check_rope_rows(const torch::Tensor& x, const RopeTable* rope, int64_t rope_tokens) {
-  TORCH_CHECK(rope_tokens >= 0 && rope_tokens <= x.size(2), "rms_norm_rope: rope_tokens must be in [0, ",
-              x.size(2), "], got ", rope_tokens);
+// RoPE on the first rope_tokens of `tokens` tokens: a table of exactly that many (none for 0).
+void check_rope_rows(int64_t tokens, const RopeTable* rope, int64_t rope_tokens) {
+  TORCH_CHECK(rope_tokens >= 0 && rope_tokens <= tokens, "rms_norm_rope: rope_tokens must be in [0, ", tokens,
+              "], got ", rope_tokens);
   if (rope_tokens == 0) return;
   TORCH_CHECK(rope != nullptr && rope->freqs.size(0) == rope_tokens,
               "rms_norm_rope: expected a RoPE table of ", rope_tokens, " tokens, got ",
               rope == nullptr ? int64_t{0} : rope->freqs.size(0));
+}
+
+// The kernels' RoPE table, (N, D/2, 2) fp32 (cos, sin); without RoPE an empty tensor on `like`'s
+// device (autograd functions take no undefined inputs).
+torch::Tensor rope_table(const RopeTable* rope, int64_t rope_tokens, const torch::Tensor& like) {
+  return rope_tokens > 0 ? torch::view_as_real(rope->freqs)
+                         : torch::empty({0}, like.options().dtype(torch::kFloat32));
+}
+
+// Whether the QK RMSNorm + RoPE kernels take x (CUDA, a kernel dtype) with this head dim.
+bool norm_rope_kernel_takes(const torch::Tensor& x, int64_t head_dim) {
+  return fused_kernels_take(x) && head_dim % 2 == 0 && head_dim <= 256;
 }
 
 }  // namespace
@@ -733,16 +745,13 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 
 torch::Tensor rms_norm_rope_fused(const torch::Tensor& x, const torch::Tensor& weight, const RopeTable* rope,
                                   int64_t rope_tokens, double eps) {
-  check_rope_rows(x, rope, rope_tokens);
-  // (N, D/2, 2) fp32 (cos, sin); without RoPE an empty tensor (autograd functions take no undefined inputs).
-  const torch::Tensor table = rope_tokens > 0 ? torch::view_as_real(rope->freqs)
-                                              : torch::empty({0}, x.options().dtype(torch::kFloat32));
-  return RmsNormRope::apply(x, weight, table, rope_tokens, eps);
+  check_rope_rows(x.size(2), rope, rope_tokens);
+  return RmsNormRope::apply(x, weight, rope_table(rope, rope_tokens, x), rope_tokens, eps);
 }
 
 torch::Tensor rms_norm_rope_reference(const torch::Tensor& x, const torch::Tensor& weight,
                                       const RopeTable* rope, int64_t rope_tokens, double eps) {
-  check_rope_rows(x, rope, rope_tokens);
+  check_rope_rows(x.size(2), rope, rope_tokens);
   auto normed = rms_norm(x, weight, eps);
   if (rope_tokens == 0) return normed;
   if (rope_tokens == x.size(2)) return apply_rope(normed, *rope);
@@ -752,7 +761,7 @@ torch::Tensor rms_norm_rope_reference(const torch::Tensor& x, const torch::Tenso
 
 torch::Tensor rms_norm_rope(const torch::Tensor& x, const torch::Tensor& weight, const RopeTable* rope,
                             int64_t rope_tokens, double eps, bool fused) {
-  if (fused && fused_kernels_take(x) && x.size(-1) % 2 == 0 && x.size(-1) <= 256) {
+  if (fused && norm_rope_kernel_takes(x, x.size(-1))) {
     return rms_norm_rope_fused(x, weight, rope, rope_tokens, eps);
   }
   return rms_norm_rope_reference(x, weight, rope, rope_tokens, eps);
@@ -829,8 +838,7 @@ std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, in
   TT_ASSERT(qkv.dim() == 3 && qkv.size(2) == 3 * heads * head_dim, "qkv_heads: qkv ", qkv.sizes(),
             " is not (B, N, 3 x ", heads, " x ", head_dim, ")");
   if (fused) return QkvHeads::apply(qkv, heads, head_dim);
-  const auto parts = qkv.unflatten(2, {3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
-  return {parts[0], parts[1], parts[2]};
+  return head_views(qkv, heads, head_dim);
 }
 
 std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, int64_t head_dim,
@@ -852,13 +860,9 @@ std::vector<torch::Tensor> joint_qkv_fused(const torch::Tensor& video_qkv, const
                 video_qkv.size(2) == 3 * heads * head_dim && text_qkv.size(2) == video_qkv.size(2),
             "joint_qkv: video ", video_qkv.sizes(), " and text ", text_qkv.sizes(), " are not (B, N|L, 3 x ",
             heads, " x ", head_dim, ")");
-  TT_ASSERT(rope_tokens >= 0 && rope_tokens <= video_qkv.size(1) &&
-                (rope_tokens == 0 || (rope != nullptr && rope->freqs.size(0) == rope_tokens)),
-            "joint_qkv: expected a RoPE table of ", rope_tokens, " tokens");
-  const torch::Tensor table = rope_tokens > 0 ? torch::view_as_real(rope->freqs)
-                                              : torch::empty({0}, video_qkv.options().dtype(torch::kFloat32));
-  return JointQkv::apply(video_qkv, text_qkv, norms.q, norms.k, norms.added_q, norms.added_k, table, heads,
-                         head_dim, rope_tokens, norms.eps);
+  check_rope_rows(video_qkv.size(1), rope, rope_tokens);
+  return JointQkv::apply(video_qkv, text_qkv, norms.q, norms.k, norms.added_q, norms.added_k,
+                         rope_table(rope, rope_tokens, video_qkv), heads, head_dim, rope_tokens, norms.eps);
 }
 
 std::vector<torch::Tensor> joint_qkv_reference(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
@@ -877,8 +881,7 @@ std::vector<torch::Tensor> joint_qkv_reference(const torch::Tensor& video_qkv, c
 std::vector<torch::Tensor> joint_qkv(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,
                                      const JointQkvNorms& norms, int64_t heads, int64_t head_dim,
                                      const RopeTable* rope, int64_t rope_tokens, bool fused) {
-  if (fused && fused_kernels_take(video_qkv) && same_kind(video_qkv, text_qkv) && head_dim % 2 == 0 &&
-      head_dim <= 256 && video_qkv.size(1) > 0 && text_qkv.size(1) > 0) {
+  if (fused && norm_rope_kernel_takes(video_qkv, head_dim) && same_kind(video_qkv, text_qkv)) {
     return joint_qkv_fused(video_qkv, text_qkv, norms, heads, head_dim, rope, rope_tokens);
   }
   return joint_qkv_reference(video_qkv, text_qkv, norms, heads, head_dim, rope, rope_tokens, fused);

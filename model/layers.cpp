@@ -247,17 +247,12 @@ std::vector<torch::Tensor> AttentionImpl::project_joint_modulated(
     const torch::Tensor& video, const torch::Tensor& shift, const torch::Tensor& scale,
     const torch::Tensor& text, const torch::Tensor& shift_added, const torch::Tensor& scale_added,
     const RopeTable* rope, int64_t rope_tokens) {
-  TT_ASSERT(options_.added_stream, "project_joint_modulated needs the text stream's projection");
+  TT_ASSERT(options_.added_stream && options_.qk_norm,
+            "project_joint_modulated needs the text stream's projection and QK-norm (the double blocks')");
   const bool fused = options_.fused_kernels;
   const torch::Tensor video_qkv = modulated_linear(to_qkv_, lora_qkv, video, shift, scale, fused);
   const torch::Tensor text_qkv =
       modulated_linear(add_qkv_, lora_added_qkv, text, shift_added, scale_added, fused);
-  if (!options_.qk_norm) {
-    TT_ASSERT(rope_tokens == 0, "RoPE is applied with QK-norm only");
-    const auto v = qkv_heads(video_qkv, options_.heads, options_.head_dim, fused);
-    const auto t = qkv_heads(text_qkv, options_.heads, options_.head_dim, fused);
-    return {torch::cat({v[0], t[0]}, 2), torch::cat({v[1], t[1]}, 2), torch::cat({v[2], t[2]}, 2)};
-  }
   // The four norms are made alike (eps 1e-6 in the constructor): one eps serves them.
   const JointQkvNorms norms{norm_q_->weight, norm_k_->weight, norm_added_q_->weight, norm_added_k_->weight,
                             norm_q_->eps()};
