@@ -147,6 +147,27 @@ bool sole_column_block(const torch::Tensor& grad, c10::IntArrayRef sizes, int64_
          static_cast<int64_t>(grad.storage().nbytes()) >= end * static_cast<int64_t>(grad.element_size());
 }
 
+// The gradient of the single blocks' linear1 output (B, N, width): the buffer whose columns from
+// qkv_width on the MLP's gradient already is (GeluLinear's backward writes it so on CUDA), or a
+// new one with the MLP's gradient (zeros when undefined) copied in; q, k and v's columns left to
+// the caller.
+torch::Tensor linear1_grad(const torch::Tensor& grad_mlp, c10::IntArrayRef sizes, int64_t qkv_width,
+                           const torch::TensorOptions& options) {
+  if (grad_mlp.defined() && sole_column_block(grad_mlp, sizes, qkv_width)) {
+    return torch::empty({0}, grad_mlp.options())
+        .set_(grad_mlp.storage(), grad_mlp.storage_offset() - qkv_width, sizes,
+              {sizes[1] * sizes[2], sizes[2], 1});
+  }
+  auto grad = torch::empty(sizes, options);
+  auto mlp = grad.narrow(2, qkv_width, sizes[2] - qkv_width);
+  if (grad_mlp.defined()) {
+    mlp.copy_(grad_mlp);
+  } else {
+    mlp.zero_();
+  }
+  return grad;
+}
+
 // The single blocks' linear1 output as q, k, v (head views of its first columns) and the MLP's
 // input (its other columns); backward writes q, k, v's gradients into the columns beside the MLP's
 // (see qkv_mlp_split in fused_ops.h).
@@ -170,23 +191,63 @@ class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
     const int64_t qkv_width = 3 * heads * head_dim;
     const torch::Tensor* any = first_defined(grads);
     if (any == nullptr) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    const torch::Tensor& grad_mlp = grads[3];
-    torch::Tensor grad;
-    if (grad_mlp.defined() && sole_column_block(grad_mlp, sizes, qkv_width)) {
-      grad = torch::empty({0}, grad_mlp.options())
-                 .set_(grad_mlp.storage(), grad_mlp.storage_offset() - qkv_width, sizes,
-                       {sizes[1] * sizes[2], sizes[2], 1});
-    } else {
-      grad = torch::empty(sizes, any->options());
-      auto mlp = grad.narrow(2, qkv_width, sizes[2] - qkv_width);
-      if (grad_mlp.defined()) {
-        mlp.copy_(grad_mlp);
-      } else {
-        mlp.zero_();
-      }
-    }
+    const torch::Tensor grad = linear1_grad(grads[3], sizes, qkv_width, any->options());
     write_head_grads(grad.narrow(2, 0, qkv_width).unflatten(2, {3, heads, head_dim}), grads);
     return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// The single blocks' linear1 output as q and k through QK-norm (RoPE on the first rope_tokens
+// tokens), written by the kernel into token-major buffers, and v and the MLP's input as views of it
+// (QkvMlpSplit, then two RmsNormRope). Backward writes q and k's input gradients straight into the
+// columns of the one (B, N, width) gradient buffer (no copies), v's copied in beside the MLP's.
+// Keeps linear1's output (which the MLP's input, a view of it, keeps anyway), the weights and the
+// two rstd (B, H, N) fp32.
+class SingleQkvMlp : public torch::autograd::Function<SingleQkvMlp> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight_q, const torch::Tensor& weight_k,
+                                                const torch::Tensor& rope, int64_t heads, int64_t head_dim,
+                                                int64_t rope_tokens, double eps) {
+    ctx->set_materialize_grads(false);  // an output outside the loss: no gradient, not zeros
+    const int64_t qkv_width = 3 * heads * head_dim;
+    const auto parts = head_views(x.narrow(2, 0, qkv_width), heads, head_dim);
+    const auto [q, rstd_q] = rms_norm_rope_forward(parts[0], weight_q, rope, rope_tokens, eps);
+    const auto [k, rstd_k] = rms_norm_rope_forward(parts[1], weight_k, rope, rope_tokens, eps);
+    ctx->save_for_backward({x, weight_q, weight_k, rstd_q, rstd_k, rope});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["head_dim"] = head_dim;
+    ctx->saved_data["rope_tokens"] = rope_tokens;
+    return {q, k, parts[2], x.narrow(2, qkv_width, x.size(2) - qkv_width)};
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &rope = saved[5];
+    const int64_t heads = ctx->saved_data["heads"].toInt(), head_dim = ctx->saved_data["head_dim"].toInt();
+    const int64_t rope_tokens = ctx->saved_data["rope_tokens"].toInt();
+    const int64_t qkv_width = 3 * heads * head_dim;
+    torch::autograd::tensor_list out(8);
+    const torch::Tensor* any = first_defined(grads);
+    if (any == nullptr) return out;
+    const torch::Tensor grad = linear1_grad(grads[3], x.sizes(), qkv_width, any->options());
+    const auto columns = head_views(grad.narrow(2, 0, qkv_width), heads, head_dim);
+    const auto inputs = head_views(x.narrow(2, 0, qkv_width), heads, head_dim);
+    for (int i = 0; i < 3; ++i) {
+      const torch::Tensor& g = grads[static_cast<size_t>(i)];
+      if (!g.defined()) {
+        columns[i].zero_();
+      } else if (i == 2) {
+        columns[i].copy_(g);
+      } else {  // saved[1 + i]: the weight; saved[3 + i]: its rstd
+        [[maybe_unused]] const auto [dx, dweight] =
+            rms_norm_rope_backward(g, inputs[i], saved[1 + i], saved[3 + i], rope, rope_tokens, columns[i]);
+        out[static_cast<size_t>(1 + i)] = dweight;
+      }
+    }
+    out[0] = grad;
+    return out;
   }
 };
 
@@ -851,6 +912,38 @@ std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, 
   auto parts = qkv_heads(qkv, heads, head_dim, false);
   parts.push_back(mlp);
   return parts;
+}
+
+std::vector<torch::Tensor> single_qkv_mlp_fused(const torch::Tensor& x, const torch::Tensor& weight_q,
+                                                const torch::Tensor& weight_k, double eps, int64_t heads,
+                                                int64_t head_dim, const RopeTable* rope,
+                                                int64_t rope_tokens) {
+  const int64_t qkv_width = 3 * heads * head_dim;
+  TT_ASSERT(x.dim() == 3 && x.size(2) > qkv_width, "single_qkv_mlp: linear1's output ", x.sizes(),
+            " is not (B, N, 3 x ", heads, " x ", head_dim, " + mlp)");
+  check_rope_rows(x.size(1), rope, rope_tokens);
+  return SingleQkvMlp::apply(x, weight_q, weight_k, rope_table(rope, rope_tokens, x), heads, head_dim,
+                             rope_tokens, eps);
+}
+
+std::vector<torch::Tensor> single_qkv_mlp_reference(const torch::Tensor& x, const torch::Tensor& weight_q,
+                                                    const torch::Tensor& weight_k, double eps, int64_t heads,
+                                                    int64_t head_dim, const RopeTable* rope,
+                                                    int64_t rope_tokens, bool fused) {
+  auto parts = qkv_mlp_split(x, heads, head_dim, fused);
+  parts[0] = rms_norm_rope(parts[0], weight_q, rope, rope_tokens, eps, fused);
+  parts[1] = rms_norm_rope(parts[1], weight_k, rope, rope_tokens, eps, fused);
+  return parts;
+}
+
+std::vector<torch::Tensor> single_qkv_mlp(const torch::Tensor& x, const torch::Tensor& weight_q,
+                                          const torch::Tensor& weight_k, double eps, int64_t heads,
+                                          int64_t head_dim, const RopeTable* rope, int64_t rope_tokens,
+                                          bool fused) {
+  if (fused && norm_rope_kernel_takes(x, head_dim)) {
+    return single_qkv_mlp_fused(x, weight_q, weight_k, eps, heads, head_dim, rope, rope_tokens);
+  }
+  return single_qkv_mlp_reference(x, weight_q, weight_k, eps, heads, head_dim, rope, rope_tokens, fused);
 }
 
 std::vector<torch::Tensor> joint_qkv_fused(const torch::Tensor& video_qkv, const torch::Tensor& text_qkv,

@@ -74,6 +74,26 @@ std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, in
 /// The values and gradients are the same bit for bit.
 std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, int64_t head_dim, bool fused);
 
+/// The single blocks' q, k, v and MLP input from linear1's output x (B, N, 3 * heads * head_dim +
+/// mlp): qkv_mlp_split, then QK-norm (rms_norm_rope with weight_q / weight_k and eps; RoPE on the
+/// first rope_tokens tokens, `rope` a table of that many) on q and k. Fused: one autograd function
+/// whose backward writes q and k's input gradients straight into the columns of linear1's gradient
+/// (the unfused-split composition copies them there from the norms' own buffers) and v's beside
+/// them; v and the MLP's input stay views of x. Same values and gradients as the reference (the same
+/// kernels, in other buffers).
+std::vector<torch::Tensor> single_qkv_mlp_fused(const torch::Tensor& x, const torch::Tensor& weight_q,
+                                                const torch::Tensor& weight_k, double eps, int64_t heads,
+                                                int64_t head_dim, const RopeTable* rope, int64_t rope_tokens);
+/// qkv_mlp_split and rms_norm_rope (each `fused` or not).
+std::vector<torch::Tensor> single_qkv_mlp_reference(const torch::Tensor& x, const torch::Tensor& weight_q,
+                                                    const torch::Tensor& weight_k, double eps, int64_t heads,
+                                                    int64_t head_dim, const RopeTable* rope,
+                                                    int64_t rope_tokens, bool fused);
+std::vector<torch::Tensor> single_qkv_mlp(const torch::Tensor& x, const torch::Tensor& weight_q,
+                                          const torch::Tensor& weight_k, double eps, int64_t heads,
+                                          int64_t head_dim, const RopeTable* rope, int64_t rope_tokens,
+                                          bool fused);
+
 /// The QK-norm weights of a double block's attention (video's q and k, text's added q and k) and
 /// their epsilon.
 struct JointQkvNorms {

@@ -259,9 +259,11 @@ std::vector<torch::Tensor> AttentionImpl::project_joint_modulated(
   return joint_qkv(video_qkv, text_qkv, norms, options_.heads, options_.head_dim, rope, rope_tokens, fused);
 }
 
-std::vector<torch::Tensor> AttentionImpl::normalize(std::vector<torch::Tensor> parts, const RopeTable* rope,
-                                                    int64_t rope_tokens) {
-  return norm_heads(std::move(parts), norm_q_, norm_k_, rope, rope_tokens);
+std::vector<torch::Tensor> AttentionImpl::split_single(const torch::Tensor& linear1_out,
+                                                       const RopeTable* rope, int64_t rope_tokens) {
+  TT_ASSERT(options_.qk_norm, "split_single needs QK-norm (the single blocks')");
+  return single_qkv_mlp(linear1_out, norm_q_->weight, norm_k_->weight, norm_q_->eps(), options_.heads,
+                        options_.head_dim, rope, rope_tokens, options_.fused_kernels);
 }
 
 torch::Tensor AttentionImpl::output(const torch::Tensor& x) {

@@ -147,10 +147,11 @@ class AttentionImpl : public torch::nn::Module {
                                                      const torch::Tensor& shift_added,
                                                      const torch::Tensor& scale_added, const RopeTable* rope,
                                                      int64_t rope_tokens);
-  /// QK-norm and RoPE, as project() applies them, on q, k, v already split into heads (B, heads, N,
-  /// head_dim) (the single blocks' linear1 output, qkv_mlp_split in model/fused_ops.h).
-  std::vector<torch::Tensor> normalize(std::vector<torch::Tensor> parts, const RopeTable* rope = nullptr,
-                                       int64_t rope_tokens = 0);
+  /// The single blocks' q, k, v (B, heads, N, head_dim), with QK-norm and RoPE as project() applies
+  /// them, and the MLP's input (B, N, mlp), from linear1's output (B, N, 3 hidden + mlp)
+  /// (single_qkv_mlp in model/fused_ops.h). Needs QK-norm.
+  std::vector<torch::Tensor> split_single(const torch::Tensor& linear1_out, const RopeTable* rope,
+                                          int64_t rope_tokens);
   /// to_out.0 / to_add_out on (B, N, hidden).
   torch::Tensor output(const torch::Tensor& x);
   torch::Tensor output_added(const torch::Tensor& x);

@@ -164,13 +164,11 @@ torch::Tensor SingleBlockImpl::forward(const torch::Tensor& x, int64_t video_tok
   auto m = norm_(vec);  // shift, scale, gate
   // (B, N+L, 3*hidden + mlp)
   auto fused = modulated_linear(linear1_, lora_linear1, x, m[0], m[1], fused_kernels_);
-  // q, k, v and the MLP's input, views of linear1's output.
-  auto parts = qkv_mlp_split(fused, attn_->options().heads, attn_->options().head_dim, fused_kernels_);
-  const torch::Tensor mlp_in = parts[3];
-  parts.pop_back();
-  // QK-norm on every token, RoPE on the video tokens only.
-  auto qkv = attn_->normalize(std::move(parts), &rope, video_tokens);
-  auto attn = attend_joint(qkv[0], qkv[1], qkv[2], keys);
+  // q, k, v and the MLP's input (v and the MLP's input views of linear1's output); QK-norm on every
+  // token, RoPE on the video tokens only.
+  const auto parts = attn_->split_single(fused, &rope, video_tokens);
+  const torch::Tensor& mlp_in = parts[3];
+  auto attn = attend_joint(parts[0], parts[1], parts[2], keys);
   // With fused kernels, GELU, concatenation and linear2 keep only attn and the MLP's input (a view).
   // Recomputed for backward with a gate that needs no gradient, linear2's result is never read.
   const bool unread = skip_unread_ && recomputing_for_backward() && !m[2].requires_grad();

@@ -237,6 +237,72 @@ void check_joint_equal(const torch::Device& device) {
   }
 }
 
+// The single blocks' q, k, v and MLP input through single_qkv_mlp_fused against the same kernels
+// composed (qkv_mlp_split and rms_norm_rope_fused): equal bit for bit, outputs
+// and the gradients of linear1's output and both norm weights, with every part in the loss, only
+// the MLP's input, or only q, k, v (a part outside the loss gives zeros in its columns).
+void check_single_equal(const torch::Device& device) {
+  const int64_t heads = 2, head_dim = 16, mlp = 40, width = 3 * heads * head_dim + mlp;
+  const tt::RopeTable rope = small_rope(3, device);  // 12 video tokens
+  const int64_t video = rope.freqs.size(0), tokens = video + 5;
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& used : std::vector<std::vector<int>>{{0, 1, 2, 3}, {3}, {0, 1, 2}, {1}}) {
+      INFO("dtype " << dtype << ", " << used.size() << " parts in the loss, the first " << used[0]);
+      const auto x = ((torch::randn({2, tokens, width}) * 2 + 0.3).to(dtype)).to(device);
+      const std::vector<torch::Tensor> weights = {(0.5 + torch::rand({head_dim})).to(device),
+                                                  (0.5 + torch::rand({head_dim})).to(device)};
+      std::vector<torch::Tensor> upstream;
+      for (int i = 0; i < 3; ++i) upstream.push_back(torch::randn({2, heads, tokens, head_dim}).to(device));
+      upstream.push_back(torch::randn({2, tokens, mlp}).to(device));
+      auto run = [&](bool fused) {
+        std::vector<torch::Tensor> in = {x.clone().requires_grad_(true),
+                                         weights[0].clone().requires_grad_(true),
+                                         weights[1].clone().requires_grad_(true)};
+        std::vector<torch::Tensor> parts;
+        if (fused) {
+          parts = tt::single_qkv_mlp_fused(in[0], in[1], in[2], 1e-6, heads, head_dim, &rope, video);
+        } else {  // the kernels (on the CPU their references) after the fused split
+          parts = tt::qkv_mlp_split(in[0], heads, head_dim, true);
+          for (size_t i = 0; i < 2; ++i)
+            parts[i] = tt::rms_norm_rope_fused(parts[i], in[1 + i], &rope, video, 1e-6);
+        }
+        REQUIRE(parts.size() == 4);
+        torch::Tensor loss = torch::zeros({}, torch::kFloat32).to(device);
+        for (const int i : used) {
+          const auto k = static_cast<size_t>(i);
+          loss = loss + (parts[k].to(torch::kFloat32) * upstream[k]).sum();
+        }
+        loss.backward();
+        std::vector<torch::Tensor> grads;
+        for (const auto& t : in) grads.push_back(t.grad());
+        return std::make_pair(parts, grads);
+      };
+      const auto [fused_parts, fused_grads] = run(true);
+      const auto [composed_parts, composed_grads] = run(false);
+      for (size_t i = 0; i < 4; ++i) {
+        INFO("output " << i);
+        CHECK(fused_parts[i].sizes() == composed_parts[i].sizes());
+        CHECK(torch::equal(fused_parts[i], composed_parts[i]));
+      }
+      // v and the MLP's input stay views of linear1's output.
+      CHECK(fused_parts[2].strides() == composed_parts[2].strides());
+      CHECK(fused_parts[3].strides() == composed_parts[3].strides());
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient of input " << i);
+        REQUIRE(fused_grads[i].defined() == composed_grads[i].defined());
+        if (composed_grads[i].defined()) CHECK(torch::equal(fused_grads[i], composed_grads[i]));
+      }
+      REQUIRE(fused_grads[0].defined());
+      const auto thirds =
+          fused_grads[0].narrow(2, 0, 3 * heads * head_dim).view({2, tokens, 3, heads * head_dim});
+      for (int i = 0; i < 3; ++i) {
+        const bool in_loss = std::find(used.begin(), used.end(), i) != used.end();
+        CHECK((thirds.select(2, i).abs().sum().item<double>() == 0.0) == !in_loss);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("gated residual: own backward gives autograd's gradients of addcmul", "[model][fused]") {
@@ -506,6 +572,48 @@ TEST_CASE("qkv + MLP split: the fused function's views and gradients equal the c
 }
 
 TEST_CASE(
+    "single q, k, v + MLP: the fused function equals the split and QK-norm + RoPE composed, bit for bit",
+    "[model][fused]") {
+  torch::manual_seed(43);
+  check_single_equal(torch::kCPU);
+  // And the autograd composition without the kernels' references (ATen's RMSNorm, apply_rope, split).
+  const int64_t heads = 2, head_dim = 16, mlp = 40, width = 3 * heads * head_dim + mlp;
+  const tt::RopeTable rope = small_rope(3, torch::kCPU);
+  const int64_t video = rope.freqs.size(0), tokens = video + 4;
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO("dtype " << dtype);
+    const auto x = (torch::randn({2, tokens, width}) * 2 - 0.1).to(dtype);
+    const auto wq = 0.5 + torch::rand({head_dim}), wk = 0.5 + torch::rand({head_dim});
+    std::vector<torch::Tensor> upstream;
+    for (int i = 0; i < 3; ++i) upstream.push_back(torch::randn({2, heads, tokens, head_dim}));
+    upstream.push_back(torch::randn({2, tokens, mlp}));
+    auto run = [&](bool fused) {
+      std::vector<torch::Tensor> in = {x.clone().requires_grad_(true), wq.clone().requires_grad_(true),
+                                       wk.clone().requires_grad_(true)};
+      const auto parts =
+          fused
+              ? tt::single_qkv_mlp(in[0], in[1], in[2], 1e-6, heads, head_dim, &rope, video, true)
+              : tt::single_qkv_mlp_reference(in[0], in[1], in[2], 1e-6, heads, head_dim, &rope, video, false);
+      torch::Tensor loss = torch::zeros({});
+      for (size_t i = 0; i < 4; ++i) loss = loss + (parts[i].to(torch::kFloat32) * upstream[i]).sum();
+      loss.backward();
+      std::vector<torch::Tensor> out;
+      for (const auto& p : parts) out.push_back(p.detach());
+      for (const auto& t : in) out.push_back(t.grad());
+      return out;
+    };
+    const auto fused = run(true), plain = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      INFO("output or gradient " << i);
+      REQUIRE(fused[i].defined());
+      CHECK(scaled_error(fused[i], plain[i]) <= tolerance_for(dtype));
+    }
+  }
+  CHECK_THROWS(tt::single_qkv_mlp_fused(torch::randn({2, 5, 96}), torch::ones({16}), torch::ones({16}), 1e-6,
+                                        heads, head_dim, nullptr, 0));
+}
+
+TEST_CASE(
     "qkv + MLP split: an MLP gradient in a buffer of linear1's width is completed in place, only when "
     "nothing else holds that buffer",
     "[model][fused]") {
@@ -628,6 +736,13 @@ TEST_CASE("joint q, k, v on CUDA: the fused function equals the same kernels com
   TT_REQUIRE_GPU();
   torch::manual_seed(41);
   check_joint_equal(kCuda);
+}
+
+TEST_CASE("single q, k, v + MLP on CUDA: the fused function equals the same kernels composed, bit for bit",
+          "[gpu][model][fused]") {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(44);
+  check_single_equal(kCuda);
 }
 
 TEST_CASE("the small model on CUDA: fused_kernels on matches off, forward and backward",
