@@ -30,7 +30,7 @@ struct ModelSection {
   // false -> 0, true -> 1, {every_n: k} -> k, auto -> kCheckpointingAuto (the trainer's plan from
   // the memory estimate, app/memory_estimate.h).
   int64_t activation_checkpointing_every_n = 0;
-  bool fused_kernels = false;  // HunyuanVideoConfig::fused_kernels
+  bool fused_kernels = true;       // HunyuanVideoConfig::fused_kernels (whose own default is off)
   bool segment_attention = false;  // HunyuanVideoConfig::segment_attention
   bool checkpoint_keeps_attention = false;  // HunyuanVideoConfig::checkpoint_keeps_attention
   // LoRA (model/lora.h): rank 0 = off, the whole model trains.

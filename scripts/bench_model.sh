@@ -7,12 +7,14 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_build.sh"
 use_diffusers_wheels || echo "diffusers wheels missing: the diffusers rows will fail"
-"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b.json" --trace "$out/traces/teletron.json" "$@" \
+# Without the fused kernels (model.fused_kernels false), then the default (on).
+"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b.json" --set model.fused_kernels=false \
+  --trace "$out/traces/teletron.json" "$@" \
   >"$out/teletron_bench.log" 2>&1 ||
   { tail -20 "$out/teletron_bench.log"; exit 1; }
-# The same with model.fused_kernels (fused kernels, GELU + down-projection and modulated LayerNorm +
+# The default: model.fused_kernels (fused kernels, GELU + down-projection and modulated LayerNorm +
 # Linear keeping fewer activations).
-"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b_fused.json" --set model.fused_kernels=true \
+"$tt" bench --preset 1b --device cuda --json "$out/teletron_1b_fused.json" \
   --trace "$out/traces/teletron_fused.json" "$@" \
   >"$out/teletron_bench_fused.log" 2>&1 || { tail -20 "$out/teletron_bench_fused.log"; exit 1; }
 python3 scripts/bench_diffusers.py --preset 1b --trace "$out/traces" "$@" >"$out/diffusers_1b.json" 2>"$out/diffusers_bench.log" ||
@@ -31,17 +33,17 @@ print("| variant | fwd+bwd ms | video tokens/s | MFU vs measured matmul | MFU vs
 print("|---|---|---|---|---|---|")
 def row(name, ms, mfu_m, mfu_d, peak, rate):
     print(f"| {name} | {ms:.1f} | {t['video_tokens'] * 1000 / ms:.0f} | {100*mfu_m:.1f} % (of {rate:.0f}) | {100*mfu_d:.1f} % | {peak:.1f} |")
-row("teletron (bf16 autocast, fp32 master)", t["fwd_bwd_ms"], t["mfu_measured"], t["mfu_datasheet"], t["peak_gb_fwd_bwd"], t["matmul_tflops"])
-row("teletron, model.fused_kernels", f["fwd_bwd_ms"], f["mfu_measured"], f["mfu_datasheet"], f["peak_gb_fwd_bwd"], f["matmul_tflops"])
+row("teletron, model.fused_kernels false", t["fwd_bwd_ms"], t["mfu_measured"], t["mfu_datasheet"], t["peak_gb_fwd_bwd"], t["matmul_tflops"])
+row("teletron (default: fused kernels; bf16 autocast, fp32 master)", f["fwd_bwd_ms"], f["mfu_measured"], f["mfu_datasheet"], f["peak_gb_fwd_bwd"], f["matmul_tflops"])
 row("diffusers eager (bf16 weights)", d["eager_ms"], d["eager_mfu_measured"], d["eager_mfu_datasheet"], d["eager_peak_gb"], d["matmul_tflops"])
 if "compiled_ms" in d:
     row("diffusers + torch.compile", d["compiled_ms"], d["compiled_mfu_measured"], d["compiled_mfu_datasheet"], d["compiled_peak_gb"], d["matmul_tflops"])
-for name, r in (("teletron", t), ("teletron, model.fused_kernels", f)):
+for name, r in (("teletron, fused kernels off", t), ("teletron (default, fused)", f)):
     print(f"\n{name} speed-up: {d['eager_ms']/r['fwd_bwd_ms']:.2f}x vs eager"
           + (f", {d['compiled_ms']/r['fwd_bwd_ms']:.2f}x vs compiled" if "compiled_ms" in d else ""))
-print(f"teletron full step with clip + AdamW: {t['full_step_ms']:.1f} ms, peak {t['peak_gb']:.1f} GiB")
+print(f"teletron (default) full step with clip + AdamW: {f['full_step_ms']:.1f} ms, peak {f['peak_gb']:.1f} GiB")
 # Where each variant's GPU time goes: kernel time per forward+backward by kind, from the traces.
-splits = [("teletron", t.get("time_split")), ("teletron, fused", f.get("time_split")),
+splits = [("teletron, unfused", t.get("time_split")), ("teletron (default, fused)", f.get("time_split")),
           ("diffusers eager", d.get("eager_time_split")), ("diffusers compiled", d.get("compiled_time_split"))]
 splits = [(name, s) for name, s in splits if s and s.get("kernel_ms_by_kind")]
 if splits:
@@ -63,7 +65,7 @@ print("\nActivation memory (peak during fwd+bwd minus what the step holds after 
       " autocast copies):")
 print("| run | parameters GiB | gradients GiB | autocast copies GiB | activations GiB |")
 print("|---|---|---|---|---|")
-for name, r in (("teletron", t), ("teletron, model.fused_kernels", f)):
+for name, r in (("teletron, fused kernels off", t), ("teletron (default, fused)", f)):
     print(f"| {name} | {r['parameter_bytes']/gib:.2f} | {r['gradient_bytes']/gib:.2f} | {r['autocast_copy_bytes']/gib:.2f} | "
           f"{r['activation_bytes']/gib:.2f} |")
 print(f"| diffusers eager | {d['parameter_gb']:.2f} | {d['gradient_gb']:.2f} | 0 | {d['eager_activation_gb']:.2f} |")
