@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <tuple>
 #include <vector>
 
@@ -197,6 +198,37 @@ class QkvMlpSplit : public torch::autograd::Function<QkvMlpSplit> {
   }
 };
 
+// One stream's q, k, v gradients written into its projection's gradient: q's and k's through the
+// QK-norm kernel's backward, whose dx lands in `columns` (head views of the gradient buffer), v's
+// copied, a part that got no gradient zeroed. `inputs` are the same views of the projection,
+// weights / rstds q's and k's norm weights and saved statistics. Returns q's and k's weight
+// gradients (undefined where none came).
+std::array<torch::Tensor, 2> qkv_norm_backward_into(const std::array<torch::Tensor, 3>& grads,
+                                                    const std::vector<torch::Tensor>& inputs,
+                                                    const std::vector<torch::Tensor>& columns,
+                                                    const std::array<torch::Tensor, 2>& weights,
+                                                    const std::array<torch::Tensor, 2>& rstds,
+                                                    const torch::Tensor& rope, int64_t rope_tokens) {
+  std::array<torch::Tensor, 2> dweights;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!grads[i].defined()) {
+      columns[i].zero_();
+    } else if (i == 2) {
+      columns[i].copy_(grads[i]);
+    } else {
+      [[maybe_unused]] const auto [dx, dweight] =
+          rms_norm_rope_backward(grads[i], inputs[i], weights[i], rstds[i], rope, rope_tokens, columns[i]);
+      dweights[i] = dweight;
+    }
+  }
+  return dweights;
+}
+
+// Tokens [start, start + length) of a (B, H, tokens, D) gradient; undefined stays undefined.
+torch::Tensor token_rows(const torch::Tensor& grad, int64_t start, int64_t length) {
+  return grad.defined() ? grad.narrow(2, start, length) : torch::Tensor();
+}
+
 // The single blocks' linear1 output as q and k through QK-norm (RoPE on the first rope_tokens
 // tokens), written by the kernel into token-major buffers, and v and the MLP's input as views of it
 // (QkvMlpSplit, then two RmsNormRope). Backward writes q and k's input gradients straight into the
@@ -232,21 +264,13 @@ class SingleQkvMlp : public torch::autograd::Function<SingleQkvMlp> {
     const torch::Tensor* any = first_defined(grads);
     if (any == nullptr) return out;
     const torch::Tensor grad = linear1_grad(grads[3], x.sizes(), qkv_width, any->options());
-    const auto columns = head_views(grad.narrow(2, 0, qkv_width), heads, head_dim);
-    const auto inputs = head_views(x.narrow(2, 0, qkv_width), heads, head_dim);
-    for (int i = 0; i < 3; ++i) {
-      const torch::Tensor& g = grads[static_cast<size_t>(i)];
-      if (!g.defined()) {
-        columns[i].zero_();
-      } else if (i == 2) {
-        columns[i].copy_(g);
-      } else {  // saved[1 + i]: the weight; saved[3 + i]: its rstd
-        [[maybe_unused]] const auto [dx, dweight] =
-            rms_norm_rope_backward(g, inputs[i], saved[1 + i], saved[3 + i], rope, rope_tokens, columns[i]);
-        out[static_cast<size_t>(1 + i)] = dweight;
-      }
-    }
+    const auto dweights = qkv_norm_backward_into(
+        {grads[0], grads[1], grads[2]}, head_views(x.narrow(2, 0, qkv_width), heads, head_dim),
+        head_views(grad.narrow(2, 0, qkv_width), heads, head_dim), {saved[1], saved[2]}, {saved[3], saved[4]},
+        rope, rope_tokens);
     out[0] = grad;
+    out[1] = dweights[0];
+    out[2] = dweights[1];
     return out;
   }
 };
@@ -308,31 +332,20 @@ class JointQkv : public torch::autograd::Function<JointQkv> {
     if (any == nullptr) return out;
     const torch::Tensor grad_video = torch::empty(video.sizes(), any->options());
     const torch::Tensor grad_text = torch::empty(text.sizes(), any->options());
-    const auto video_parts = head_views(video, heads, head_dim),
-               text_parts = head_views(text, heads, head_dim);
-    const auto video_grads = head_views(grad_video, heads, head_dim);
-    const auto text_grads = head_views(grad_text, heads, head_dim);
-    for (int i = 0; i < 3; ++i) {
-      const torch::Tensor& g = grads[static_cast<size_t>(i)];
-      if (!g.defined()) {
-        video_grads[i].zero_();
-        text_grads[i].zero_();
-        continue;
-      }
-      if (i == 2) {
-        video_grads[i].copy_(g.narrow(2, 0, n));
-        text_grads[i].copy_(g.narrow(2, n, l));
-        continue;
-      }
-      // saved[2 + i] / saved[4 + i]: the video / text weight; saved[7 + 2i] / saved[8 + 2i]: their rstd.
-      [[maybe_unused]] const auto [video_dx, video_dweight] =
-          rms_norm_rope_backward(g.narrow(2, 0, n), video_parts[i], saved[2 + i], saved[7 + 2 * i], rope,
-                                 rope_tokens, video_grads[i]);
-      [[maybe_unused]] const auto [text_dx, text_dweight] = rms_norm_rope_backward(
-          g.narrow(2, n, l), text_parts[i], saved[4 + i], saved[8 + 2 * i], rope, 0, text_grads[i]);
-      out[static_cast<size_t>(2 + i)] = video_dweight;
-      out[static_cast<size_t>(4 + i)] = text_dweight;
-    }
+    // saved: video, text, the video q, k weights, the text q, k weights, rope, then the rstd of video q,
+    // text q, video k, text k.
+    const auto video_dweights = qkv_norm_backward_into(
+        {token_rows(grads[0], 0, n), token_rows(grads[1], 0, n), token_rows(grads[2], 0, n)},
+        head_views(video, heads, head_dim), head_views(grad_video, heads, head_dim), {saved[2], saved[3]},
+        {saved[7], saved[9]}, rope, rope_tokens);
+    const auto text_dweights = qkv_norm_backward_into(
+        {token_rows(grads[0], n, l), token_rows(grads[1], n, l), token_rows(grads[2], n, l)},
+        head_views(text, heads, head_dim), head_views(grad_text, heads, head_dim), {saved[4], saved[5]},
+        {saved[8], saved[10]}, rope, 0);
+    out[2] = video_dweights[0];
+    out[3] = video_dweights[1];
+    out[4] = text_dweights[0];
+    out[5] = text_dweights[1];
     out[0] = grad_video;
     out[1] = grad_text;
     return out;
@@ -752,6 +765,12 @@ class ModulateLinear : public torch::autograd::Function<ModulateLinear> {
   }
 };
 
+// The single blocks' linear1 output must be (B, N, 3 x heads x head_dim + mlp width).
+void check_linear1_out(const torch::Tensor& x, int64_t heads, int64_t head_dim, const char* what) {
+  TT_ASSERT(x.dim() == 3 && x.size(2) > 3 * heads * head_dim, what, ": linear1's output ", x.sizes(),
+            " is not (B, N, 3 x ", heads, " x ", head_dim, " + mlp)");
+}
+
 // RoPE on the first rope_tokens of `tokens` tokens: a table of exactly that many (none for 0).
 void check_rope_rows(int64_t tokens, const RopeTable* rope, int64_t rope_tokens) {
   TORCH_CHECK(rope_tokens >= 0 && rope_tokens <= tokens, "rms_norm_rope: rope_tokens must be in [0, ", tokens,
@@ -904,9 +923,8 @@ std::vector<torch::Tensor> qkv_heads(const torch::Tensor& qkv, int64_t heads, in
 
 std::vector<torch::Tensor> qkv_mlp_split(const torch::Tensor& x, int64_t heads, int64_t head_dim,
                                          bool fused) {
+  check_linear1_out(x, heads, head_dim, "qkv_mlp_split");
   const int64_t qkv_width = 3 * heads * head_dim;
-  TT_ASSERT(x.dim() == 3 && x.size(2) > qkv_width, "qkv_mlp_split: linear1's output ", x.sizes(),
-            " is not (B, N, 3 x ", heads, " x ", head_dim, " + mlp)");
   if (fused) return QkvMlpSplit::apply(x, heads, head_dim);
   const auto [qkv, mlp] = split_at(x, 2, qkv_width);
   auto parts = qkv_heads(qkv, heads, head_dim, false);
@@ -918,9 +936,7 @@ std::vector<torch::Tensor> single_qkv_mlp_fused(const torch::Tensor& x, const to
                                                 const torch::Tensor& weight_k, double eps, int64_t heads,
                                                 int64_t head_dim, const RopeTable* rope,
                                                 int64_t rope_tokens) {
-  const int64_t qkv_width = 3 * heads * head_dim;
-  TT_ASSERT(x.dim() == 3 && x.size(2) > qkv_width, "single_qkv_mlp: linear1's output ", x.sizes(),
-            " is not (B, N, 3 x ", heads, " x ", head_dim, " + mlp)");
+  check_linear1_out(x, heads, head_dim, "single_qkv_mlp");
   check_rope_rows(x.size(1), rope, rope_tokens);
   return SingleQkvMlp::apply(x, weight_q, weight_k, rope_table(rope, rope_tokens, x), heads, head_dim,
                              rope_tokens, eps);

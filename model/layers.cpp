@@ -239,10 +239,6 @@ std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x, const 
   return heads_and_norm(lora_linear(to_qkv_, lora_qkv, x), norm_q_, norm_k_, rope, rope_tokens);
 }
 
-std::vector<torch::Tensor> AttentionImpl::project_added(const torch::Tensor& x) {
-  return heads_and_norm(lora_linear(add_qkv_, lora_added_qkv, x), norm_added_q_, norm_added_k_, nullptr, 0);
-}
-
 std::vector<torch::Tensor> AttentionImpl::project_joint_modulated(
     const torch::Tensor& video, const torch::Tensor& shift, const torch::Tensor& scale,
     const torch::Tensor& text, const torch::Tensor& shift_added, const torch::Tensor& scale_added,
@@ -262,6 +258,7 @@ std::vector<torch::Tensor> AttentionImpl::project_joint_modulated(
 std::vector<torch::Tensor> AttentionImpl::split_single(const torch::Tensor& linear1_out,
                                                        const RopeTable* rope, int64_t rope_tokens) {
   TT_ASSERT(options_.qk_norm, "split_single needs QK-norm (the single blocks')");
+  // norm_q and norm_k are made alike (eps 1e-6 in the constructor): one eps serves both.
   return single_qkv_mlp(linear1_out, norm_q_->weight, norm_k_->weight, norm_q_->eps(), options_.heads,
                         options_.head_dim, rope, rope_tokens, options_.fused_kernels);
 }

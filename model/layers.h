@@ -136,12 +136,11 @@ class AttentionImpl : public torch::nn::Module {
   /// table of rope_tokens tokens) on the first `rope_tokens` tokens of q and k.
   std::vector<torch::Tensor> project(const torch::Tensor& x, const RopeTable* rope = nullptr,
                                      int64_t rope_tokens = 0);
-  /// Same for the text stream (added_stream only), without RoPE.
-  std::vector<torch::Tensor> project_added(const torch::Tensor& x);
   /// The double blocks' joint q, k, v (B, heads, N + L, head_dim): project(norm_modulate(video,
-  /// shift, scale), rope, rope_tokens) and project_added(norm_modulate(text, shift_added,
-  /// scale_added)), video tokens first. With fused kernels the modulated inputs are not kept
-  /// (modulate_linear) and QK-norm writes straight into the joint tensors (joint_qkv, model/fused_ops.h).
+  /// shift, scale), rope, rope_tokens) and the text stream's the same way through add_qkv_proj and
+  /// its own QK-norm, without RoPE (norm_modulate(text, shift_added, scale_added)), video tokens
+  /// first. With fused kernels the modulated inputs are not kept (modulate_linear) and QK-norm writes
+  /// straight into the joint tensors (joint_qkv, model/fused_ops.h).
   std::vector<torch::Tensor> project_joint_modulated(const torch::Tensor& video, const torch::Tensor& shift,
                                                      const torch::Tensor& scale, const torch::Tensor& text,
                                                      const torch::Tensor& shift_added,
