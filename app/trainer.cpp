@@ -455,7 +455,29 @@ void Trainer::train_step() {
   for (int64_t micro = 0; micro < micro_steps; ++micro)
     parts.push_back(
         prepare_micro(batches[static_cast<size_t>(micro)], micro * config_.batch_size, weight, text.full));
-  run_step(parts, step_fault_at(step_ + 1), /*inject_oom=*/false, &text);
+  // TELETRON_FAULTS oom@N: out of memory as the step begins, whatever runs it (an eager run, a
+  // capture or a replay).
+  try {
+    if (faults_.at(Fault::kOom, step_ + 1))
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by TELETRON_FAULTS)");
+    run_step(parts, step_fault_at(step_ + 1), /*inject_oom=*/false, &text);
+  } catch (const c10::OutOfMemoryError& error) {
+    if (!free_graph_memory(error)) throw;
+    run_step(parts, step_fault_at(step_ + 1), /*inject_oom=*/false, &text);
+  }
+}
+
+bool Trainer::free_graph_memory(const c10::OutOfMemoryError& error) {
+  if (!graphs_) return false;
+  const int64_t dropped = graphs_->release_for_memory();
+  if (dropped == 0) return false;
+  optimizer_->zero_grad(/*set_to_none=*/false);  // nothing of the failed attempt is applied
+  release_cached_memory(device_);
+  spdlog::warn(
+      "step {}: out of memory while {} CUDA graph(s) held pool memory ({}): they were dropped, and the step "
+      "runs again from its start",
+      step_ + 1, dropped, first_line(error.what_without_backtrace()));
+  return true;
 }
 
 std::string Trainer::bucket_of(const LatentBatch& batch) {
@@ -593,6 +615,11 @@ void Trainer::dynamic_step() {
       if (measure) choose_micro_batch(bucket, size, before, gpu_memory(device_));
       return;
     } catch (const c10::OutOfMemoryError& error) {
+      // Graphs' pools first: the micro-batch was measured without them.
+      if (free_graph_memory(error)) {
+        oom_retries_ += 1;
+        continue;
+      }
       optimizer_->zero_grad(/*set_to_none=*/!graphs_);  // nothing of the failed attempt is applied
       release_cached_memory(device_);
       TT_CHECK_HINT(size > limits.min, ErrorCode::kMemory,

@@ -140,6 +140,10 @@ class Trainer {
   /// batch_size: dynamic: the step's micro-batches at the bucket's size, again from the start with
   /// half of it after an out-of-memory error.
   void dynamic_step();
+  /// An out-of-memory error inside a step while whole-step CUDA graphs held pool memory: drops them
+  /// (their shapes run eagerly from now on), clears what the failed attempt left and returns true,
+  /// so that the caller runs the step again from its start. False: no graph held memory.
+  bool free_graph_memory(const c10::OutOfMemoryError& error);
   /// A fault the step body itself injects at that step (a capture must not bake it in).
   bool step_fault_at(int64_t step) const {
     return faults_.at(Fault::kNonfiniteGrad, step) || faults_.at(Fault::kOom, step);

@@ -96,6 +96,13 @@ void GraphPolicy::replay_step(const std::string& shape, double ms) {
   }
 }
 
+void GraphPolicy::drop_for_memory(const std::string& shape) {
+  Shape& s = at(shape);
+  s.phase = Phase::kEagerForGood;
+  s.dropped = true;
+  s.for_memory = true;
+}
+
 void GraphPolicy::set_reference(const std::string& shape, const std::string& reference) {
   TT_ASSERT(shape != reference, "GraphPolicy: a shape cannot be its own reference");
   at(shape).reference = reference;
@@ -142,6 +149,7 @@ std::string GraphPolicy::describe(const std::string& shape) const {
                     s.last_speedup, "x, ",
                     s.dropped ? "dropped (not faster than the threshold allows)" : "kept");
   if (s.phase == Phase::kEagerForGood && !s.dropped) text += ", eager for good (out of retries)";
+  if (s.for_memory) text += ", dropped to give its memory back (an eager step ran out of memory)";
   return text;
 }
 

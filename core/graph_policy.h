@@ -55,6 +55,9 @@ class GraphPolicy {
   /// A replay of `shape` took `ms`; every capture_frequency replays the graph may be dropped
   /// (dropped() says so, and next() answers kEager from then on).
   void replay_step(const std::string& shape, double ms);
+  /// The shape's graph was dropped to give its memory back (an eager step ran out of memory while
+  /// it held pool memory): eager from now on, whatever its speed-up.
+  void drop_for_memory(const std::string& shape);
   /// `reference`'s timed eager steps count as an eager alternative of `shape` at its comparisons.
   void set_reference(const std::string& shape, const std::string& reference);
 
@@ -85,6 +88,7 @@ class GraphPolicy {
     double last_replay_ms = 0;
     bool last_by_reference = false;  // the reference's eager mean was the one compared
     bool dropped = false;
+    bool for_memory = false;      // dropped by drop_for_memory
     std::string reference;        // set_reference's shape, or ""
   };
   Shape& at(const std::string& shape);

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 
 #include "core/block_graphs.h"
 #include "core/cuda_stream.h"
@@ -31,10 +32,10 @@ struct StepGraphs::Graph {
 
 #ifdef TELETRON_WITH_CUDA
 struct StepGraphs::CudaState {
-  explicit CudaState(int index) : device_index(index), pool(index) {}
+  explicit CudaState(int index) : device_index(index) { pool.emplace(index); }
   int device_index = 0;
   OwnedCudaStream stream{"the CUDA-graph capture stream"};
-  GraphPool pool;  // one private pool for every shape's graph
+  std::optional<GraphPool> pool;  // one private pool for every shape's graph (renewed by release_for_memory)
 };
 #else
 struct StepGraphs::CudaState {};
@@ -246,7 +247,8 @@ void StepGraphs::capture(const std::string& key, const std::vector<torch::Tensor
     OnCaptureStream on_side(cuda_->stream, cuda_->device_index);
     body(graph->inputs);  // the step itself, eagerly; its errors (out of memory) are the caller's
     graph->graph = std::make_unique<at::cuda::CUDAGraph>();
-    failure = capture_graph(*graph->graph, cuda_->pool, [&] { body(graph->inputs); }, fail);
+    failure = capture_graph(
+        *graph->graph, *cuda_->pool, [&] { body(graph->inputs); }, fail);
     if (!failure.empty()) graph->graph.reset();
 #else
     TT_ASSERT(false, "StepGraphs: this build has no CUDA");
@@ -326,6 +328,32 @@ void StepGraphs::drop(const std::string& key) {
   if (!emulated()) c10::cuda::getCurrentCUDAStream(cuda_->device_index).synchronize();
 #endif
   graphs_.erase(key);
+}
+
+int64_t StepGraphs::release_for_memory() {
+  if (graphs_.empty()) return 0;
+  const auto count = static_cast<int64_t>(graphs_.size());
+#ifdef TELETRON_WITH_CUDA
+  // No replay may still be running when its graph goes.
+  if (!emulated()) c10::cuda::getCurrentCUDAStream(cuda_->device_index).synchronize();
+#endif
+  for (const auto& [key, graph] : graphs_) {
+    policy_.drop_for_memory(key);
+    spdlog::warn("CUDA graph: shape [{}] dropped to give its memory back; it runs eagerly from now on: {}",
+                 key, policy_.describe(key));
+  }
+  counts_.dropped += count;
+  graphs_.clear();
+#ifdef TELETRON_WITH_CUDA
+  if (!emulated()) {
+    // A pool's blocks go back to the device only once nothing uses it, our own use included: a
+    // dropped graph's blocks otherwise stay with the pool while other graphs share it.
+    cuda_->pool.reset();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    cuda_->pool.emplace(cuda_->device_index);
+  }
+#endif
+  return count;
 }
 
 std::string StepGraphs::describe() const { return policy_.describe_all(); }

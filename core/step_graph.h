@@ -100,6 +100,11 @@ class StepGraphs {
   /// True once shape `key` runs eagerly for good: its graphs (whole-step, or blocks where the
   /// scope leads there) were dropped or ran out of retries.
   bool gave_up(const std::string& key) const;
+  /// For an eager step that ran out of memory while whole-step graphs held pool memory: drops every
+  /// whole-step graph and gives their pool back to the device (a new pool serves later captures);
+  /// their shapes run eagerly from now on. Returns how many graphs were dropped (0: none was held,
+  /// nothing to give back). Block graphs keep theirs.
+  int64_t release_for_memory();
   /// Waits for the timings still outstanding and hands them to the policy.
   void flush();
 

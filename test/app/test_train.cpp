@@ -629,6 +629,37 @@ TEST_CASE("text padding auto with CUDA graphs (emulated): a bucket's first steps
   }
 }
 
+TEST_CASE(
+    "CUDA graphs (emulated): out of memory while a graph holds pool memory drops the graph and runs the step "
+    "again eagerly; the weights are the eager run's bit for bit",
+    "[train][graph][faults]") {
+  Workspace ws(8);
+  const std::string eager = eager_reference(ws);
+  // Steps 1-2 eager, 3 captured, 4 replayed, 5 out of memory: the graph goes, step 5 runs again
+  // eagerly from its start, and so do 6-8.
+  const std::string freed = ws.dir / "freed";
+  auto run = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}, {"TELETRON_FAULTS", "oom@5"}},
+                          "train " + ws.config + " --output " + freed + kGraphSets);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output,
+             ContainsSubstring("step 5: out of memory while 1 CUDA graph(s) held pool memory (CUDA out of "
+                               "memory (injected by TELETRON_FAULTS)): they were dropped, and the step "
+                               "runs again from its start"));
+  CHECK_THAT(run.output,
+             ContainsSubstring("dropped to give its memory back (an eager step ran out of memory)"));
+  CHECK_THAT(run.output,
+             ContainsSubstring("CUDA graphs: 1 capture(s), 0 failed, 1 replays, 6 eager steps, 1 dropped"));
+  const std::vector<nlohmann::json> rows = read_metrics(freed + "/metrics.jsonl");
+  REQUIRE(rows.size() == 8);
+  CHECK(rows[7]["graph_replays"].get<int64_t>() == 1);
+  CHECK(weight_difference(eager + "/checkpoints/step_0000008", freed + "/checkpoints/step_0000008") == 0.0);
+  // Before any graph holds memory, out of memory with a fixed batch stops the run.
+  auto early = run_with_env({{"TELETRON_GRAPH_EMULATE", "5"}, {"TELETRON_FAULTS", "oom@1"}},
+                            "train " + ws.config + " --output " + (ws.dir / "early") + kGraphSets);
+  CHECK(early.exit_code == tt::error_exit_code(tt::ErrorCode::kMemory));
+}
+
 // Block graphs (emulated) against eager: a graphed block's parameter gradients are autograd's of
 // its own recording, added into .grad (not bit for bit: the sum of a block's contributions is
 // formed before it is added), so the weights agree to fp32 summation order.
