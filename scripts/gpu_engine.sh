@@ -73,10 +73,13 @@ case "$part" in
   # a probe runs the dynamic row first, whose first step in each bucket measures its memory per
   # sample, and takes the smallest micro-batch it chose, down to a divisor of GLOBAL. Then one bench
   # run of ROWS (default 3,4: + CUDA Graphs at the fixed micro-batch against + dynamic batch, the
-  # same but sized per bucket: the target's pair). At ~3.4 s a step (16 samples over the three
-  # buckets) a call holds about 120 steps: run the other rows as another call with the BATCH the
-  # probe printed, e.g. BATCH=8 ROWS=2,3,6 (main today, graphs, full stack). Each bucket warms up on
-  # its own in the graph rows (3 trimmed + 3 padded steps, the capture, 2 replays: WARMUP 30).
+  # same but sized per bucket: the target's pair). Each bucket warms up on its own in the graph rows
+  # (3 trimmed + 3 padded steps, the capture, 2 replays: WARMUP 30), then STEPS timed (default 9,
+  # three per bucket) and PROFILE traced steps (default 3). On the H100 (stop 46) a step took 0.9,
+  # 3.0 and 7.3 s for 33x256x256, 65x256x448 and 33x480x832 (micro-batch 2): ~3.7 s on average, so
+  # a row of 42 steps takes ~160-200 s, and the probe ~60 s. With BATCH given (2 on the H100, the
+  # probe's answer there) the probe is skipped and both rows fit one call. Run the other rows as
+  # another call, e.g. BATCH=2 ROWS=2,3,6 (main today, graphs, full stack).
   buckets)
     global=${GLOBAL:-16}
     shapes=33x256x256,33x480x832,65x256x448
@@ -94,7 +97,7 @@ case "$part" in
         tee -a "$out/summary.txt"
     fi
     bench buckets --ablation --rows "${ROWS:-3,4}" --buckets "$shapes" --samples $((3 * global)) --batch "$BATCH" \
-      --accumulation $((global / BATCH)) --warmup "${WARMUP:-30}" --steps "${STEPS:-10}" "$@"
+      --accumulation $((global / BATCH)) --warmup "${WARMUP:-30}" --steps "${STEPS:-9}" --profile-steps "${PROFILE:-3}" "$@"
     ;;
   curves)
     steps=${1:-300}
