@@ -143,11 +143,11 @@ std::string GraphPolicy::describe(const std::string& shape) const {
   if (!s.reference.empty()) text += str_cat(", eager alternative [", s.reference, "] ", eager_ms(s.reference), " ms");
   if (s.failures > 0) text += str_cat(", ", s.failures, " failed capture(s)");
   if (s.last_speedup > 0)
-    text += str_cat("; at the last comparison eager ", s.last_eager_ms, " ms",
-                    s.last_by_reference ? str_cat(" ([", s.reference, "], faster than this shape's ", eager, " ms)") : "",
-                    ", replay ", s.last_replay_ms, " ms: ",
-                    s.last_speedup, "x, ",
-                    s.dropped ? "dropped (not faster than the threshold allows)" : "kept");
+    text += str_cat(
+        "; at the last comparison eager ", s.last_eager_ms, " ms",
+        s.last_by_reference ? str_cat(" ([", s.reference, "], faster than this shape's ", eager, " ms)") : "",
+        ", replay ", s.last_replay_ms, " ms: ", s.last_speedup, "x, ",
+        s.dropped && !s.for_memory ? "dropped (not faster than the threshold allows)" : "kept");
   if (s.phase == Phase::kEagerForGood && !s.dropped) text += ", eager for good (out of retries)";
   if (s.for_memory) text += ", dropped to give its memory back (an eager step ran out of memory)";
   return text;

@@ -113,6 +113,26 @@ TEST_CASE("graph policy: a graph not faster than eager is dropped, whatever the 
   }
 }
 
+TEST_CASE("graph policy: a graph dropped for memory runs eagerly for good, its last comparison still kept",
+          "[graph]") {
+  tt::GraphPolicy policy(options(3, 4, 0, 0.8));
+  CHECK(run_eager(policy, "a", 10.0) == 3);
+  REQUIRE(policy.next("a") == GraphAction::kCapture);
+  policy.capture_succeeded("a");
+  for (int i = 0; i < 4; ++i) policy.replay_step("a", 5.0);  // 2x: kept
+  REQUIRE(policy.next("a") == GraphAction::kReplay);
+  policy.drop_for_memory("a");
+  CHECK(policy.next("a") == GraphAction::kEager);
+  CHECK(policy.dropped("a"));
+  CHECK(policy.eager_for_good("a"));
+  for (int i = 0; i < 8; ++i) policy.eager_step("a", 10.0);
+  CHECK(policy.next("a") == GraphAction::kEager);  // never captured again
+  const std::string text = policy.describe("a");
+  CHECK_THAT(
+      text, ContainsSubstring("2x, kept, dropped to give its memory back (an eager step ran out of memory)"));
+  CHECK_THAT(text, !ContainsSubstring("not faster"));
+}
+
 TEST_CASE("graph policy: a reference's eager steps count as an eager alternative; the graph must beat the faster",
           "[graph]") {
   // "a" padded: eager 10 ms; its reference "trim a" (the same samples, text trimmed): eager 7 ms.
