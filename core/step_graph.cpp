@@ -323,20 +323,21 @@ void StepGraphs::drop(const std::string& key) {
     blocks_->drop(blocks->second);
     return;
   }
+  wait_for_replays();  // its pool blocks go back once the graph is gone
+  graphs_.erase(key);
+}
+
+void StepGraphs::wait_for_replays() {
 #ifdef TELETRON_WITH_CUDA
-  // Its pool blocks go back once the graph is gone: no replay of it may still be running then.
+  // A graph may go only once no replay of it is still queued on the caller's stream.
   if (!emulated()) c10::cuda::getCurrentCUDAStream(cuda_->device_index).synchronize();
 #endif
-  graphs_.erase(key);
 }
 
 int64_t StepGraphs::release_for_memory() {
   if (graphs_.empty()) return 0;
   const auto count = static_cast<int64_t>(graphs_.size());
-#ifdef TELETRON_WITH_CUDA
-  // No replay may still be running when its graph goes.
-  if (!emulated()) c10::cuda::getCurrentCUDAStream(cuda_->device_index).synchronize();
-#endif
+  wait_for_replays();
   for (const auto& [key, graph] : graphs_) {
     policy_.drop_for_memory(key);
     spdlog::warn("CUDA graph: shape [{}] dropped to give its memory back; it runs eagerly from now on: {}",

@@ -131,6 +131,8 @@ class StepGraphs {
                      const Body& body);
   void capture_failed(const std::string& key, const std::string& what, const std::string& failure);
   void drop(const std::string& key);
+  /// Before a graph goes: waits until the caller's stream has run every replay queued so far.
+  void wait_for_replays();
   bool emulated() const { return options_.emulate_speedup > 0; }
 
   StepGraphOptions options_;
