@@ -30,6 +30,10 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// The share of the memory the allocator may reach that steps and CUDA graphs' pools may fill
+// together (StepGraphOptions::memory_limit): the rest is left to fragmentation.
+constexpr double kGraphMemoryShare = 0.95;
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -184,6 +188,12 @@ Trainer::Trainer(const TrainRequest& request) : config_(request.config), resume_
       blocks = std::make_shared<BlockGraphs>(device_, graph_options.emulate_speedup > 0);
       model_->set_block_graphs(blocks);
     }
+    // A capture must leave the other shapes' eager steps room (StepGraphOptions::memory_limit):
+    // what the allocator may reach, within train.memory_cap, less 5 % for fragmentation.
+    if (const GpuMemory memory = gpu_memory(device_); memory.known && graph_options.emulate_speedup <= 0)
+      graph_options.memory_limit = static_cast<int64_t>(
+          kGraphMemoryShare * std::min(static_cast<double>(memory.available),
+                                       config_.train.memory_cap * static_cast<double>(memory.total)));
     graphs_ = std::make_unique<StepGraphs>(graph_options, device_, blocks);
   }
   full_text_ = config_.data.text_padding == "full";
@@ -894,7 +904,7 @@ void Trainer::run() {
                             {"step_ms", step_ms},
                             {"data_wait_ms", 1000.0 * data_wait_s_ / window_steps},
                             {"data_wait_share", data_wait_share},
-                            {"peak_mem_gb", peak_memory_gb(device_)},
+                            {"peak_mem_gb", run_peak_gb()},
                             {"epoch", position_.epoch},
                             {"skipped_steps", static_cast<int64_t>(nonfinite_.item<double>())},
                             {"micro_batch", last_micro_batch_},
@@ -907,6 +917,7 @@ void Trainer::run() {
         row["graph_captures"] = counts.captures;
         row["graph_failed_captures"] = counts.failed_captures;
         row["graph_dropped"] = counts.dropped;
+        row["graph_no_room"] = counts.no_room;
       }
       // Video on a GPU: the pipeline's GPU time per sample (samples whose events have completed).
       const PipelineGpuTime gpu_time = dataset_->take_gpu_time();
@@ -936,9 +947,12 @@ void Trainer::run() {
   if (graphs_) {
     graphs_->flush();
     const StepGraphCounts counts = graphs_->counts();
-    spdlog::info("CUDA graphs: {} capture(s), {} failed, {} replays, {} eager steps, {} dropped; per shape:\n{}",
-                 counts.captures, counts.failed_captures, counts.replays, counts.eager, counts.dropped,
-                 graphs_->describe());
+    spdlog::info(
+        "CUDA graphs: {} capture(s), {} failed, {} replays, {} eager steps, {} dropped, {} not captured for "
+        "want of "
+        "memory; per shape:\n{}",
+        counts.captures, counts.failed_captures, counts.replays, counts.eager, counts.dropped, counts.no_room,
+        graphs_->describe());
   }
   spdlog::info("done: {} steps in {}, run folder {}", step_ - start_step, format_duration(seconds_since(run_start)),
                run_dir_.string());

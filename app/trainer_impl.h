@@ -63,6 +63,12 @@ class Trainer {
   /// The share of GPU memory a dynamic batch may fill: dynamic_batch.memory_fraction, within
   /// train.memory_cap (the allocator fails past the cap whatever the fraction says).
   double memory_budget() const { return std::min(config_.dynamic_batch.memory_fraction, config_.train.memory_cap); }
+  /// The run's peak memory in GiB (metrics): the allocator's, or what it was before the graphs'
+  /// working-set measurements reset it, whichever is larger.
+  double run_peak_gb() const {
+    const double before = graphs_ ? static_cast<double>(graphs_->peak_before_resets()) / (1u << 30) : 0.0;
+    return std::max(peak_memory_gb(device_), before);
+  }
   std::optional<std::string> find_resume_folder() const;
   std::optional<StoredDataState> check_resume(const std::string& folder);
   void check_resumed_data(const std::string& folder, const StoredDataState& stored);

@@ -103,6 +103,13 @@ void GraphPolicy::drop_for_memory(const std::string& shape) {
   s.for_memory = true;
 }
 
+void GraphPolicy::no_room(const std::string& shape) {
+  Shape& s = at(shape);
+  s.phase = Phase::kEagerForGood;
+  s.dropped = true;
+  s.no_room = true;
+}
+
 void GraphPolicy::set_reference(const std::string& shape, const std::string& reference) {
   TT_ASSERT(shape != reference, "GraphPolicy: a shape cannot be its own reference");
   at(shape).reference = reference;
@@ -147,9 +154,11 @@ std::string GraphPolicy::describe(const std::string& shape) const {
         "; at the last comparison eager ", s.last_eager_ms, " ms",
         s.last_by_reference ? str_cat(" ([", s.reference, "], faster than this shape's ", eager, " ms)") : "",
         ", replay ", s.last_replay_ms, " ms: ", s.last_speedup, "x, ",
-        s.dropped && !s.for_memory ? "dropped (not faster than the threshold allows)" : "kept");
+        s.dropped && !s.for_memory && !s.no_room ? "dropped (not faster than the threshold allows)" : "kept");
   if (s.phase == Phase::kEagerForGood && !s.dropped) text += ", eager for good (out of retries)";
   if (s.for_memory) text += ", dropped to give its memory back (an eager step ran out of memory)";
+  if (s.no_room)
+    text += ", not captured (its graph would leave too little memory for the other shapes' eager steps)";
   return text;
 }
 

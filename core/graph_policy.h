@@ -58,6 +58,10 @@ class GraphPolicy {
   /// The shape's graph was dropped to give its memory back (an eager step ran out of memory while
   /// it held pool memory): eager from now on, whatever its speed-up.
   void drop_for_memory(const std::string& shape);
+  /// The shape is not captured: its graph's pool would leave the device too little memory for the
+  /// other shapes' eager steps (StepGraphs' check before a capture). Eager from now on, counted as
+  /// dropped (not handed on to block graphs, whose pool would take the same room).
+  void no_room(const std::string& shape);
   /// `reference`'s timed eager steps count as an eager alternative of `shape` at its comparisons.
   void set_reference(const std::string& shape, const std::string& reference);
 
@@ -89,6 +93,7 @@ class GraphPolicy {
     bool last_by_reference = false;  // the reference's eager mean was the one compared
     bool dropped = false;
     bool for_memory = false;      // dropped by drop_for_memory
+    bool no_room = false;         // never captured: no_room
     std::string reference;        // set_reference's shape, or ""
   };
   Shape& at(const std::string& shape);

@@ -8,6 +8,7 @@
 
 #include "core/block_graphs.h"
 #include "core/cuda_stream.h"
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/gpu_timer.h"
 
@@ -95,8 +96,10 @@ void StepGraphs::run(const std::string& key, const std::vector<torch::Tensor>& i
     case GraphAction::kCapture:
       if (by_blocks) {
         capture_blocks(policy_key, key, inputs, body, fail_capture);
-      } else {
+      } else if (leaves_room(key)) {
         capture(key, inputs, body, fail_capture);
+      } else {
+        run_eager(key, inputs, body, /*counted=*/true);
       }
       return;
     case GraphAction::kReplay:
@@ -115,6 +118,7 @@ void StepGraphs::run_reference(const std::string& key, const std::vector<torch::
 }
 
 void StepGraphs::set_reference(const std::string& key, const std::string& reference) {
+  references_[key] = reference;
   policy_.set_reference(key, reference);
   policy_.set_reference("blocks " + key, reference);
 }
@@ -217,13 +221,24 @@ void StepGraphs::run_eager(const std::string& key, const std::vector<torch::Tens
     const auto start = Clock::now();
     body(inputs);
     policy_.eager_step(key, ms_since(start));
+    if (options_.memory_limit > 0 && options_.emulate_working_set && working_set_.count(key) == 0)
+      working_set_[key] = options_.emulate_working_set(key);
     return;
+  }
+  // The shape's working set, once: the allocator's peak is reset for it (kept for the run's peak).
+  const bool measure = options_.memory_limit > 0 && working_set_.count(key) == 0;
+  int64_t allocated_before = 0;
+  if (measure) {
+    peak_before_resets_ = std::max(peak_before_resets_, gpu_memory(device_).peak);
+    reset_peak_memory(device_);
+    allocated_before = gpu_memory(device_).allocated;
   }
   // Counted now (the warm-up must not wait for the GPU), timed once the GPU is past it; the
   // shape's first eager step is not timed at all.
   const bool timed = policy_.eager_steps(key) > 0;
   std::shared_ptr<GpuInterval> interval = timed ? GpuInterval::start(device_) : nullptr;
   body(inputs);
+  if (measure) working_set_[key] = std::max<int64_t>(0, gpu_memory(device_).peak - allocated_before);
   policy_.eager_step(key, -1.0);
   if (!timed) return;
   interval->stop();
@@ -332,6 +347,57 @@ void StepGraphs::wait_for_replays() {
   // A graph may go only once no replay of it is still queued on the caller's stream.
   if (!emulated()) c10::cuda::getCurrentCUDAStream(cuda_->device_index).synchronize();
 #endif
+}
+
+bool StepGraphs::leaves_room(const std::string& key) {
+  if (options_.memory_limit <= 0) return true;
+  const auto own = working_set_.find(key);
+  if (own == working_set_.end()) return true;  // never measured: nothing to go by
+  // A shape stops running eagerly once it replays, and so does its eager alternative (the text
+  // trimmed) once the shape it stands beside is captured, as this one is about to be.
+  auto replaced = [&](const std::string& other) {
+    auto stands_beside = [&](const std::string& shape) {
+      const auto found = references_.find(shape);
+      return found != references_.end() && found->second == other;
+    };
+    if (other == key || graphs_.count(other) != 0 || stands_beside(key)) return true;
+    for (const auto& [captured, graph] : graphs_)
+      if (stands_beside(captured)) return true;
+    return false;
+  };
+  int64_t others = 0;
+  std::string largest;
+  for (const auto& [other, bytes] : working_set_) {
+    if (replaced(other) || bytes <= others) continue;
+    others = bytes;
+    largest = other;
+  }
+  const int64_t held = held_bytes();
+  if (held + own->second + others <= options_.memory_limit) return true;
+  policy_.no_room(key);
+  counts_.no_room += 1;
+  spdlog::info(
+      "CUDA graph: shape [{}] is not captured and runs eagerly from now on: the {} the device holds, its "
+      "graph's pool (up to its eager working set, {}) and {} come to more than the {} the steps may use",
+      key, gib_text(static_cast<double>(held)), gib_text(static_cast<double>(own->second)),
+      largest.empty()
+          ? std::string("nothing else")
+          : str_cat("the eager steps of [", largest, "] (", gib_text(static_cast<double>(others)), ")"),
+      gib_text(static_cast<double>(options_.memory_limit)));
+  return false;
+}
+
+int64_t StepGraphs::held_bytes() {
+  if (emulated()) {
+    int64_t held = 0;
+    for (const auto& [captured, graph] : graphs_) {
+      const auto found = working_set_.find(captured);
+      if (found != working_set_.end()) held += found->second;
+    }
+    return held;
+  }
+  release_cached_memory(device_);
+  return gpu_memory(device_).reserved;
 }
 
 int64_t StepGraphs::release_for_memory() {

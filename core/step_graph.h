@@ -60,6 +60,17 @@ struct StepGraphOptions {
   std::string scope = "step";
   /// > 0: emulate graphs (see above), a replay reporting the eager mean divided by this factor.
   double emulate_speedup = 0;
+  /// Bytes the steps may hold on the device, the graphs' pool included; 0: no check. A shape's
+  /// first counted eager step measures its working set (the allocator's peak during the step above
+  /// what was allocated before it). Before a whole-step capture, what the device holds (cached
+  /// blocks given back first), plus the shape's working set (the most its graph's pool can take),
+  /// plus the largest working set of the shapes that still run eagerly must fit in this limit;
+  /// otherwise the shape is not captured and runs eagerly for good (GraphPolicy::no_room): a graph
+  /// must not leave another bucket's eager step out of memory.
+  int64_t memory_limit = 0;
+  /// Emulation: the working set an eager step of each shape reports; the device then holds the
+  /// working sets of the captured shapes.
+  std::function<int64_t(const std::string& key)> emulate_working_set;
 };
 
 /// What the graphs have done so far (logs, metrics, tests).
@@ -68,7 +79,8 @@ struct StepGraphCounts {
   int64_t captures = 0;         // captures that succeeded
   int64_t failed_captures = 0;  // captures that failed (each a TT_ERR_GRAPH warning)
   int64_t replays = 0;
-  int64_t dropped = 0;          // graphs dropped for not being faster than eager
+  int64_t dropped = 0;  // graphs dropped (not faster than eager, or to give memory back)
+  int64_t no_room = 0;  // shapes not captured for want of memory (memory_limit)
 };
 
 class StepGraphs {
@@ -107,6 +119,9 @@ class StepGraphs {
   int64_t release_for_memory();
   /// Waits for the timings still outstanding and hands them to the policy.
   void flush();
+  /// The allocator's peak (bytes) as it was before a working-set measurement last reset it; the
+  /// run's peak is the larger of this and the allocator's own.
+  int64_t peak_before_resets() const { return peak_before_resets_; }
 
   StepGraphCounts counts() const { return counts_; }
   /// One line per shape seen: "<key>: eager 10.2 ms (98 timed), replay 8.1 ms: 1.26x, kept".
@@ -131,6 +146,12 @@ class StepGraphs {
                      const Body& body);
   void capture_failed(const std::string& key, const std::string& what, const std::string& failure);
   void drop(const std::string& key);
+  // Before a whole-step capture: true when it leaves room (memory_limit); else the shape is
+  // marked no_room and the reason logged.
+  bool leaves_room(const std::string& key);
+  // What the device holds now (CUDA: reserved after the cache is given back; emulated: the
+  // captured shapes' working sets).
+  int64_t held_bytes();
   /// Before a graph goes: waits until the caller's stream has run every replay queued so far.
   void wait_for_replays();
   bool emulated() const { return options_.emulate_speedup > 0; }
@@ -142,6 +163,9 @@ class StepGraphs {
   std::shared_ptr<BlockGraphs> blocks_;
   std::map<std::string, std::string> block_shapes_;  // policy key "blocks <shape>" -> shape, once used
   std::deque<Pending> pending_;
+  std::map<std::string, int64_t> working_set_;     // per shape, measured at its first counted eager step
+  std::map<std::string, std::string> references_;  // set_reference: shape -> its eager alternative
+  int64_t peak_before_resets_ = 0;
   StepGraphCounts counts_;
   struct CudaState;  // the capture stream and the pool (CUDA builds)
   std::unique_ptr<CudaState> cuda_;

@@ -133,6 +133,22 @@ TEST_CASE("graph policy: a graph dropped for memory runs eagerly for good, its l
   CHECK_THAT(text, !ContainsSubstring("not faster"));
 }
 
+TEST_CASE("graph policy: a shape with no room for its graph runs eagerly for good and is never captured",
+          "[graph]") {
+  tt::GraphPolicy policy(options(3, 4, 2, 0.8));
+  CHECK(run_eager(policy, "a", 10.0) == 3);
+  REQUIRE(policy.next("a") == GraphAction::kCapture);
+  policy.no_room("a");
+  CHECK(policy.next("a") == GraphAction::kEager);
+  CHECK(policy.dropped("a"));  // not handed on to block graphs (cuda_graph.scope auto)
+  CHECK(policy.eager_for_good("a"));
+  for (int i = 0; i < 20; ++i) policy.eager_step("a", 10.0);
+  CHECK(policy.next("a") == GraphAction::kEager);
+  const std::string text = policy.describe("a");
+  CHECK_THAT(text, ContainsSubstring("not captured (its graph would leave too little memory"));
+  CHECK_THAT(text, !ContainsSubstring("out of retries"));
+}
+
 TEST_CASE("graph policy: a reference's eager steps count as an eager alternative; the graph must beat the faster",
           "[graph]") {
   // "a" padded: eager 10 ms; its reference "trim a" (the same samples, text trimmed): eager 7 ms.

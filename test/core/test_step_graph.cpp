@@ -7,6 +7,7 @@
 #include "core/step_graph.h"
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <torch/torch.h>
 
@@ -20,6 +21,59 @@
 #include <vector>
 
 #include "test/test_util.h"
+
+// Emulated graphs (no GPU): a capture must leave the shapes still run eagerly room for their
+// working sets (StepGraphOptions::memory_limit); the device then holds the captured shapes' sets.
+TEST_CASE(
+    "step graphs (emulated): a shape is captured only where its graph leaves the other shapes' eager steps "
+    "room",
+    "[graph]") {
+  struct Outcome {
+    tt::StepGraphCounts counts;
+    std::string described;
+  };
+  // Shapes "a" then "b", one step each in turn; working sets in bytes, limit 10.
+  auto run = [](int64_t a_bytes, int64_t b_bytes, int64_t limit) {
+    tt::StepGraphOptions options;
+    options.policy.warmup_steps = 2;
+    options.policy.capture_frequency = 1000;
+    options.policy.retry = 0;
+    options.emulate_speedup = 2.0;
+    options.memory_limit = limit;
+    options.emulate_working_set = [=](const std::string& key) { return key == "a" ? a_bytes : b_bytes; };
+    tt::StepGraphs graphs(options, torch::Device(torch::kCPU));
+    const torch::Tensor total = torch::zeros({1});
+    const tt::StepGraphs::Body body = [&](const std::vector<torch::Tensor>& inputs) {
+      total.add_(inputs[0]);
+    };
+    for (int step = 0; step < 6; ++step)
+      for (const std::string key : {"a", "b"}) graphs.run(key, {torch::ones({1})}, body, false, false);
+    CHECK(total.item<float>() == 12.0f);  // every step ran once, whichever way
+    return Outcome{graphs.counts(), graphs.describe()};
+  };
+  SECTION("room for both: a's graph (4) leaves b's eager step (5) room; then b's graph fits beside a's") {
+    const Outcome both = run(4, 5, 10);
+    INFO(both.described);
+    CHECK(both.counts.captures == 2);
+    CHECK(both.counts.no_room == 0);
+  }
+  SECTION(
+      "a's graph (4) and b's eager step (7) exceed 10: a runs eagerly; b's graph (7) with a's eager step "
+      "too") {
+    const Outcome neither = run(4, 7, 10);
+    INFO(neither.described);
+    CHECK(neither.counts.captures == 0);
+    CHECK(neither.counts.no_room == 2);
+    CHECK(neither.counts.eager == 12);
+    CHECK_THAT(neither.described,
+               Catch::Matchers::ContainsSubstring("not captured (its graph would leave too little"));
+  }
+  SECTION("no limit: both captured, whatever their sets") {
+    const Outcome unlimited = run(4, 7, 0);
+    CHECK(unlimited.counts.captures == 2);
+    CHECK(unlimited.counts.no_room == 0);
+  }
+}
 
 #ifdef TELETRON_WITH_CUDA
 TEST_CASE("a step whose working memory is most of what the process may use is captured after eager steps that "
@@ -73,5 +127,76 @@ TEST_CASE("a step whose working memory is most of what the process may use is ca
   CHECK(counts.failed_captures == 0);
   CHECK(counts.captures == 1);
   CHECK(counts.replays == 2);
+}
+#endif
+
+#ifdef TELETRON_WITH_CUDA
+TEST_CASE("a shape whose graph would leave another shape's eager step out of memory is not captured",
+          "[gpu][graph]") {
+  TT_REQUIRE_GPU();
+  const c10::DeviceIndex device = 0;
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // The process may hold 2.5 GiB. Shape "a" needs `a` GiB of scratch, "b" `b` GiB; a captured
+  // shape's scratch stays in the graphs' pool.
+  const int64_t cap = 5 * kGiB / 2;
+  REQUIRE(free_bytes > static_cast<size_t>(cap));
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA, device);
+  (void)torch::zeros({1}, on_gpu);
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(
+      static_cast<double>(cap) / static_cast<double>(total_bytes), device);
+  struct Restore {
+    c10::DeviceIndex device;
+    ~Restore() {
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, device);
+    }
+  } restore{device};
+
+  auto run = [&](double a, double b) {
+    tt::StepGraphOptions options;
+    options.policy.warmup_steps = 2;
+    options.policy.capture_frequency = 1000;
+    options.policy.retry = 0;
+    options.memory_limit = cap;
+    tt::StepGraphs graphs(options, torch::Device(torch::kCUDA, device));
+    const torch::Tensor result = torch::zeros({1}, on_gpu);
+    for (int step = 0; step < 6; ++step) {
+      for (const auto& [key, gib] : {std::pair<std::string, double>{"a", a}, {"b", b}}) {
+        const int64_t elements = static_cast<int64_t>(gib * static_cast<double>(kGiB) / 4);
+        const tt::StepGraphs::Body body = [&, elements](const std::vector<torch::Tensor>& inputs) {
+          torch::Tensor scratch = torch::empty({elements}, on_gpu);
+          scratch.fill_(1.0f);
+          scratch.mul_(inputs[0]);
+          result.copy_(scratch.sum().reshape({1}));
+        };
+        const torch::Tensor input = torch::full({1}, static_cast<float>(step + 1), on_gpu);
+        graphs.run(key, {input}, body, /*eager_only=*/false, /*fail_capture=*/false);
+        INFO("shape " << key << ", step " << step);
+        const double expected = static_cast<double>(elements) * (step + 1);
+        CHECK(std::abs(result.item<double>() - expected) <= 1e-5 * expected);
+      }
+    }
+    graphs.flush();
+    INFO(graphs.describe());
+    CHECK(graphs.counts().failed_captures == 0);
+    return graphs.counts();
+  };
+  SECTION(
+      "1 + 1.5 GiB do not fit in 2.5 GiB beside the rest: neither is captured, no step runs out of memory") {
+    const tt::StepGraphCounts counts = run(1.0, 1.5);
+    CHECK(counts.captures == 0);
+    CHECK(counts.no_room == 2);
+    CHECK(counts.replays == 0);
+  }
+  SECTION("0.5 + 1 GiB fit: both captured and replayed") {
+    const tt::StepGraphCounts counts = run(0.5, 1.0);
+    CHECK(counts.captures == 2);
+    CHECK(counts.no_room == 0);
+    CHECK(counts.replays == 6);
+  }
 }
 #endif
