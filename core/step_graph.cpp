@@ -372,14 +372,19 @@ bool StepGraphs::leaves_room(const std::string& key) {
     others = bytes;
     largest = other;
   }
-  const int64_t held = held_bytes();
-  if (held + own->second + others <= options_.memory_limit) return true;
+  // The pool's free blocks (what earlier captures freed: graphs are replayed one at a time) serve
+  // the capture first; only the rest of its working set makes the pool grow.
+  const HeldMemory held = held_memory();
+  const int64_t growth = std::max<int64_t>(0, own->second - held.pool_free);
+  if (held.reserved + growth + others <= options_.memory_limit) return true;
   policy_.no_room(key);
   counts_.no_room += 1;
   spdlog::info(
-      "CUDA graph: shape [{}] is not captured and runs eagerly from now on: the {} the device holds, its "
-      "graph's pool (up to its eager working set, {}) and {} come to more than the {} the steps may use",
-      key, gib_text(static_cast<double>(held)), gib_text(static_cast<double>(own->second)),
+      "CUDA graph: shape [{}] is not captured and runs eagerly from now on: the {} the device holds "
+      "({} of it free in the graphs' pool), what its capture would add to the pool ({}: its eager working "
+      "set less that) and {} come to more than the {} the steps may use",
+      key, gib_text(static_cast<double>(held.reserved)), gib_text(static_cast<double>(held.pool_free)),
+      gib_text(static_cast<double>(growth)),
       largest.empty()
           ? std::string("nothing else")
           : str_cat("the eager steps of [", largest, "] (", gib_text(static_cast<double>(others)), ")"),
@@ -387,17 +392,24 @@ bool StepGraphs::leaves_room(const std::string& key) {
   return false;
 }
 
-int64_t StepGraphs::held_bytes() {
+StepGraphs::HeldMemory StepGraphs::held_memory() {
+  HeldMemory held;
   if (emulated()) {
-    int64_t held = 0;
+    // One shared pool: as large as the largest captured working set, all of it free between replays.
     for (const auto& [captured, graph] : graphs_) {
       const auto found = working_set_.find(captured);
-      if (found != working_set_.end()) held += found->second;
+      if (found != working_set_.end()) held.reserved = std::max(held.reserved, found->second);
     }
+    held.pool_free = held.reserved;
     return held;
   }
+  // Once the cache is given back, what is reserved and not allocated belongs to the pool (its
+  // blocks stay reserved), bar the free parts of segments still partly in use.
   release_cached_memory(device_);
-  return gpu_memory(device_).reserved;
+  const GpuMemory memory = gpu_memory(device_);
+  held.reserved = memory.reserved;
+  held.pool_free = std::max<int64_t>(0, memory.reserved - memory.allocated);
+  return held;
 }
 
 int64_t StepGraphs::release_for_memory() {

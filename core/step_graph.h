@@ -63,8 +63,9 @@ struct StepGraphOptions {
   /// Bytes the steps may hold on the device, the graphs' pool included; 0: no check. A shape's
   /// first counted eager step measures its working set (the allocator's peak during the step above
   /// what was allocated before it). Before a whole-step capture, what the device holds (cached
-  /// blocks given back first), plus the shape's working set (the most its graph's pool can take),
-  /// plus the largest working set of the shapes that still run eagerly must fit in this limit;
+  /// blocks given back first), plus what the capture adds to the pool (its working set less the
+  /// pool's free blocks, which earlier captures freed and all graphs share), plus the largest
+  /// working set of the shapes that still run eagerly must fit in this limit;
   /// otherwise the shape is not captured and runs eagerly for good (GraphPolicy::no_room): a graph
   /// must not leave another bucket's eager step out of memory.
   int64_t memory_limit = 0;
@@ -149,9 +150,14 @@ class StepGraphs {
   // Before a whole-step capture: true when it leaves room (memory_limit); else the shape is
   // marked no_room and the reason logged.
   bool leaves_room(const std::string& key);
-  // What the device holds now (CUDA: reserved after the cache is given back; emulated: the
-  // captured shapes' working sets).
-  int64_t held_bytes();
+  // What the device holds now and how much of it is free in the graphs' pool (CUDA: reserved
+  // after the cache is given back, and the part of it not allocated; emulated: the largest
+  // captured working set, all of it free).
+  struct HeldMemory {
+    int64_t reserved = 0;
+    int64_t pool_free = 0;
+  };
+  HeldMemory held_memory();
   /// Before a graph goes: waits until the caller's stream has run every replay queued so far.
   void wait_for_replays();
   bool emulated() const { return options_.emulate_speedup > 0; }

@@ -18,6 +18,7 @@
 #                                          latents, STEPS steps (default 300), same data and seed, for
 #                                          fp32, bf16, fp16, bf16 + graphs, bf16 + dynamic batch; the
 #                                          mean loss of the last 50 steps of each against fp32's.
+#                                          CURVES_GLOBAL samples per step (default 2).
 #   scripts/gpu_engine.sh seed [STEPS]     configs/seed_8xa100.yaml as written (dynamic batch from 32, accumulation 4,
 #                                          graphs on, bf16) on synthetic latents at 33x256x256 with the graph
 #                                          warm-up cut to 3 steps (100 would take the call's time): STEPS steps
@@ -106,17 +107,23 @@ case "$part" in
       "${CURVES_PRESET:-1b}" "$work" "$steps" >"$work/config.yaml"
     "$tt" synth-data "$work/config.yaml" --output "$work/data" --samples 64 --text-length "${CURVES_TEXT:-256}" >"$out/curves_data.log" 2>&1 ||
       { tail -5 "$out/curves_data.log"; exit 1; }
+    # CURVES_GLOBAL samples per step (default 2): the fixed runs take them as micro-batches of 1 with
+    # accumulation, the dynamic run as one micro-batch sized to memory, so its curve tests a
+    # different batching of the same samples and noise (at 1 sample per step it would be bf16's run).
+    g=${CURVES_GLOBAL:-2}
     for spec in "fp32:--set mixed_precision.enabled=false --set cuda_graph.enabled=false" \
                 "bf16:--set cuda_graph.enabled=false" \
                 "fp16:--set mixed_precision.dtype=fp16 --set cuda_graph.enabled=false" \
                 "graphs:--set cuda_graph.enabled=true --set cuda_graph.warmup_steps=10" \
                 "dynamic:--set batch_size=dynamic --set dynamic_batch.initial=1 --set cuda_graph.enabled=false"; do
       name=${spec%%:*}; sets=${spec#*:}
+      [ "$name" = dynamic ] || sets="$sets --set batch_size=1"
       start=$(date +%s)
       # shellcheck disable=SC2086
-      timeout 240 "$tt" train "$work/config.yaml" --output "$work/$name" $sets --set data.text_padding=full \
-        >"$out/curves_$name.log" 2>&1
+      timeout 240 "$tt" train "$work/config.yaml" --output "$work/$name" $sets --set gradient_accumulation="$g" \
+        --set data.text_padding=full >"$out/curves_$name.log" 2>&1
       echo "curve $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+      rm -rf "$work/$name/checkpoints"  # 13 GB each for the 1b preset: five fill the GPU machine's disk
     done
     python3 - "$work" <<'PY' | tee -a "$out/summary.txt"
 import json, sys, os
@@ -139,7 +146,7 @@ PY
     ;;
   seed)
     steps=${1:-12}
-    work=/tmp/tt_seed; rm -rf "$work"; mkdir -p "$work"
+    work=/tmp/tt_seed; rm -rf "$work" /tmp/tt_curves; mkdir -p "$work"
     sets=(--set "data.manifest=$work/data/manifest.jsonl" --set "data.buckets=[{frames: 33, height: 256, width: 256}]"
           --set cuda_graph.warmup_steps=3 --set "train.max_steps=$steps" --set train.log_every=1
           --set train.checkpoint_every=100000)

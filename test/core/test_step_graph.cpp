@@ -1,4 +1,5 @@
-// Tests for core/step_graph on the GPU (its captures go through core/graph_capture's capture_graph,
+// Tests for core/step_graph: the room a capture must leave (emulated, then on the GPU), and on the
+// GPU (its captures go through core/graph_capture's capture_graph,
 // which block graphs share): what the caching allocator keeps cached from the eager
 // steps must not make a capture run out of memory. The allocator keeps freed blocks per stream and
 // cannot give cached blocks back to the device while a capture is under way, so the capture
@@ -18,12 +19,13 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test/test_util.h"
 
 // Emulated graphs (no GPU): a capture must leave the shapes still run eagerly room for their
-// working sets (StepGraphOptions::memory_limit); the device then holds the captured shapes' sets.
+// working sets (StepGraphOptions::memory_limit), counting what the graphs' shared pool already has free.
 TEST_CASE(
     "step graphs (emulated): a shape is captured only where its graph leaves the other shapes' eager steps "
     "room",
@@ -32,35 +34,39 @@ TEST_CASE(
     tt::StepGraphCounts counts;
     std::string described;
   };
-  // Shapes "a" then "b", one step each in turn; working sets in bytes, limit 10.
-  auto run = [](int64_t a_bytes, int64_t b_bytes, int64_t limit) {
+  // The shapes one step each in turn, six rounds; working sets in bytes. Emulated, the graphs'
+  // shared pool is as large as the largest captured working set.
+  auto run = [](const std::vector<std::pair<std::string, int64_t>>& shapes, int64_t limit) {
     tt::StepGraphOptions options;
     options.policy.warmup_steps = 2;
     options.policy.capture_frequency = 1000;
     options.policy.retry = 0;
     options.emulate_speedup = 2.0;
     options.memory_limit = limit;
-    options.emulate_working_set = [=](const std::string& key) { return key == "a" ? a_bytes : b_bytes; };
+    options.emulate_working_set = [shapes](const std::string& key) {
+      for (const auto& [name, bytes] : shapes)
+        if (name == key) return bytes;
+      return int64_t{-1};
+    };
     tt::StepGraphs graphs(options, torch::Device(torch::kCPU));
     const torch::Tensor total = torch::zeros({1});
     const tt::StepGraphs::Body body = [&](const std::vector<torch::Tensor>& inputs) {
       total.add_(inputs[0]);
     };
     for (int step = 0; step < 6; ++step)
-      for (const std::string key : {"a", "b"}) graphs.run(key, {torch::ones({1})}, body, false, false);
-    CHECK(total.item<float>() == 12.0f);  // every step ran once, whichever way
+      for (const auto& [key, bytes] : shapes) graphs.run(key, {torch::ones({1})}, body, false, false);
+    CHECK(total.item<float>() ==
+          static_cast<float>(6 * shapes.size()));  // every step ran once, whichever way
     return Outcome{graphs.counts(), graphs.describe()};
   };
-  SECTION("room for both: a's graph (4) leaves b's eager step (5) room; then b's graph fits beside a's") {
-    const Outcome both = run(4, 5, 10);
+  SECTION("a's graph (4) leaves b's eager step (5) room in 10; then b's capture grows the pool by 1") {
+    const Outcome both = run({{"a", 4}, {"b", 5}}, 10);
     INFO(both.described);
     CHECK(both.counts.captures == 2);
     CHECK(both.counts.no_room == 0);
   }
-  SECTION(
-      "a's graph (4) and b's eager step (7) exceed 10: a runs eagerly; b's graph (7) with a's eager step "
-      "too") {
-    const Outcome neither = run(4, 7, 10);
+  SECTION("a's graph (4) and b's eager step (7) exceed 10: a runs eagerly; so does b (7 + a's 4)") {
+    const Outcome neither = run({{"a", 4}, {"b", 7}}, 10);
     INFO(neither.described);
     CHECK(neither.counts.captures == 0);
     CHECK(neither.counts.no_room == 2);
@@ -68,8 +74,14 @@ TEST_CASE(
     CHECK_THAT(neither.described,
                Catch::Matchers::ContainsSubstring("not captured (its graph would leave too little"));
   }
+  SECTION("b's capture reuses the pool a's left free: 6 + 0 + c's 5 fit in 13 (6 + 6 + 5 would not)") {
+    const Outcome shared = run({{"a", 6}, {"b", 6}, {"c", 5}}, 13);
+    INFO(shared.described);
+    CHECK(shared.counts.captures == 3);
+    CHECK(shared.counts.no_room == 0);
+  }
   SECTION("no limit: both captured, whatever their sets") {
-    const Outcome unlimited = run(4, 7, 0);
+    const Outcome unlimited = run({{"a", 4}, {"b", 7}}, 0);
     CHECK(unlimited.counts.captures == 2);
     CHECK(unlimited.counts.no_room == 0);
   }
