@@ -507,6 +507,11 @@ Trainer::TextPlan Trainer::text_plan(const std::string& bucket, bool measuring) 
     plan.run = TextRun::kTrimmedEager;
     return plan;
   }
+  if (choice.padded_eager) {  // through the graphs, which run the shape eagerly now
+    plan.run = TextRun::kPaddedGraphs;
+    plan.full = true;
+    return plan;
+  }
   // Padded first (the bucket's very first step pays for allocation either way), then alternating.
   if (choice.trimmed_steps < std::max<int64_t>(config_.cuda_graph.warmup_steps, 3) &&
       choice.trimmed_steps < choice.padded_steps) {
@@ -521,11 +526,28 @@ Trainer::TextPlan Trainer::text_plan(const std::string& bucket, bool measuring) 
 }
 
 void Trainer::after_padded_step(const std::string& bucket, const std::string& key) {
-  graphs_->set_reference(key, "text trimmed " + bucket);
-  if (!graphs_->gave_up(key)) return;
-  text_choice_[bucket].trimmed = true;
-  spdlog::info("CUDA graphs: bucket {}: the text is trimmed per batch and the steps run eagerly from now on (data."
-               "text_padding auto): the graphs of its padded step [{}] were given up", bucket, key);
+  const std::string reference = "text trimmed " + bucket;
+  graphs_->set_reference(key, reference);
+  TextChoice& choice = text_choice_[bucket];
+  if (choice.padded_eager || !graphs_->gave_up(key)) return;
+  // The graphs are given up: the faster of the two eager ways as timed (each batch's own text
+  // length is a shape of its own, which can make the trimmed steps the slower).
+  const StepGraphs::EagerComparison eager = graphs_->compare_with_reference(key);
+  const std::string times =
+      str_cat("padded ", eager.own_ms, " ms, trimmed ", eager.reference_ms, " ms per eager step");
+  if (eager.own_faster) {
+    choice.padded_eager = true;
+    spdlog::info(
+        "CUDA graphs: bucket {}: the text stays padded and the steps run eagerly from now on (data."
+        "text_padding auto; {}): the graphs of its padded step [{}] were given up",
+        bucket, times, key);
+    return;
+  }
+  choice.trimmed = true;
+  spdlog::info(
+      "CUDA graphs: bucket {}: the text is trimmed per batch and the steps run eagerly from now on (data."
+      "text_padding auto; {}): the graphs of its padded step [{}] were given up",
+      bucket, times, key);
 }
 
 std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {

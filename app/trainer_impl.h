@@ -122,12 +122,14 @@ class Trainer {
   /// bucket's warm-up every other step runs with the text trimmed instead, eagerly, timed as the
   /// reference shape "text trimmed <bucket>" (max(cuda_graph.warmup_steps, 3) of them, alternating
   /// so that both kinds see the same cold start), and the graphs' comparisons weigh those steps too;
-  /// once the bucket's graphs are given up (slower than the trimmed or padded eager steps, or out of
-  /// retries) its text is trimmed and its steps run eagerly for good.
+  /// once the bucket's graphs are given up (slower than the trimmed or padded eager steps, out of
+  /// retries, or no room for them) its steps run eagerly for good, the text padded or trimmed,
+  /// whichever ran faster eagerly.
   struct TextChoice {
     int64_t padded_steps = 0;   // steps run padded
     int64_t trimmed_steps = 0;  // reference steps run
     bool trimmed = false;       // graphs given up: trimmed and eager from now on
+    bool padded_eager = false;  // graphs given up: padded and eager from now on (timed faster)
   };
   enum class TextRun { kPaddedGraphs, kTrimmedReference, kTrimmedEager, kAsConfigured };
   struct TextPlan {

@@ -120,6 +120,14 @@ bool GraphPolicy::dropped(const std::string& shape) const {
   return found != shapes_.end() && found->second.dropped;
 }
 
+bool GraphPolicy::eager_beats_reference(const std::string& shape) const {
+  const auto found = shapes_.find(shape);
+  if (found == shapes_.end() || found->second.reference.empty()) return false;
+  const double own = eager_ms(shape);
+  const double reference = eager_ms(found->second.reference);
+  return own > 0 && reference > 0 && own < reference;
+}
+
 double GraphPolicy::eager_ms(const std::string& shape) const {
   const auto found = shapes_.find(shape);
   if (found == shapes_.end() || found->second.timed == 0) return 0.0;

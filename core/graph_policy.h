@@ -66,6 +66,10 @@ class GraphPolicy {
   void set_reference(const std::string& shape, const std::string& reference);
 
   bool dropped(const std::string& shape) const;
+  /// True when the shape's own timed eager steps are faster on average than its reference's (both
+  /// timed): once its graphs are given up, the caller may keep the shape's way of running the samples
+  /// rather than turn to the reference's.
+  bool eager_beats_reference(const std::string& shape) const;
   /// The mean time of the shape's timed eager steps (0 before any).
   double eager_ms(const std::string& shape) const;
   /// Out of retries or dropped: the shape runs eagerly from now on.

@@ -131,6 +131,17 @@ bool StepGraphs::gave_up(const std::string& key) const {
   return policy_.eager_for_good(key) && (policy_.dropped(key) || policy_.eager_for_good(blocks));
 }
 
+StepGraphs::EagerComparison StepGraphs::compare_with_reference(const std::string& key) {
+  flush();
+  // Whole-step graphs (scope step, or auto where they were dropped or found no room) ran the eager
+  // steps under the shape's own key; block graphs under "blocks <shape>".
+  const bool by_blocks = options_.scope == "blocks" || (options_.scope == "auto" && !policy_.dropped(key));
+  const std::string own = by_blocks ? "blocks " + key : key;
+  const auto reference = references_.find(key);
+  return EagerComparison{policy_.eager_beats_reference(own), policy_.eager_ms(own),
+                         reference == references_.end() ? 0.0 : policy_.eager_ms(reference->second)};
+}
+
 namespace {
 
 // Block graphs are on for one step's body, and off again however it ends.

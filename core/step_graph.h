@@ -113,6 +113,16 @@ class StepGraphs {
   /// True once shape `key` runs eagerly for good: its graphs (whole-step, or blocks where the
   /// scope leads there) were dropped or ran out of retries.
   bool gave_up(const std::string& key) const;
+  /// For a shape that gave up (gave_up): the mean times of its eager steps (under whole-step or
+  /// block graphs, as the scope ran them) and of its reference's (set_reference), and whether its
+  /// own were the faster, both timed (GraphPolicy::eager_beats_reference). Waits for the timings
+  /// still outstanding first.
+  struct EagerComparison {
+    bool own_faster = false;
+    double own_ms = 0;
+    double reference_ms = 0;
+  };
+  EagerComparison compare_with_reference(const std::string& key);
   /// For an eager step that ran out of memory while whole-step graphs held pool memory: drops every
   /// whole-step graph and gives their pool back to the device (a new pool serves later captures);
   /// their shapes run eagerly from now on. Returns how many graphs were dropped (0: none was held,

@@ -149,6 +149,21 @@ TEST_CASE("graph policy: a shape with no room for its graph runs eagerly for goo
   CHECK_THAT(text, !ContainsSubstring("out of retries"));
 }
 
+TEST_CASE(
+    "graph policy: a shape's eager steps beat its reference's only where both are timed and its own are "
+    "faster",
+    "[graph]") {
+  tt::GraphPolicy policy(options(3, 2, 0, 0.8));
+  CHECK_FALSE(policy.eager_beats_reference("a"));  // no reference
+  policy.set_reference("a", "trim a");
+  for (double ms : {50.0, 7.0, 7.0}) policy.eager_step("a", ms);  // the first is not timed: 7 ms
+  CHECK_FALSE(policy.eager_beats_reference("a"));                 // the reference not timed yet
+  for (double ms : {50.0, 9.0, 9.0}) policy.eager_step("trim a", ms);
+  CHECK(policy.eager_beats_reference("a"));  // 7 < 9
+  for (int i = 0; i < 4; ++i) policy.eager_step("trim a", 3.0);
+  CHECK_FALSE(policy.eager_beats_reference("a"));  // 7 > (9 + 9 + 4 x 3) / 6 = 5
+}
+
 TEST_CASE("graph policy: a reference's eager steps count as an eager alternative; the graph must beat the faster",
           "[graph]") {
   // "a" padded: eager 10 ms; its reference "trim a" (the same samples, text trimmed): eager 7 ms.

@@ -17,8 +17,10 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -85,6 +87,39 @@ TEST_CASE(
     CHECK(unlimited.counts.captures == 2);
     CHECK(unlimited.counts.no_room == 0);
   }
+}
+
+// Emulated graphs (no GPU): once a shape's graph is dropped, its eager steps are compared with its
+// reference's as timed (wall clock in emulation: sleeps 15x apart, far beyond a loaded machine's noise).
+TEST_CASE(
+    "step graphs (emulated): a shape that gave up its graph is compared with its reference's eager steps",
+    "[graph]") {
+  auto compare = [](int own_ms, int reference_ms) {
+    tt::StepGraphOptions options;
+    options.policy.warmup_steps = 3;
+    options.policy.capture_frequency = 2;
+    options.policy.retry = 0;
+    options.emulate_speedup = 0.01;  // replays reported 100x slower than eager: the graph is dropped
+    tt::StepGraphs graphs(options, torch::Device(torch::kCPU));
+    auto sleeping = [](int ms) -> tt::StepGraphs::Body {
+      return [ms](const std::vector<torch::Tensor>&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      };
+    };
+    graphs.set_reference("padded", "trimmed");
+    for (int step = 0; step < 7; ++step) {
+      graphs.run("padded", {torch::ones({1})}, sleeping(own_ms), false, false);
+      if (step < 3) graphs.run_reference("trimmed", {torch::ones({1})}, sleeping(reference_ms));
+    }
+    REQUIRE(graphs.gave_up("padded"));
+    return graphs.compare_with_reference("padded");
+  };
+  const tt::StepGraphs::EagerComparison faster = compare(2, 30);
+  CHECK(faster.own_faster);
+  CHECK(faster.own_ms < faster.reference_ms);
+  const tt::StepGraphs::EagerComparison slower = compare(30, 2);
+  CHECK_FALSE(slower.own_faster);
+  CHECK(slower.own_ms > slower.reference_ms);
 }
 
 #ifdef TELETRON_WITH_CUDA
