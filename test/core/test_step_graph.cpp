@@ -123,28 +123,44 @@ TEST_CASE(
 }
 
 #ifdef TELETRON_WITH_CUDA
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// This process may hold `cap` bytes of GPU 0 while it lives (ctest runs other GPU tests beside
+// it); the cap is lifted and the cache given back when it goes. The allocator is set up by the
+// first CUDA tensor, and its fraction can be set only after that.
+class GpuMemoryCap {
+ public:
+  explicit GpuMemoryCap(int64_t cap) {
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+    REQUIRE(free_bytes > static_cast<size_t>(cap));
+    (void)torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA, kDevice));
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(cap) / static_cast<double>(total_bytes),
+                                                       kDevice);
+  }
+  ~GpuMemoryCap() {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, kDevice);
+  }
+  GpuMemoryCap(const GpuMemoryCap&) = delete;
+  GpuMemoryCap& operator=(const GpuMemoryCap&) = delete;
+  static constexpr c10::DeviceIndex kDevice = 0;
+};
+
+}  // namespace
+
 TEST_CASE("a step whose working memory is most of what the process may use is captured after eager steps that "
           "left the memory cached", "[gpu][graph]") {
   TT_REQUIRE_GPU();
-  const c10::DeviceIndex device = 0;
-  size_t free_bytes = 0;
-  size_t total_bytes = 0;
-  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
-  constexpr int64_t kGiB = int64_t{1} << 30;
-  // This process may hold 2.5 GiB (ctest runs other GPU tests beside it); the step needs 1.5 GiB
-  // of scratch, so the capture fits only if the eager step's 1.5 GiB went back first.
-  const int64_t cap = 5 * kGiB / 2;
-  REQUIRE(free_bytes > static_cast<size_t>(cap));
-  // The allocator is set up by the first CUDA tensor; its fraction can be set only after that.
+  const c10::DeviceIndex device = GpuMemoryCap::kDevice;
+  // This process may hold 2.5 GiB; the step needs 1.5 GiB of scratch, so the capture fits only if
+  // the eager step's 1.5 GiB went back first.
+  const GpuMemoryCap cap(5 * kGiB / 2);
   const auto on_gpu = torch::TensorOptions().device(torch::kCUDA, device);
-  (void)torch::zeros({1}, on_gpu);
-  c10::cuda::CUDACachingAllocator::emptyCache();
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(cap) / static_cast<double>(total_bytes),
-                                                     device);
-  struct Restore {
-    c10::DeviceIndex device;
-    ~Restore() { c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, device); }
-  } restore{device};
 
   const torch::Tensor result = torch::zeros({1}, on_gpu);
   const tt::StepGraphs::Body body = [&](const std::vector<torch::Tensor>& inputs) {
@@ -181,27 +197,12 @@ TEST_CASE("a step whose working memory is most of what the process may use is ca
 TEST_CASE("a shape whose graph would leave another shape's eager step out of memory is not captured",
           "[gpu][graph]") {
   TT_REQUIRE_GPU();
-  const c10::DeviceIndex device = 0;
-  size_t free_bytes = 0;
-  size_t total_bytes = 0;
-  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
-  constexpr int64_t kGiB = int64_t{1} << 30;
+  const c10::DeviceIndex device = GpuMemoryCap::kDevice;
   // The process may hold 2.5 GiB. Shape "a" needs `a` GiB of scratch, "b" `b` GiB; a captured
   // shape's scratch stays in the graphs' pool.
   const int64_t cap = 5 * kGiB / 2;
-  REQUIRE(free_bytes > static_cast<size_t>(cap));
+  const GpuMemoryCap capped(cap);
   const auto on_gpu = torch::TensorOptions().device(torch::kCUDA, device);
-  (void)torch::zeros({1}, on_gpu);
-  c10::cuda::CUDACachingAllocator::emptyCache();
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(
-      static_cast<double>(cap) / static_cast<double>(total_bytes), device);
-  struct Restore {
-    c10::DeviceIndex device;
-    ~Restore() {
-      c10::cuda::CUDACachingAllocator::emptyCache();
-      c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, device);
-    }
-  } restore{device};
 
   auto run = [&](double a, double b) {
     tt::StepGraphOptions options;
