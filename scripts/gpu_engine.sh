@@ -110,6 +110,8 @@ case "$part" in
     # CURVES_GLOBAL samples per step (default 2): the fixed runs take them as micro-batches of 1 with
     # accumulation, the dynamic run as one micro-batch sized to memory, so its curve tests a
     # different batching of the same samples and noise (at 1 sample per step it would be bf16's run).
+    # Each run under CURVE_TIMEOUT s (300): on the H100 fp32 took 306 ms per sample-step, so ~190 s
+    # at 2 samples, and the five runs ~8 min: a call of its own.
     g=${CURVES_GLOBAL:-2}
     for spec in "fp32:--set mixed_precision.enabled=false --set cuda_graph.enabled=false" \
                 "bf16:--set cuda_graph.enabled=false" \
@@ -120,7 +122,7 @@ case "$part" in
       [ "$name" = dynamic ] || sets="$sets --set batch_size=1"
       start=$(date +%s)
       # shellcheck disable=SC2086
-      timeout 240 "$tt" train "$work/config.yaml" --output "$work/$name" $sets --set gradient_accumulation="$g" \
+      timeout "${CURVE_TIMEOUT:-300}" "$tt" train "$work/config.yaml" --output "$work/$name" $sets --set gradient_accumulation="$g" \
         --set data.text_padding=full >"$out/curves_$name.log" 2>&1
       echo "curve $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
       rm -rf "$work/$name/checkpoints"  # 13 GB each for the 1b preset: five fill the GPU machine's disk
