@@ -481,8 +481,8 @@ bool Trainer::free_graph_memory(const c10::OutOfMemoryError& error) {
   if (!graphs_) return false;
   const int64_t dropped = graphs_->release_for_memory();
   if (dropped == 0) return false;
+  // release_for_memory gave the pool and the cache back; the gradients keep their addresses.
   optimizer_->zero_grad(/*set_to_none=*/false);  // nothing of the failed attempt is applied
-  release_cached_memory(device_);
   spdlog::warn(
       "step {}: out of memory while {} CUDA graph(s) held pool memory ({}): they were dropped, and the step "
       "runs again from its start",
@@ -970,9 +970,8 @@ void Trainer::run() {
     graphs_->flush();
     const StepGraphCounts counts = graphs_->counts();
     spdlog::info(
-        "CUDA graphs: {} capture(s), {} failed, {} replays, {} eager steps, {} dropped, {} not captured for "
-        "want of "
-        "memory; per shape:\n{}",
+        "CUDA graphs: {} capture(s), {} failed, {} replays, {} eager steps, {} dropped, {} not captured for want "
+        "of memory; per shape:\n{}",
         counts.captures, counts.failed_captures, counts.replays, counts.eager, counts.dropped, counts.no_room,
         graphs_->describe());
   }

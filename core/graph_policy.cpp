@@ -120,6 +120,11 @@ bool GraphPolicy::dropped(const std::string& shape) const {
   return found != shapes_.end() && found->second.dropped;
 }
 
+std::string GraphPolicy::reference(const std::string& shape) const {
+  const auto found = shapes_.find(shape);
+  return found == shapes_.end() ? std::string() : found->second.reference;
+}
+
 bool GraphPolicy::eager_beats_reference(const std::string& shape) const {
   const auto found = shapes_.find(shape);
   if (found == shapes_.end() || found->second.reference.empty()) return false;

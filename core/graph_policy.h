@@ -66,6 +66,8 @@ class GraphPolicy {
   void set_reference(const std::string& shape, const std::string& reference);
 
   bool dropped(const std::string& shape) const;
+  /// set_reference's shape for `shape`, or "" when it has none.
+  std::string reference(const std::string& shape) const;
   /// True when the shape's own timed eager steps are faster on average than its reference's (both
   /// timed): once its graphs are given up, the caller may keep the shape's way of running the samples
   /// rather than turn to the reference's.

@@ -118,7 +118,6 @@ void StepGraphs::run_reference(const std::string& key, const std::vector<torch::
 }
 
 void StepGraphs::set_reference(const std::string& key, const std::string& reference) {
-  references_[key] = reference;
   policy_.set_reference(key, reference);
   policy_.set_reference("blocks " + key, reference);
 }
@@ -137,9 +136,9 @@ StepGraphs::EagerComparison StepGraphs::compare_with_reference(const std::string
   // steps under the shape's own key; block graphs under "blocks <shape>".
   const bool by_blocks = options_.scope == "blocks" || (options_.scope == "auto" && !policy_.dropped(key));
   const std::string own = by_blocks ? "blocks " + key : key;
-  const auto reference = references_.find(key);
+  const std::string reference = policy_.reference(key);
   return EagerComparison{policy_.eager_beats_reference(own), policy_.eager_ms(own),
-                         reference == references_.end() ? 0.0 : policy_.eager_ms(reference->second)};
+                         reference.empty() ? 0.0 : policy_.eager_ms(reference)};
 }
 
 namespace {
@@ -367,10 +366,7 @@ bool StepGraphs::leaves_room(const std::string& key) {
   // A shape stops running eagerly once it replays, and so does its eager alternative (the text
   // trimmed) once the shape it stands beside is captured, as this one is about to be.
   auto replaced = [&](const std::string& other) {
-    auto stands_beside = [&](const std::string& shape) {
-      const auto found = references_.find(shape);
-      return found != references_.end() && found->second == other;
-    };
+    auto stands_beside = [&](const std::string& shape) { return policy_.reference(shape) == other; };
     if (other == key || graphs_.count(other) != 0 || stands_beside(key)) return true;
     for (const auto& [captured, graph] : graphs_)
       if (stands_beside(captured)) return true;

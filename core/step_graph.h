@@ -180,7 +180,6 @@ class StepGraphs {
   std::map<std::string, std::string> block_shapes_;  // policy key "blocks <shape>" -> shape, once used
   std::deque<Pending> pending_;
   std::map<std::string, int64_t> working_set_;     // per shape, measured at its first counted eager step
-  std::map<std::string, std::string> references_;  // set_reference: shape -> its eager alternative
   int64_t peak_before_resets_ = 0;
   StepGraphCounts counts_;
   struct CudaState;  // the capture stream and the pool (CUDA builds)

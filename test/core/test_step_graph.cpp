@@ -82,6 +82,25 @@ TEST_CASE(
     CHECK(shared.counts.captures == 3);
     CHECK(shared.counts.no_room == 0);
   }
+  SECTION("a's eager alternative (7, its text trimmed) stops once a is captured: a's graph (4) fits in 10") {
+    tt::StepGraphOptions options;
+    options.policy.warmup_steps = 2;
+    options.policy.retry = 0;
+    options.emulate_speedup = 2.0;
+    options.memory_limit = 10;
+    options.emulate_working_set = [](const std::string& key) { return key == "a" ? int64_t{4} : int64_t{7}; };
+    tt::StepGraphs graphs(options, torch::Device(torch::kCPU));
+    graphs.set_reference("a", "trim a");
+    const tt::StepGraphs::Body body = [](const std::vector<torch::Tensor>&) {};
+    for (int step = 0; step < 2; ++step) {
+      graphs.run("a", {torch::ones({1})}, body, false, false);
+      graphs.run_reference("trim a", {torch::ones({1})}, body);
+    }
+    graphs.run("a", {torch::ones({1})}, body, false, false);  // its capture
+    INFO(graphs.describe());
+    CHECK(graphs.counts().captures == 1);
+    CHECK(graphs.counts().no_room == 0);
+  }
   SECTION("no limit: both captured, whatever their sets") {
     const Outcome unlimited = run({{"a", 4}, {"b", 7}}, 0);
     CHECK(unlimited.counts.captures == 2);
