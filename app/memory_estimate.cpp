@@ -425,6 +425,17 @@ double planning_capacity(const GpuMemory& memory, double memory_cap) {
   return kPlanningShare * std::min(share, reach);
 }
 
+MicroBatchFit fit_micro_batch(int64_t allocated_before, int64_t grads_to_come, int64_t peak, int64_t samples,
+                              double room) {
+  MicroBatchFit fit;
+  const int64_t fixed = allocated_before + grads_to_come;
+  if (peak <= fixed || samples <= 0) return fit;
+  fit.per_sample = static_cast<double>(peak - fixed) / static_cast<double>(samples);
+  const double left = room - static_cast<double>(fixed);
+  fit.fits = left > 0 ? static_cast<int64_t>(left / fit.per_sample) : 0;
+  return fit;
+}
+
 std::string describe_estimate(const MemoryEstimate& e, double capacity_bytes) {
   std::ostringstream s;
   const CountedMemory& c = e.counted;

@@ -76,6 +76,21 @@ inline constexpr double kCloseToCapacity = 0.8;
 /// the allocator can hold (memory.available; total where that is unknown), times kPlanningShare.
 double planning_capacity(const GpuMemory& memory, double memory_cap);
 
+/// batch_size: dynamic: what a bucket's first (measured) step says of its memory.
+struct MicroBatchFit {
+  double per_sample = 0;  // bytes per sample at the step's peak, beyond what any micro-batch holds
+  int64_t fits = 0;       // samples of that size that fit the room
+};
+/// From a measured step of `samples` samples: `allocated_before`, what was allocated as it began;
+/// `grads_to_come`, the bytes of the gradients that did not exist then (the step makes them whatever
+/// its micro-batch: all of them at a run's first step, none later, when they are kept (graphs) or
+/// freed and made again); `peak`, the allocator's peak during the step; `room`, the bytes the step
+/// may fill (the budget's share of the device, less what runs beside it). The fixed part counted
+/// twice (gradients that already existed) made the per-sample figure too small and the micro-batch
+/// too large. Nothing fits (fits 0) where the peak is not above the fixed part.
+MicroBatchFit fit_micro_batch(int64_t allocated_before, int64_t grads_to_come, int64_t peak, int64_t samples,
+                              double room);
+
 /// The counted parts of a step's memory (bytes), from the architecture alone.
 struct CountedMemory {
   int64_t parameters = 0;          // the whole model's

@@ -628,9 +628,12 @@ void Trainer::dynamic_step() {
   for (int64_t attempt = 0;; ++attempt) {
     const int64_t size = std::min(micro, total);
     GpuMemory before;
+    int64_t grads_to_come = 0;  // the gradients this step makes, whatever its micro-batch
     if (measure) {
       reset_peak_memory(device_);
       before = gpu_memory(device_);
+      for (const torch::Tensor& param : params_)
+        if (!param.grad().defined()) grads_to_come += param.numel() * param.element_size();
     }
     try {
       std::vector<MicroBatch> parts;
@@ -644,7 +647,7 @@ void Trainer::dynamic_step() {
       last_micro_batch_ = size;
       last_step_samples_ = total;
       window_samples_ += total;
-      if (measure) choose_micro_batch(bucket, size, before, gpu_memory(device_));
+      if (measure) choose_micro_batch(bucket, size, before, grads_to_come, gpu_memory(device_));
       return;
     } catch (const c10::OutOfMemoryError& error) {
       // Graphs' pools first: the micro-batch was measured without them.
@@ -661,33 +664,33 @@ void Trainer::dynamic_step() {
                     ") for bucket ", bucket, ": ", first_line(error.what_without_backtrace()));
       micro = std::max(limits.min, size / 2);
       oom_retries_ += 1;
-      spdlog::warn("step {}: out of memory with micro-batches of {} (bucket {}): the step runs again from its start "
-                   "with {}", step_ + 1, size, bucket, micro);
+      spdlog::warn(
+          "step {}: out of memory with micro-batches of {} (bucket {}): the step runs again from its start "
+          "with {} ({})",
+          step_ + 1, size, bucket, micro, first_line(error.what_without_backtrace()));
     }
   }
 }
 
 void Trainer::choose_micro_batch(int64_t bucket, int64_t measured_size, const GpuMemory& before,
-                                 const GpuMemory& after) {
+                                 int64_t grads_to_come, const GpuMemory& after) {
   const DynamicBatchSection& limits = config_.dynamic_batch;
-  // The gradients (made during backward, whatever the micro-batch) are no sample's.
-  int64_t grad_bytes = 0;
-  for (const torch::Tensor& param : params_) grad_bytes += param.numel() * param.element_size();
-  const int64_t fixed = before.allocated + grad_bytes;
-  if (!after.known || after.peak <= fixed) return;
-  const double per_sample = static_cast<double>(after.peak - fixed) / static_cast<double>(measured_size);
+  if (!after.known) return;
   // The online encoder's largest pass (vae.memory_share) may run at any moment beside the step.
-  const double room =
-      memory_budget() * static_cast<double>(after.total) - static_cast<double>(fixed) - dataset_->side_memory_bytes();
-  const int64_t fits = room > 0 ? static_cast<int64_t>(room / per_sample) : 0;
+  const double room = memory_budget() * static_cast<double>(after.total) - dataset_->side_memory_bytes();
+  const MicroBatchFit fit = fit_micro_batch(before.allocated, grads_to_come, after.peak, measured_size, room);
+  if (fit.per_sample <= 0) return;
   const int64_t step_samples = cursor_.samples_of(bucket);
-  const int64_t chosen = std::clamp(fits, limits.min, std::max(limits.min, std::min(limits.max, step_samples)));
+  const int64_t chosen =
+      std::clamp(fit.fits, limits.min, std::max(limits.min, std::min(limits.max, step_samples)));
   micro_batch_[bucket] = chosen;
-  spdlog::info("dynamic batch: bucket {}: {:.2f} GiB per sample at its peak (micro-batch {}), {:.0f} % of {:.1f} GiB "
-               "allowed: micro-batches of {} ({} per step of {} samples)",
-               bucket, per_sample / (1u << 30), measured_size, 100.0 * memory_budget(),
-               static_cast<double>(after.total) / (1u << 30), chosen, (step_samples + chosen - 1) / chosen,
-               step_samples);
+  spdlog::info(
+      "dynamic batch: bucket {}: {:.2f} GiB per sample at its peak (micro-batch {}) beside {:.2f} GiB held, "
+      "{:.0f} % of {:.1f} GiB allowed: micro-batches of {} ({} per step of {} samples)",
+      bucket, fit.per_sample / (1u << 30), measured_size,
+      static_cast<double>(before.allocated + grads_to_come) / (1u << 30), 100.0 * memory_budget(),
+      static_cast<double>(after.total) / (1u << 30), chosen, (step_samples + chosen - 1) / chosen,
+      step_samples);
 }
 
 void Trainer::finish_step() {

@@ -156,7 +156,8 @@ class Trainer {
   bool step_fault_at(int64_t step) const {
     return faults_.at(Fault::kNonfiniteGrad, step) || faults_.at(Fault::kOom, step);
   }
-  void choose_micro_batch(int64_t bucket, int64_t measured_size, const GpuMemory& before, const GpuMemory& after);
+  void choose_micro_batch(int64_t bucket, int64_t measured_size, const GpuMemory& before,
+                          int64_t grads_to_come, const GpuMemory& after);
   /// Clip, the (skipped when non-finite) update and the loss scale's update, all in place.
   void finish_step();
   void save_checkpoint();

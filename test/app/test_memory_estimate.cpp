@@ -212,6 +212,29 @@ TEST_CASE("memory estimate: a step that does not fit is TT_ERR_MEMORY with the n
   CHECK_NOTHROW(tt::check_estimate_fits(e, config, capacity));
 }
 
+TEST_CASE(
+    "dynamic batch: a bucket's measured step counts the gradients it made once, whether or not they "
+    "existed before it",
+    "[memory][train]") {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // Weights and optimizer state 13 GiB, gradients 4 GiB, 10 GiB of activations per sample; a
+  // budget of 71 GiB.
+  const double room = 71.0 * static_cast<double>(kGiB);
+  // The run's first step: the gradients are made by it (allocated before: 13 GiB).
+  const tt::MicroBatchFit first = tt::fit_micro_batch(13 * kGiB, 4 * kGiB, (13 + 4 + 2 * 10) * kGiB, 2, room);
+  CHECK_THAT(first.per_sample, WithinRel(10.0 * kGiB, 1e-12));
+  CHECK(first.fits == 5);  // (71 - 17) / 10
+  // A later bucket's first step: the gradients exist as it begins (kept for graphs, or freed at its
+  // start and made again), so the same activations give the same answer. Counting them again
+  // (the old arithmetic) said 8 GiB per sample and 6 samples: out of memory at 6 * 10 + 17 = 77 GiB.
+  const tt::MicroBatchFit later = tt::fit_micro_batch(17 * kGiB, 0, (17 + 2 * 10) * kGiB, 2, room);
+  CHECK_THAT(later.per_sample, WithinRel(10.0 * kGiB, 1e-12));
+  CHECK(later.fits == 5);
+  // A peak no higher than the fixed part says nothing; a room below it fits nothing.
+  CHECK(tt::fit_micro_batch(17 * kGiB, 0, 17 * kGiB, 2, room).per_sample == 0);
+  CHECK(tt::fit_micro_batch(17 * kGiB, 0, 37 * kGiB, 2, 16.0 * static_cast<double>(kGiB)).fits == 0);
+}
+
 TEST_CASE("memory estimate: a step plans for the share of the device the allocator can reach, less 2 %",
           "[memory]") {
   constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;

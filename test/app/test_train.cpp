@@ -432,8 +432,10 @@ TEST_CASE("dynamic batch: an injected out-of-memory halves the micro-batch and r
   INFO(b.output);
   REQUIRE(b.exit_code == 0);
   CHECK_THAT(b.output, ContainsSubstring("batch: dynamic, 4 samples per step"));
-  CHECK_THAT(b.output, ContainsSubstring("step 2: out of memory with micro-batches of 4 (bucket 0): the step runs "
-                                         "again from its start with 2"));
+  CHECK_THAT(b.output,
+             ContainsSubstring("step 2: out of memory with micro-batches of 4 (bucket 0): the step runs "
+                               "again from its start with 2 (CUDA out of memory (injected by "
+                               "TELETRON_FAULTS))"));
   CHECK_THAT(b.output, ContainsSubstring("step 3: out of memory with micro-batches of 2 (bucket 0)"));
   const std::vector<nlohmann::json> rows = read_metrics(dynamic + "/metrics.jsonl");
   REQUIRE(rows.size() == 8);
