@@ -1006,6 +1006,33 @@ TEST_CASE("dynamic_batch.mode token_budget: each bucket's step holds about the s
   check_same_checkpoints(straight + "/checkpoints/step_0000008", split + "/checkpoints/step_0000008");
 }
 
+// A bucket first measured after the run's first step begins with the gradients allocated (CUDA
+// graphs keep them): its memory per sample is the peak above what was allocated, and the gradients
+// are not subtracted again. The model is widened (hidden 256: 5.0 M parameters, 20 MB of fp32
+// gradients) and runs in fp32 (no autocast copies of the weights) so that the gradients outweigh a
+// step's activations at micro-batch 1; subtracted twice, the second bucket's figure is
+// below zero and it chooses nothing (one "dynamic batch: bucket" line instead of two). Not yet run
+// on a GPU when written (2026-12-07: no device machine could be had).
+TEST_CASE("dynamic batch on the GPU: a bucket measured after the first step still measures its memory per sample",
+          "[train][data][dynamic][gpu][memory]") {
+  TT_REQUIRE_GPU();
+  TempDir dir("tt_dynamic_gpu");
+  const std::string config = write_two_shape_data(dir);
+  const std::string sets =
+      " --device cuda --max-steps 8 --set mixed_precision.enabled=false --set batch_size=dynamic --set dynamic_batch.initial=1 --set dynamic_batch.min=1 "
+      "--set model.num_attention_heads=4 --set model.attention_head_dim=64 --set 'model.rope_axes_dim=[16, 24, 24]'";
+  auto run = run_teletron("train " + config + " --output " + (dir / "run") + sets);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  // Eight steps of one sample: both buckets come in the first epoch, each measured at its first step.
+  size_t lines = 0;
+  for (size_t at = run.output.find("dynamic batch: bucket "); at != std::string::npos;
+       at = run.output.find("dynamic batch: bucket ", at + 1))
+    ++lines;
+  CHECK(lines == 2);
+  CHECK_THAT(run.output, !ContainsSubstring("out of memory"));
+}
+
 // Cached latents read ahead (data.prefetch, the default 2) against inside the step (0): the same
 // batches, in order, and on the CPU the same weights bit for bit, also across a resume.
 void check_latent_prefetch(const std::string& device) {
