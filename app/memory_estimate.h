@@ -85,9 +85,9 @@ struct MicroBatchFit {
 /// `grads_to_come`, the bytes of the gradients that did not exist then (the step makes them whatever
 /// its micro-batch: all of them at a run's first step, none later, when they are kept (graphs) or
 /// freed and made again); `peak`, the allocator's peak during the step; `room`, the bytes the step
-/// may fill (the budget's share of the device, less what runs beside it). The fixed part counted
-/// twice (gradients that already existed) made the per-sample figure too small and the micro-batch
-/// too large. Nothing fits (fits 0) where the peak is not above the fixed part.
+/// may fill (the budget's share of the device, less what runs beside it). Gradients that existed
+/// before the step are in `allocated_before` already. Nothing fits (fits 0) where the peak is not
+/// above the fixed part.
 MicroBatchFit fit_micro_batch(int64_t allocated_before, int64_t grads_to_come, int64_t peak, int64_t samples,
                               double room);
 

@@ -27,6 +27,7 @@ using tt::test::TempDir;
 namespace {
 
 using Workspace = tt::test::TrainWorkspace;
+using tt::test::count_of;
 using tt::test::read_metrics;
 using tt::test::run_with_env;
 using tt::test::weight_difference;
@@ -1019,17 +1020,14 @@ TEST_CASE("dynamic batch on the GPU: a bucket measured after the first step stil
   TempDir dir("tt_dynamic_gpu");
   const std::string config = write_two_shape_data(dir);
   const std::string sets =
-      " --device cuda --max-steps 8 --set mixed_precision.enabled=false --set batch_size=dynamic --set dynamic_batch.initial=1 --set dynamic_batch.min=1 "
-      "--set model.num_attention_heads=4 --set model.attention_head_dim=64 --set 'model.rope_axes_dim=[16, 24, 24]'";
+      " --device cuda --max-steps 8 --set mixed_precision.enabled=false --set batch_size=dynamic "
+      "--set dynamic_batch.initial=1 --set dynamic_batch.min=1 --set model.num_attention_heads=4 --set "
+      "model.attention_head_dim=64 --set 'model.rope_axes_dim=[16, 24, 24]'";
   auto run = run_teletron("train " + config + " --output " + (dir / "run") + sets);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   // Eight steps of one sample: both buckets come in the first epoch, each measured at its first step.
-  size_t lines = 0;
-  for (size_t at = run.output.find("dynamic batch: bucket "); at != std::string::npos;
-       at = run.output.find("dynamic batch: bucket ", at + 1))
-    ++lines;
-  CHECK(lines == 2);
+  CHECK(count_of(run.output, "dynamic batch: bucket ") == 2);
   CHECK_THAT(run.output, !ContainsSubstring("out of memory"));
 }
 

@@ -34,6 +34,7 @@ namespace {
 struct Workspace : tt::test::TrainWorkspace {
   explicit Workspace(int samples) : TrainWorkspace(samples, "", "tt_precision") {}
 };
+using tt::test::count_of;
 using tt::test::read_metrics;
 using tt::test::run_with_env;
 using tt::test::weight_difference;
@@ -47,13 +48,6 @@ double late_loss(const std::string& run) {
   double sum = 0.0;
   for (size_t i = rows.size() / 2; i < rows.size(); ++i) sum += rows[i]["loss"].get<double>();
   return sum / static_cast<double>(rows.size() - rows.size() / 2);
-}
-
-// How often `text` occurs in `output`.
-int count_of(const std::string& output, const std::string& text) {
-  int count = 0;
-  for (size_t at = output.find(text); at != std::string::npos; at = output.find(text, at + 1)) ++count;
-  return count;
 }
 
 }  // namespace

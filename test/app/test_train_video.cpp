@@ -26,6 +26,7 @@
 using Catch::Matchers::ContainsSubstring;
 using tt::test::TempDir;
 
+using tt::test::count_of;
 using tt::test::read_metrics;
 
 namespace {
@@ -142,14 +143,6 @@ void check_pairing(const std::string& out, const std::vector<std::string>& files
     const auto text = tt::safetensors::load(dir / ("text" + std::to_string(r) + ".safetensors"), {"text_states"});
     CHECK(torch::equal(stored.at("text_states"), text.at("text_states")));
   }
-}
-
-// Occurrences of `needle` in `text`.
-size_t count_of(const std::string& text, const std::string& needle) {
-  size_t count = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size()))
-    ++count;
-  return count;
 }
 
 }  // namespace

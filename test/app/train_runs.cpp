@@ -52,6 +52,13 @@ CommandResult TrainWorkspace::train(const std::string& run, const std::string& a
   return result;
 }
 
+int count_of(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size()))
+    ++count;
+  return count;
+}
+
 std::vector<nlohmann::json> read_metrics(const std::string& path) { return read_jsonl(path); }
 
 CommandResult run_with_env(const std::vector<std::pair<std::string, std::string>>& env, const std::string& args) {

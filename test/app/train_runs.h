@@ -28,6 +28,9 @@ struct TrainWorkspace {
   CommandResult train(const std::string& run, const std::string& args) const;
 };
 
+/// How often `needle` occurs in `text` (occurrences that do not overlap).
+int count_of(const std::string& text, const std::string& needle);
+
 /// Every row of a metrics.jsonl.
 std::vector<nlohmann::json> read_metrics(const std::string& path);
 
