@@ -13,7 +13,7 @@
 #                                    benchmarking on (TELETRON_CUDNN_BENCHMARK=1).
 #   scripts/gpu_issue11.sh ctest     every test ([gpu] included) under `ctest -j 8`, RUNS times (default 3;
 #                                    one run takes ~5 min there: RUNS=1 per call, CTEST_TIMEOUT 420 s).
-#   scripts/gpu_issue11.sh mutants   the spin, owned-stream and busy-stream NVDEC tests as the tree is,
+#   scripts/gpu_issue11.sh mutants   the spin, owned-stream, busy-stream NVDEC and dynamic-batch measurement tests as the tree is,
 #                                    then each with what it guards patched out (it must fail), restored.
 set -uo pipefail
 part=${1:?usage: gpu_issue11.sh hazard|equality|ctest|mutants}
@@ -122,6 +122,7 @@ case "$part" in
     spin="spin_until_set waits for another stream's flag or its timeout; busy_for holds a stream for its duration"
     owned='an OwnedCudaStream is a stream of its own\, made once on its device'  # Catch2: \, is a comma
     busy="NVDEC frames stay right while the caller's stream is busy during the decode"
+    dyn="dynamic batch on the GPU: a bucket measured after the first step still measures its memory per sample"
     # mutant TARGET LABEL COUNT TEST FILE SED [FILE SED ...]: every FILE patched by its SED (each
     # must change), TARGET rebuilt, TEST run COUNT times, the files restored.
     mutant() {
@@ -137,11 +138,12 @@ case "$part" in
       runs "$label" "$count" "$build/test/$target" "$name"
       for i in "${!files[@]}"; do cp "/tmp/mutant.$i" "${files[$i]}"; done  # newer than the build: built again next
     }
-    # MUTANTS picks the tests (default all three: spin owned nvdec).
-    picked() { case " ${MUTANTS:-spin owned nvdec} " in *" $1 "*) return 0 ;; esac; return 1; }
+    # MUTANTS picks the tests (default all four: spin owned nvdec dyn).
+    picked() { case " ${MUTANTS:-spin owned nvdec dyn} " in *" $1 "*) return 0 ;; esac; return 1; }
     picked spin && runs spin 3 "$build/test/teletron_tests_cuda" "$spin"
     picked owned && runs owned_stream 3 "$build/test/teletron_tests_core" "$owned"
     picked nvdec && runs nvdec_busy 5 "$build/test/teletron_tests_pipeline" "$busy"
+    picked dyn && runs dynamic_measure 3 "$build/test/teletron_tests_app" "$dyn"
     picked spin && mutant teletron_tests_cuda spin_without_busy_wait 2 "$spin" \
       cuda/spin.cu 's/busy_for_kernel<<<1, 1, 0, stream>>>(duration_ns);/busy_for_kernel<<<1, 1, 0, stream>>>(0);/'
     picked owned && mutant teletron_tests_core owned_stream_without_synchronize 2 "$owned" \
@@ -153,6 +155,10 @@ case "$part" in
     picked nvdec && mutant teletron_tests_pipeline nvdec_busy_copy_on_callers_stream_no_prewait 3 "$busy" \
       pipeline/nvdec.cpp 's/auto s = static_cast<cudaStream_t>(stream);/auto s = c10::cuda::getCurrentCUDAStream().stream(); (void)stream;/' \
       pipeline/video_reader_decode.cpp 's/    nvdec::wait_for_current(s.cuda_stream, s.device_index);  \/\/ the new tensors are free to write/    \/\/ pre-wait removed/'
+    # Every parameter's gradient subtracted from a bucket's measured step, made by it or not (the
+    # arithmetic before 31efead): the second bucket's figure drops below zero.
+    picked dyn && mutant teletron_tests_app dynamic_measure_grads_counted_twice 2 "$dyn" \
+      app/trainer.cpp 's/if (!param.grad().defined()) grads_to_come +=/grads_to_come +=/'
     start=$(date +%s)
     cmake --build "$build" >/tmp/tt_restore_build.log 2>&1 || tail -20 /tmp/tt_restore_build.log
     echo "restored tree built in $(( $(date +%s) - start ))s; git diff: $(git status --short -- cuda core pipeline | wc -l) files" |
