@@ -126,6 +126,8 @@ const IdleByValue kIdleByValue[] = {
     {"cuda_graph.retry", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
     {"cuda_graph.threshold", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
     {"cuda_graph.scope", graphs_off, "cuda_graph.enabled is false: every step runs eagerly"},
+    {"data.text_trim_multiple", [](const Config& c) { return c.data.text_padding == "full"; },
+     "data.text_padding is full: every batch keeps the dataset's text length"},
     {"model.checkpoint_keeps_attention", [](const Config& c) { return c.model.activation_checkpointing_every_n == 0; },
      "model.activation_checkpointing is false: no block is recomputed, every attention is kept anyway"},
     {"validation.", [](const Config& c) { return c.validation.every == 0; },

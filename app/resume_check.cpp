@@ -45,6 +45,7 @@ const SafeKey kSafeKeys[] = {
     {"cuda_graph.threshold", "which graphs are kept; the same math"},
     {"cuda_graph.scope", "what a capture takes (the whole step or the blocks); the same math"},
     {"data.text_padding", "text padding kept (masked) or trimmed; the same loss up to rounding"},
+    {"data.text_trim_multiple", "how many masked text columns a trimmed batch keeps; the same loss up to rounding"},
     {"vae.tile_batch", "how many VAE tiles go through the encoder at once; the same latents"},
     {"vae.memory_share",
      "how much of the GPU the encoder may take; the same latents (or a stop at start-up)"},

@@ -373,7 +373,7 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& given, int64_t fir
     text.mask = batch.text_mask != 0;
     text.all_valid = false;
   } else {
-    text = trim_text_padding(batch.text_states, batch.text_mask);
+    text = trim_text_padding(batch.text_states, batch.text_mask, config_.data.text_trim_multiple);
   }
   micro.text_states = text.states.to(device_);
   // A copy from pageable memory would wait for the stream: the (small) mask goes through pinned memory.

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "core/errors.h"
 
 namespace tt {
@@ -15,10 +17,11 @@ bool is_right_padded(const torch::Tensor& mask) {
   return !(valid.slice(1, 1) > valid.slice(1, 0, -1)).any().item<bool>();
 }
 
-TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask) {
+TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask, int64_t multiple) {
   TT_ASSERT(!mask.is_cuda(), "trim_text_padding reads the mask on the host; pass the CPU copy");
   TT_ASSERT(states.dim() == 3 && mask.dim() == 2 && states.size(0) == mask.size(0) &&
             states.size(1) == mask.size(1), "text states ", states.sizes(), " and mask ", mask.sizes(), " disagree");
+  TT_ASSERT(multiple >= 1, "trim_text_padding: multiple must be 1 or more, got ", multiple);
   auto valid = mask != 0;  // (B, L) bool
   const int64_t length = valid.size(1);
   int64_t keep = 1;  // the refiner forces the first key on, so one column always stays
@@ -30,6 +33,7 @@ TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& 
       break;
     }
   }
+  keep = std::min(length, (keep + multiple - 1) / multiple * multiple);
   TrimmedText out;
   out.states = states.slice(1, 0, keep);
   out.mask = valid.slice(1, 0, keep);

@@ -16,7 +16,10 @@ struct TrimmedText {
 
 /// states (B, L, D) and mask (B, L) (bool or integer; nonzero = valid), on the CPU so that no
 /// device sync is needed to decide the new length. A sample with no valid token keeps its first.
-TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask);
+/// `multiple` > 1 rounds the kept length up to a multiple of it (at most L): fewer distinct text
+/// lengths, so fewer step shapes for the attention kernels to plan for, at the price of a few
+/// masked columns (a batch whose kept columns are then not all valid runs masked).
+TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask, int64_t multiple = 1);
 
 /// True when every row of mask (B, L) (CPU; nonzero = valid) is valid tokens followed by padding.
 bool is_right_padded(const torch::Tensor& mask);

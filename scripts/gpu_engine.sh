@@ -14,6 +14,13 @@
 #                                          Graphs at the best fixed micro-batch against + dynamic batch)
 #                                          side by side; BATCH, else found by a probe of the dynamic row.
 #                                          Then BATCH=<printed> ROWS=2,3,6 for main today / graphs / full stack.
+#   scripts/gpu_engine.sh plans            row 2 (main today: eager, text trimmed per batch) on (c)'s buckets
+#                                          three times in one call: as shipped, with TORCH_CUDNN_SDPA_DEPRIORITIZED=1
+#                                          (SDPA's masked calls then go to another kernel than cuDNN's), and with
+#                                          data.text_trim_multiple 64 (4 text lengths instead of up to 256): is
+#                                          the trimmed steps' idle GPU time (91 % busy) cuDNN building an
+#                                          attention plan for each new text length? BATCH (default 2),
+#                                          WARMUP (6), STEPS (9), PROFILE (3).
 #   scripts/gpu_engine.sh curves [STEPS]   benchmark (d): loss curves on the 1b preset at 16x9x32x32
 #                                          latents, STEPS steps (default 300), same data and seed, for
 #                                          fp32, bf16, fp16, bf16 + graphs, bf16 + dynamic batch; the
@@ -99,6 +106,18 @@ case "$part" in
     fi
     bench buckets --ablation --rows "${ROWS:-3,4}" --buckets "$shapes" --samples $((3 * global)) --batch "$BATCH" \
       --accumulation $((global / BATCH)) --warmup "${WARMUP:-30}" --steps "${STEPS:-9}" --profile-steps "${PROFILE:-3}" "$@"
+    ;;
+  plans)
+    shapes=33x256x256,33x480x832,65x256x448; global=${GLOBAL:-16}; batch=${BATCH:-2}
+    # LABEL:ENVIRONMENT:BENCH ARGUMENTS
+    for spec in "shipped::" "cudnn_last:TORCH_CUDNN_SDPA_DEPRIORITIZED=1:" "multiple_64::--set data.text_trim_multiple=64"; do
+      IFS=: read -r label setting extra <<<"$spec"
+      ( [ -z "$setting" ] || export "${setting?}"
+        echo "plans_$label: ${setting:-} ${extra:-}" | tee -a "$out/summary.txt"
+        # shellcheck disable=SC2086 # extra is words
+        bench "plans_$label" --ablation --rows 2 --buckets "$shapes" --samples $((3 * global)) --batch "$batch" \
+          --accumulation $((global / batch)) --warmup "${WARMUP:-6}" --steps "${STEPS:-9}" --profile-steps "${PROFILE:-3}" $extra )
+    done
     ;;
   curves)
     steps=${1:-300}

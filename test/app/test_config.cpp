@@ -751,6 +751,8 @@ TEST_CASE("every command warns once about a set key it does not use, never about
       {tt::Command::kTrain, {"model.checkpoint_keeps_attention=true", "model.fused_kernels=true"},
        "model.checkpoint_keeps_attention", "model.activation_checkpointing is false: no block is recomputed",
        "model.fused_kernels"},
+      {tt::Command::kTrain, {"data.text_padding=full", "data.text_trim_multiple=64"}, "data.text_trim_multiple",
+       "but data.text_padding is full: every batch keeps the dataset's text length", "data.text_padding"},
       {tt::Command::kSample, {"model.checkpoint_keeps_attention=true", "vae.tiling=on"},
        "model.checkpoint_keeps_attention", "sample runs no backward pass", "vae.tiling"},
       // bench-vae, bench-video and probe take no config: were they given one, nothing is read.

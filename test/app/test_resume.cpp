@@ -192,6 +192,7 @@ TEST_CASE("resume check: cadence, paths, pipeline depth and execution knobs keep
   check_allowed(before, "cuda_graph.warmup_steps=7", "cuda_graph.warmup_steps");
   check_allowed(before, "cuda_graph.threshold=1.5", "cuda_graph.threshold");
   check_allowed(before, "data.text_padding=full", "data.text_padding");
+  check_allowed(before, "data.text_trim_multiple=16", "data.text_trim_multiple");
   check_allowed(before, "train.expandable_segments=true", "train.expandable_segments");
   check_allowed(before, "train.memory_cap=0.5", "train.memory_cap");
   // The flow stage only measures: a checkpoint of a run before it (algorithm none then) resumes.

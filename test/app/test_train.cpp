@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include "core/checkpoint.h"
@@ -559,6 +560,45 @@ TEST_CASE("CUDA graphs (emulated): an injected capture failure is a TT_ERR_GRAPH
   CHECK_THAT(none.output, ContainsSubstring("out of retries: this shape runs eagerly from now on"));
   CHECK_THAT(none.output, ContainsSubstring("CUDA graphs: 0 capture(s), 1 failed, 0 replays, 7 eager steps"));
   CHECK(weight_difference(eager + "/checkpoints/step_0000008", given_up + "/checkpoints/step_0000008") == 0.0);
+}
+
+// The text lengths the steps ran with, from the graph runner's summary (its step shapes): every
+// trimmed micro-batch's own length when captured with data.text_padding trim.
+std::set<int64_t> captured_text_lengths(const std::string& output) {
+  std::set<int64_t> lengths;
+  const std::string marker = "] text ";  // "[latents [2, 16, 2, 8, 8] text 5 masked from 0]"
+  for (size_t at = output.find(marker); at != std::string::npos; at = output.find(marker, at + 1)) {
+    std::istringstream rest(output.substr(at + marker.size(), 8));
+    int64_t length = 0;
+    if (rest >> length) lengths.insert(length);
+  }
+  return lengths;
+}
+
+TEST_CASE("data.text_trim_multiple: trimmed text keeps a multiple of its columns, at most the dataset's, and "
+          "trains to the same weights up to rounding",
+          "[train][graph][padding]") {
+  Workspace ws(8);
+  // Captured per shape (emulated), the trimmed steps name their text lengths: captions of 2-8 of
+  // the dataset's 8 tokens, so lengths below 8 exactly, only 8 with a multiple of 8 (or more).
+  const std::string sets = " --set data.text_padding=trim --set cuda_graph.warmup_steps=1 --max-steps 8";
+  auto exact = run_with_env({{"TELETRON_GRAPH_EMULATE", "2"}},
+                            "train " + ws.config + " --output " + (ws.dir / "exact") + sets);
+  INFO(exact.output);
+  REQUIRE(exact.exit_code == 0);
+  const std::set<int64_t> exact_lengths = captured_text_lengths(exact.output);
+  REQUIRE_FALSE(exact_lengths.empty());
+  CHECK(*exact_lengths.begin() < 8);
+  for (const char* multiple : {"8", "64"}) {
+    INFO("multiple " << multiple);
+    const std::string run = ws.dir / (std::string("multiple_") + multiple);
+    auto rounded = run_with_env({{"TELETRON_GRAPH_EMULATE", "2"}}, "train " + ws.config + " --output " + run + sets +
+                                                                      " --set data.text_trim_multiple=" + multiple);
+    INFO(rounded.output);
+    REQUIRE(rounded.exit_code == 0);
+    CHECK(captured_text_lengths(rounded.output) == std::set<int64_t>{8});
+    CHECK(weight_difference(ws.dir / "exact/checkpoints/step_0000008", run + "/checkpoints/step_0000008") < 1e-5);
+  }
 }
 
 TEST_CASE("CUDA graphs (emulated): a graph slower than eager is dropped at its first comparison, whatever the "

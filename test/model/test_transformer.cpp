@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "core/errors.h"
 #include "model/flops.h"
@@ -285,6 +287,40 @@ TEST_CASE("trimmed text padding gives the same output as the masked full text", 
   one.guidance = in.guidance.slice(0, 0, 1);
   one.text_all_valid = true;
   CHECK(torch::allclose(model->forward(one), reference.slice(0, 0, 1), 1e-5, 1e-5));
+}
+
+TEST_CASE("trimmed text rounded up to a multiple keeps masked columns and gives the same output", "[model]") {
+  auto c = small_config();
+  tt::HunyuanVideoTransformer model(c);
+  randomise(model);
+  auto in = make_inputs(c, 2, 12);
+  in.encoder_attention_mask[0].slice(0, 3).fill_(false);  // sample 0: 3 valid
+  in.encoder_attention_mask[1].slice(0, 5).fill_(false);  // sample 1: 5 valid
+  auto reference = model->forward(in);
+  const auto& states = in.encoder_hidden_states;
+  const auto& mask = in.encoder_attention_mask;
+  // The batch's longest caption (5) rounded up to the multiple, never past the 12 columns there are.
+  const std::vector<std::pair<int64_t, int64_t>> expected = {{1, 5}, {4, 8}, {5, 5}, {8, 8}, {64, 12}};
+  for (const auto& [multiple, kept] : expected) {
+    INFO("multiple " << multiple);
+    auto trimmed = tt::trim_text_padding(states, mask, multiple);
+    CHECK(trimmed.states.size(1) == kept);
+    CHECK(trimmed.mask.size(1) == kept);
+    CHECK_FALSE(trimmed.all_valid);
+    CHECK(trimmed.mask.sum().item<int64_t>() == 8);  // every valid token kept
+    auto batch_in = in;
+    batch_in.encoder_hidden_states = trimmed.states;
+    batch_in.encoder_attention_mask = trimmed.mask;
+    CHECK(torch::allclose(model->forward(batch_in), reference, 1e-5, 1e-5));
+  }
+  // One sample alone: exact trimming leaves no padding; rounded up, the kept padding is masked.
+  auto exact = tt::trim_text_padding(states.slice(0, 0, 1), mask.slice(0, 0, 1), 3);
+  CHECK(exact.states.size(1) == 3);
+  CHECK(exact.all_valid);
+  auto rounded = tt::trim_text_padding(states.slice(0, 0, 1), mask.slice(0, 0, 1), 4);
+  CHECK(rounded.states.size(1) == 4);
+  CHECK_FALSE(rounded.all_valid);
+  CHECK_THROWS_AS(tt::trim_text_padding(states, mask, 0), tt::Error);
 }
 
 TEST_CASE("activation checkpointing changes no output and no gradient", "[model][checkpoint]") {
