@@ -56,6 +56,17 @@ bench() {  # bench LABEL ARGS...: one bench --suite train call, its table into t
   grep -E "^\||^- |Kernel time|timed steps|CUDA graph|TT_ERR" "$out/$label.log" | tee -a "$out/summary.txt"
 }
 
+# Benchmark (c)'s buckets, one third of GLOBAL (16) samples each per step.
+global=${GLOBAL:-16}
+shapes=33x256x256,33x480x832,65x256x448
+# buckets_bench LABEL ROWS MICRO_BATCH DEFAULT_WARMUP [ARGS...]: bench on (c)'s buckets at that fixed
+# micro-batch (accumulation making up the global batch); WARMUP, STEPS, PROFILE override.
+buckets_bench() {
+  local label=$1 rows=$2 micro=$3 warmup=$4; shift 4
+  bench "$label" --ablation --rows "$rows" --buckets "$shapes" --samples $((3 * global)) --batch "$micro" \
+    --accumulation $((global / micro)) --warmup "${WARMUP:-$warmup}" --steps "${STEPS:-9}" --profile-steps "${PROFILE:-3}" "$@"
+}
+
 case "$part" in
   tests)
     n=${1:-3}
@@ -89,8 +100,6 @@ case "$part" in
   # probe's answer there) the probe is skipped and both rows fit one call. Run the other rows as
   # another call, e.g. BATCH=2 ROWS=2,3,6 (main today, graphs, full stack).
   buckets)
-    global=${GLOBAL:-16}
-    shapes=33x256x256,33x480x832,65x256x448
     if [ -z "${BATCH:-}" ]; then
       timeout "${PROBE_TIMEOUT:-240}" "$tt" bench --suite train --ablation --rows 4 --buckets "$shapes" \
         --samples $((3 * global)) --batch 1 --accumulation "$global" --warmup 5 --steps 1 --profile-steps 0 \
@@ -104,19 +113,16 @@ case "$part" in
       echo "buckets: the best fixed micro-batch for all three buckets: BATCH=$BATCH (the dynamic row's smallest choice $fits, down to a divisor of $global)" |
         tee -a "$out/summary.txt"
     fi
-    bench buckets --ablation --rows "${ROWS:-3,4}" --buckets "$shapes" --samples $((3 * global)) --batch "$BATCH" \
-      --accumulation $((global / BATCH)) --warmup "${WARMUP:-30}" --steps "${STEPS:-9}" --profile-steps "${PROFILE:-3}" "$@"
+    buckets_bench buckets "${ROWS:-3,4}" "$BATCH" 30 "$@"
     ;;
   plans)
-    shapes=33x256x256,33x480x832,65x256x448; global=${GLOBAL:-16}; batch=${BATCH:-2}
     # LABEL:ENVIRONMENT:BENCH ARGUMENTS
     for spec in "shipped::" "cudnn_last:TORCH_CUDNN_SDPA_DEPRIORITIZED=1:" "multiple_64::--set data.text_trim_multiple=64"; do
       IFS=: read -r label setting extra <<<"$spec"
       ( [ -z "$setting" ] || export "${setting?}"
         echo "plans_$label: ${setting:-} ${extra:-}" | tee -a "$out/summary.txt"
         # shellcheck disable=SC2086 # extra is words
-        bench "plans_$label" --ablation --rows 2 --buckets "$shapes" --samples $((3 * global)) --batch "$batch" \
-          --accumulation $((global / batch)) --warmup "${WARMUP:-6}" --steps "${STEPS:-9}" --profile-steps "${PROFILE:-3}" $extra )
+        buckets_bench "plans_$label" 2 "${BATCH:-2}" 6 $extra )
     done
     ;;
   curves)
