@@ -34,7 +34,9 @@ struct RowPlan {
   bool tf32 = true;        // cuDNN's TF32 (LibTorch's default); the naive row turns it off
   bool mixed = true;       // mixed_precision.enabled
   bool dynamic = false;    // batch_size: dynamic
-  int64_t prefetch = 0;    // data.prefetch
+  // data.prefetch; > 0 marks the host-fix rows: the rows before them trim text exactly, as main did
+  // before data.text_trim_multiple, unless the config or --set names that key.
+  int64_t prefetch = 0;
   bool graphs = false;     // cuda_graph.enabled (text padding full with them, trimmed without)
   bool fused = false;      // model.fused_kernels
   bool segments = false;   // model.segment_attention
@@ -83,6 +85,10 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   c.data.source = "latents";
   c.data.manifest = manifest;
   c.data.prefetch = plan.prefetch;
+  const bool trim_named =
+      std::any_of(base.set_keys.begin(), base.set_keys.end(),
+                  [](const ConfigSetKey& key) { return key.path == "data.text_trim_multiple"; });
+  if (o.ablation && plan.prefetch == 0 && !trim_named) c.data.text_trim_multiple = 1;
   c.model.fused_kernels = plan.fused;
   c.model.segment_attention = plan.segments;
   // Graphs capture in the warm-up, so the timed steps replay; without them the text padding is

@@ -68,7 +68,7 @@ struct DataSection {
   std::optional<double> max_motion;
   int64_t prefetch = 2;  // data.source: latents: batches read ahead on a thread (0 = inside the step)
   std::string text_padding = "auto";  // auto | full | trim: text padding kept (masked) or trimmed per batch
-  int64_t text_trim_multiple = 1;     // trimmed text keeps a multiple of this many columns (at most all)
+  int64_t text_trim_multiple = 64;    // masked trimmed text: a multiple of this many columns (at most all)
 
   bool operator==(const DataSection&) const = default;
 };

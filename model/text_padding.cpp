@@ -33,11 +33,14 @@ TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& 
       break;
     }
   }
-  keep = std::min(length, (keep + multiple - 1) / multiple * multiple);
+  // Rounding only pays where the batch runs masked anyway: a batch with no padding left at its exact
+  // length (one sample, or captions of one length) stays exact and attends without a mask.
+  const bool exact_all_valid = valid.slice(1, 0, keep).all().item<bool>();
+  if (!exact_all_valid) keep = std::min(length, (keep + multiple - 1) / multiple * multiple);
   TrimmedText out;
   out.states = states.slice(1, 0, keep);
   out.mask = valid.slice(1, 0, keep);
-  out.all_valid = out.mask.all().item<bool>();
+  out.all_valid = exact_all_valid;  // rounded batches keep padding, so they stay masked
   return out;
 }
 

@@ -16,9 +16,10 @@ struct TrimmedText {
 
 /// states (B, L, D) and mask (B, L) (bool or integer; nonzero = valid), on the CPU so that no
 /// device sync is needed to decide the new length. A sample with no valid token keeps its first.
-/// `multiple` > 1 rounds the kept length up to a multiple of it (at most L): fewer distinct text
-/// lengths, so fewer step shapes for the attention kernels to plan for, at the price of a few
-/// masked columns (a batch whose kept columns are then not all valid runs masked).
+/// `multiple` > 1 rounds the kept length of a batch that keeps padding (and so runs masked) up to a
+/// multiple of it (at most L): fewer distinct masked text lengths, so fewer step shapes for the
+/// attention kernels to plan for, at the price of a few more masked columns. A batch with no padding
+/// left at its exact length (one sample, or captions of one length) stays exact: no mask added.
 TrimmedText trim_text_padding(const torch::Tensor& states, const torch::Tensor& mask, int64_t multiple = 1);
 
 /// True when every row of mask (B, L) (CPU; nonzero = valid) is valid tokens followed by padding.

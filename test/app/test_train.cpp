@@ -580,10 +580,12 @@ TEST_CASE("data.text_trim_multiple: trimmed text keeps a multiple of its columns
           "[train][graph][padding]") {
   Workspace ws(8);
   // Captured per shape (emulated), the trimmed steps name their text lengths: captions of 2-8 of
-  // the dataset's 8 tokens, so lengths below 8 exactly, only 8 with a multiple of 8 (or more).
+  // the dataset's 8 tokens, so lengths below 8 exactly, only 8 with a multiple of 8 (or more): the
+  // batches of two here all have captions of two lengths (one of one length would stay exact).
   const std::string sets = " --set data.text_padding=trim --set cuda_graph.warmup_steps=1 --max-steps 8";
-  auto exact = run_with_env({{"TELETRON_GRAPH_EMULATE", "2"}},
-                            "train " + ws.config + " --output " + (ws.dir / "exact") + sets);
+  auto exact = run_with_env(
+      {{"TELETRON_GRAPH_EMULATE", "2"}},
+      "train " + ws.config + " --output " + (ws.dir / "exact") + sets + " --set data.text_trim_multiple=1");
   INFO(exact.output);
   REQUIRE(exact.exit_code == 0);
   const std::set<int64_t> exact_lengths = captured_text_lengths(exact.output);

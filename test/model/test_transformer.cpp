@@ -313,13 +313,19 @@ TEST_CASE("trimmed text rounded up to a multiple keeps masked columns and gives 
     batch_in.encoder_attention_mask = trimmed.mask;
     CHECK(torch::allclose(model->forward(batch_in), reference, 1e-5, 1e-5));
   }
-  // One sample alone: exact trimming leaves no padding; rounded up, the kept padding is masked.
-  auto exact = tt::trim_text_padding(states.slice(0, 0, 1), mask.slice(0, 0, 1), 3);
-  CHECK(exact.states.size(1) == 3);
-  CHECK(exact.all_valid);
-  auto rounded = tt::trim_text_padding(states.slice(0, 0, 1), mask.slice(0, 0, 1), 4);
-  CHECK(rounded.states.size(1) == 4);
-  CHECK_FALSE(rounded.all_valid);
+  // A batch with no padding left at its exact length (one sample; captions of one length) stays
+  // exact and unmasked whatever the multiple: rounding would only add a mask it does not need.
+  for (const int64_t multiple : {1, 3, 4, 64}) {
+    INFO("multiple " << multiple);
+    auto alone = tt::trim_text_padding(states.slice(0, 0, 1), mask.slice(0, 0, 1), multiple);
+    CHECK(alone.states.size(1) == 3);
+    CHECK(alone.all_valid);
+    auto same_lengths = mask.clone();
+    same_lengths[1].slice(0, 3).fill_(false);  // both samples 3 valid
+    auto equal = tt::trim_text_padding(states, same_lengths, multiple);
+    CHECK(equal.states.size(1) == 3);
+    CHECK(equal.all_valid);
+  }
   CHECK_THROWS_AS(tt::trim_text_padding(states, mask, 0), tt::Error);
 }
 
