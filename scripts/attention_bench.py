@@ -17,7 +17,12 @@ transposed), text right-padded to `--text` columns with each sample's own captio
 
 Each row: milliseconds for forward + backward (median of --iters after --warmup), and the rate in
 TFLOP/s of the attention it computes (4 * Nq * Nk * D per head forward, backward counted as 2.5
-forwards). Run on the GPU machine: python3 scripts/attention_bench.py --json $OUT/attention.json.
+forwards). Then the cost of a new shape: --new-lengths text lengths never seen before, each timed
+at its first call and again at its second (masked at micro-batch 2, unmasked at 1): the difference
+is cuDNN building its plans. Run on the GPU machine:
+  python3 scripts/attention_bench.py --json $OUT/attention.json
+  TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 python3 scripts/attention_bench.py --json $OUT/attention_avoid.json
+(the variable lets unmasked calls share plans across lengths; PyTorch 2.11 ignores it for masked ones).
 A dry run on the CPU: --device cpu --video 64 --text 16 --batches 1,2 --iters 1 --warmup 0.
 """
 import argparse
@@ -82,6 +87,7 @@ def main():
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--new-lengths", type=int, default=4, help="fresh text lengths timed cold and warm")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
@@ -147,6 +153,27 @@ def main():
                 row["error"] = str(error).splitlines()[0][:200]
                 print(f"| {batch} | {name} | not run: {row['error']} | — | — |")
             rows.append(row)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    # New shapes: text lengths none of the rows above used, each timed at its first and second call.
+    used = {length for row in rows for length in row["lengths"]}
+    fresh = [length for length in range(args.text - 1, 0, -1) if length not in used][: args.new_lengths]
+    print("| micro-batch | new length | first call ms | second call ms | way |")
+    print("|---|---|---|---|---|")
+    for length in fresh:
+        for batch, masked in ((2, True), (1, False)):
+            n = args.video + length
+            q, k, v = make_qkv(batch, n, args.heads, args.dim, device, generator)
+            m = None
+            if masked:  # the second sample a little shorter: its last key masked
+                m = torch.ones(batch, 1, 1, n, dtype=torch.bool, device=device)
+                m[1, ..., n - 1] = False
+            fn = fwd_bwd(q, k, v, m, None)
+            first = timed(fn, 1, 0, device)
+            second = timed(fn, 1, 0, device)
+            way = "mask:auto" if masked else "nomask:auto"
+            print(f"| {batch} | {length} | {first:.2f} | {second:.2f} | {way} |")
+            rows.append({"batch": batch, "way": way, "new_length": length, "first_ms": first, "second_ms": second})
             if device == "cuda":
                 torch.cuda.empty_cache()
     if args.json:
