@@ -85,10 +85,8 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   c.data.source = "latents";
   c.data.manifest = manifest;
   c.data.prefetch = plan.prefetch;
-  const bool trim_named =
-      std::any_of(base.set_keys.begin(), base.set_keys.end(),
-                  [](const ConfigSetKey& key) { return key.path == "data.text_trim_multiple"; });
-  if (o.ablation && plan.prefetch == 0 && !trim_named) c.data.text_trim_multiple = 1;
+  if (o.ablation && plan.prefetch == 0 && !config_key_set(base, "data.text_trim_multiple"))
+    c.data.text_trim_multiple = 1;
   c.model.fused_kernels = plan.fused;
   c.model.segment_attention = plan.segments;
   // Graphs capture in the warm-up, so the timed steps replay; without them the text padding is

@@ -29,6 +29,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -56,8 +57,6 @@ def timed(fn, iters, warmup, device):
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
         else:
-            import time
-
             t0 = time.perf_counter()
             fn()
             times.append(1000.0 * (time.perf_counter() - t0))
@@ -95,6 +94,10 @@ def main():
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("attention_bench: no CUDA device (use --device cpu for a dry run)")
     generator = torch.Generator(device=device).manual_seed(5)
+
+    def forced(backend):  # the CPU has only the math kernel: there every way runs it
+        return None if device == "cpu" else [backend]
+
     lengths_gen = torch.Generator().manual_seed(7)
     rows = []
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
@@ -114,15 +117,12 @@ def main():
         padded_flop = 3.5 * 4 * n * n * args.dim * args.heads * batch
         cases = [
             ("mask:auto", fwd_bwd(q, k, v, mask, None), padded_flop),
-            ("mask:cudnn", fwd_bwd(q, k, v, mask, [SDPBackend.CUDNN_ATTENTION]), padded_flop),
-            ("mask:efficient", fwd_bwd(q, k, v, mask, [SDPBackend.EFFICIENT_ATTENTION]), padded_flop),
-            ("bias:cudnn", fwd_bwd(q, k, v, bias, [SDPBackend.CUDNN_ATTENTION]), padded_flop),
-            ("nomask:cudnn", fwd_bwd(q, k, v, None, [SDPBackend.CUDNN_ATTENTION]), padded_flop),
-            ("nomask:flash", fwd_bwd(q, k, v, None, [SDPBackend.FLASH_ATTENTION]), padded_flop),
+            ("mask:cudnn", fwd_bwd(q, k, v, mask, forced(SDPBackend.CUDNN_ATTENTION)), padded_flop),
+            ("mask:efficient", fwd_bwd(q, k, v, mask, forced(SDPBackend.EFFICIENT_ATTENTION)), padded_flop),
+            ("bias:cudnn", fwd_bwd(q, k, v, bias, forced(SDPBackend.CUDNN_ATTENTION)), padded_flop),
+            ("nomask:cudnn", fwd_bwd(q, k, v, None, forced(SDPBackend.CUDNN_ATTENTION)), padded_flop),
+            ("nomask:flash", fwd_bwd(q, k, v, None, forced(SDPBackend.FLASH_ATTENTION)), padded_flop),
         ]
-        if device == "cpu":  # the CPU has only the math kernel: every way runs it
-            cases = [(name, fwd_bwd(q, k, v, m, None), f) for (name, _, f), m in
-                     zip(cases, [mask, mask, mask, bias, None, None])]
 
         def per_sample(multiple):
             parts, flop = [], 0.0
@@ -134,7 +134,7 @@ def main():
                 if kept != length:
                     m = torch.zeros(1, 1, 1, tokens, dtype=torch.bool, device=device)
                     m[..., : args.video + length] = True
-                parts.append(fwd_bwd(qs, ks, vs, m, None if device == "cpu" else [SDPBackend.CUDNN_ATTENTION]))
+                parts.append(fwd_bwd(qs, ks, vs, m, forced(SDPBackend.CUDNN_ATTENTION)))
                 flop += 3.5 * 4 * tokens * tokens * args.dim * args.heads
             return (lambda: [p() for p in parts]), flop
 
