@@ -35,7 +35,8 @@ struct RowPlan {
   bool mixed = true;       // mixed_precision.enabled
   bool dynamic = false;    // batch_size: dynamic
   // data.prefetch; > 0 marks the host-fix rows: the rows before them trim text exactly, as main did
-  // before data.text_trim_multiple, unless the config or --set names that key.
+  // before data.text_trim_multiple, unless the config or --set names that key, and attend with the
+  // key mask (model.per_sample_attention off, as main had no other way).
   int64_t prefetch = 0;
   bool graphs = false;     // cuda_graph.enabled (text padding full with them, trimmed without)
   bool fused = false;      // model.fused_kernels
@@ -87,6 +88,7 @@ Config row_config(const Config& base, const RowPlan& plan, const BenchTrainOptio
   c.data.prefetch = plan.prefetch;
   if (o.ablation && plan.prefetch == 0 && !config_key_set(base, "data.text_trim_multiple"))
     c.data.text_trim_multiple = 1;
+  if (o.ablation && plan.prefetch == 0) c.model.per_sample_attention = false;
   c.model.fused_kernels = plan.fused;
   c.model.segment_attention = plan.segments;
   // Graphs capture in the warm-up, so the timed steps replay; without them the text padding is

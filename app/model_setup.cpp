@@ -100,6 +100,7 @@ ModelChoice choose_model(const ModelSection& model, const std::optional<std::str
   require_same(model.guidance_embeds, c.guidance_embeds, "guidance_embeds", json_path);
   c.fused_kernels = model.fused_kernels;
   c.segment_attention = model.segment_attention;
+  c.per_sample_attention = model.per_sample_attention;
   c.checkpoint_keeps_attention = model.checkpoint_keeps_attention;
   choice.config = c;
   choice.origin = "config.json " + json_path;

@@ -29,6 +29,7 @@ HunyuanVideoConfig model_config_from(const ModelSection& model) {
   }
   config.fused_kernels = model.fused_kernels;
   config.segment_attention = model.segment_attention;
+  config.per_sample_attention = model.per_sample_attention;
   config.checkpoint_keeps_attention = model.checkpoint_keeps_attention;
   validate_hunyuan_config(config, "tele_tron.model.");
   return config;

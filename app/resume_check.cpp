@@ -37,6 +37,8 @@ const SafeKey kSafeKeys[] = {
     {"model.activation_checkpointing", "recomputes activations in backward; the same math"},
     {"model.fused_kernels", "fused kernels or the plain composition; the same math up to rounding"},
     {"model.segment_attention", "segments or a key mask for padded text; the same math up to rounding"},
+    {"model.per_sample_attention",
+     "per-sample calls or a key mask for padded text; the same math up to rounding"},
     {"model.checkpoint_keeps_attention", "kept or recomputed attention in backward; the same math"},
     {"cuda_graph.enabled", "how the step is launched (captured graphs or eagerly); the same math"},
     {"cuda_graph.warmup_steps", "when a step shape is captured; the same math"},

@@ -383,6 +383,10 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& given, int64_t fir
   // Segments need right padding, read on the host only where they could be used.
   const bool segments = model_config_.segment_attention && !text.all_valid && is_right_padded(text.mask);
   micro.meta = MicroMeta{first, weight, text.all_valid, segments};
+  if (model_config_.per_sample_attention && !text.all_valid && is_right_padded(text.mask)) {
+    const auto counts = text.mask.sum(1).to(torch::kLong).contiguous();
+    micro.text_lengths.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+  }
   return micro;
 }
 
@@ -405,6 +409,14 @@ void Trainer::micro_step(const MicroBatch& micro) {
   inputs.encoder_attention_mask = micro.text_mask;
   inputs.text_all_valid = micro.meta.text_all_valid;
   inputs.text_right_padded = micro.meta.text_segments;
+  inputs.text_lengths = micro.text_lengths;
+  if (!inputs.text_lengths.empty() && !per_sample_said_) {
+    per_sample_said_ = true;
+    spdlog::info(
+        "attention: padded text attended per sample without a mask from step {} on, except in steps "
+        "captured into a CUDA graph (model.per_sample_attention)",
+        step_ + 1);
+  }
   inputs.pooled_projections = micro.pooled;
   if (model_config_.guidance_embeds) {
     inputs.guidance = torch::full({x0.size(0)}, flow_options_.guidance * 1000.0, sample.sigmas.options());

@@ -95,6 +95,9 @@ class Trainer {
     torch::Tensor text_mask;    // (B, L') bool
     torch::Tensor pooled;       // (B, P)
     MicroMeta meta;
+    // Valid text tokens per sample (host), for model.per_sample_attention; empty when it is off or
+    // no padding is left. Not part of a graph's shape key: a captured step keeps the mask.
+    std::vector<int64_t> text_lengths;
   };
   /// One optimizer step: the learning rate set, the data read, the step run (eagerly or as a graph).
   void train_step();
@@ -232,6 +235,7 @@ class Trainer {
   bool text_by_measure_ = false;        // data.text_padding auto with graphs: per bucket, TextChoice
   std::map<std::string, TextChoice> text_choice_;
   torch::Tensor step_loss_;    // 0-d fp32: the current step's loss
+  bool per_sample_said_ = false;  // the first micro-batch given per-sample text lengths was logged
   torch::Tensor loss_sum_;     // 0-d fp32: summed step losses since the last report
   torch::Tensor nonfinite_;    // 0-d fp32: steps skipped for non-finite gradients since the last report
   torch::Tensor skipped_run_;  // 0-d fp32: skipped steps in a row up to the last step

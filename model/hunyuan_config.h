@@ -52,6 +52,12 @@ struct HunyuanVideoConfig {
   /// the same loss and gradients up to rounding. Not an architecture field either. Off by default
   /// until its device runs and measured gain are on record.
   bool segment_attention = false;
+  /// A joint attention over masked (right-padded) text whose per-sample lengths the caller gave
+  /// (TransformerInputs::text_lengths) runs once per sample at its own length, without a mask
+  /// (model/per_sample_attention.h): cuDNN's kernel without a bias instead of with one. The same
+  /// loss and gradients up to rounding; a step being captured into a CUDA graph keeps the mask.
+  /// Not an architecture field. Off by default until its device runs and measured gain are on record.
+  bool per_sample_attention = false;
   /// Checkpointed blocks keep their attention's output and log-sum-exp from the first forward, and
   /// their recompute in backward skips the attention kernel (model/kept_attention.h): N x hidden
   /// x 2 + N x heads x 4 bytes more per checkpointed block in bf16. Not an architecture field. Off

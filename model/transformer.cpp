@@ -4,6 +4,7 @@
 #include "core/errors.h"
 #include "model/activation_checkpoint.h"
 #include "model/fused_ops.h"
+#include "model/per_sample_attention.h"
 #include "model/segment_attention.h"
 
 namespace tt {
@@ -26,10 +27,13 @@ AttentionOptions attention_options(int64_t heads, int64_t head_dim, bool qk_norm
   return options;
 }
 
-// Joint attention: segment attention (no mask) when the keys come as segments and the kernels
-// take q; otherwise SDPA with the key mask (none when every token is valid).
+// Joint attention: per sample without a mask when the keys come with host lengths and no graph is
+// being captured; segment attention (no mask) when they come as segments and the kernels take q;
+// otherwise SDPA with the key mask (none when every token is valid).
 torch::Tensor attend_joint(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                            const JointKeys& keys) {
+  if (!keys.lengths.empty() && per_sample_attention_allowed(q))
+    return per_sample_attention(q, k, v, keys.lengths);
   if (keys.segments.defined() && segment_attention_takes(q)) return segment_attention(q, k, v, keys.segments);
   return attend(q, k, v, keys.mask);
 }
@@ -450,6 +454,15 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
     keys.mask = torch::cat({video_keys, text_valid}, 1).view({batch, 1, 1, -1});  // (B, 1, 1, N+L)
     if (config_.segment_attention && in.text_right_padded && x.is_cuda())
       keys.segments = segment_offsets(text_valid.sum(1) + n, n + text_valid.size(1));
+    if (config_.per_sample_attention && !in.text_lengths.empty()) {
+      TT_ASSERT(static_cast<int64_t>(in.text_lengths.size()) == batch, in.text_lengths.size(),
+                " text lengths for a batch of ", batch);
+      for (const int64_t length : in.text_lengths) {
+        TT_ASSERT(length >= 0 && length <= text_valid.size(1), "text length ", length, " outside [0, ",
+                  text_valid.size(1), "]");
+        keys.lengths.push_back(n + length);
+      }
+    }
   }
   const RopeTable& rope = rope_cache_->get(t, h, w, x.device());
 
@@ -468,10 +481,14 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
     if (has_segments) inputs.push_back(keys.segments);
     return inputs;
   };
-  auto keys_from = [has_mask, has_segments](const std::vector<torch::Tensor>& inputs, size_t first) {
+  // Host lengths travel by value (a recompute runs the same per-sample calls); block graphs never
+  // get them (a graph would bake them in).
+  auto keys_from = [has_mask, has_segments](const std::vector<torch::Tensor>& inputs, size_t first,
+                                            std::vector<int64_t> lengths = {}) {
     JointKeys k;
     if (has_mask) k.mask = inputs.at(first++);
     if (has_segments) k.segments = inputs.at(first);
+    k.lengths = std::move(lengths);
     return k;
   };
   // Checkpointed blocks run again during backward, after forward returned: their closures hold
@@ -486,8 +503,10 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
     const int64_t index = block_index;
     const bool recompute = checkpoint_this();
     if (recompute || graphed) {
-      BlockFunction fn = [impl = block.ptr(), rope_table, keys_from](const std::vector<torch::Tensor>& in_) {
-        auto result = impl->forward(in_[0], in_[1], in_[2], keys_from(in_, 3), *rope_table);
+      BlockFunction fn = [impl = block.ptr(), rope_table, keys_from,
+                          lengths = recompute ? keys.lengths : std::vector<int64_t>{}](
+                             const std::vector<torch::Tensor>& in_) {
+        auto result = impl->forward(in_[0], in_[1], in_[2], keys_from(in_, 3, lengths), *rope_table);
         return std::vector<torch::Tensor>{result.first, result.second};
       };
       auto outputs =
@@ -504,9 +523,11 @@ torch::Tensor HunyuanVideoTransformerImpl::forward(const TransformerInputs& in) 
     const int64_t index = block_index;
     const bool recompute = checkpoint_this();
     if (recompute || graphed) {
-      BlockFunction fn = [impl = block.ptr(), n, rope_table,
-                          keys_from](const std::vector<torch::Tensor>& in_) {
-        return std::vector<torch::Tensor>{impl->forward(in_[0], n, in_[1], keys_from(in_, 2), *rope_table)};
+      BlockFunction fn = [impl = block.ptr(), n, rope_table, keys_from,
+                          lengths = recompute ? keys.lengths : std::vector<int64_t>{}](
+                             const std::vector<torch::Tensor>& in_) {
+        return std::vector<torch::Tensor>{
+            impl->forward(in_[0], n, in_[1], keys_from(in_, 2, lengths), *rope_table)};
       };
       joint = recompute ? checkpointed(fn, with_keys({joint, vec}), block->graph_tensors(), keep_attention)[0]
                         : block_graphs_->run(index, fn, with_keys({joint, vec}), block->graph_tensors())[0];

@@ -56,6 +56,7 @@ TORCH_MODULE(TokenRefiner);
 struct JointKeys {
   torch::Tensor mask;      // (B, 1, 1, N+L) bool, the keys valid for every query
   torch::Tensor segments;  // (2B + 1) int32 segment offsets (model/segment_attention.h), or undefined
+  std::vector<int64_t> lengths;  // valid keys per sample, host (model/per_sample_attention.h), or empty
 };
 
 /// Double-stream block: separate weights for video and text tokens, joint attention.
@@ -129,6 +130,10 @@ struct TransformerInputs {
   /// Host-side promise that each mask row is a valid prefix followed by padding (trim_text_padding
   /// says so): the joint attention may then run as segments (HunyuanVideoConfig::segment_attention).
   bool text_right_padded = false;
+  /// Host-side valid text tokens per sample, each mask row being that many valid tokens then
+  /// padding; empty when not known. With HunyuanVideoConfig::per_sample_attention and a mask, the
+  /// joint attention then runs per sample without the mask.
+  std::vector<int64_t> text_lengths;
 };
 
 class HunyuanVideoTransformerImpl : public torch::nn::Module {

@@ -281,31 +281,38 @@ TEST_CASE("bench --recompute-all: checkpointed LoRA blocks run the GEMMs the def
 }
 
 TEST_CASE(
-    "bench --suite train --ablation: the rows before the host fixes trim text exactly, as main did, "
-    "unless data.text_trim_multiple is named; the host-fix rows keep its value",
+    "bench --suite train --ablation: the rows before the host fixes trim text exactly and attend with the "
+    "mask, as main did, unless data.text_trim_multiple is named; the host-fix rows keep the config's values",
     "[cli][bench][padding]") {
   tt::test::TempDir dir("tt_bench_trim");
-  // multiple_of(SET, ROW): the data.text_trim_multiple that row ran with (its resolved config).
-  auto multiple_of = [&](const std::string& set, const std::string& row) {
+  // resolved(SET, ROW): the config that row ran with; SET: a multiple for data.text_trim_multiple,
+  // with per-sample attention asked for too.
+  auto resolved = [&](const std::string& set, const std::string& row) {
     const std::string work = dir / ("work" + set);
     if (!std::filesystem::exists(work)) {
       auto result = run_teletron(
           "bench --suite train --ablation --rows 2,5 --device cpu --preset tiny --set model.num_layers=1 "
           "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 "
           "--steps 1 --profile-steps 0 --samples 4 --work-dir " +
-          work + (set.empty() ? "" : " --set data.text_trim_multiple=" + set));
+          work +
+          (set.empty() ? ""
+                       : " --set data.text_trim_multiple=" + set + " --set model.per_sample_attention=true"));
       INFO(result.output);
       REQUIRE(result.exit_code == 0);
     }
     const std::string path = work + "/" + row + "/config.resolved.yaml";
     REQUIRE(std::filesystem::exists(path));
-    return tt::load_config(path).data.text_trim_multiple;
+    return tt::load_config(path);
   };
-  CHECK(multiple_of("", "row_2_run_1") == 1);
-  CHECK(multiple_of("", "row_5_run_2") == tt::Config().data.text_trim_multiple);
+  CHECK(resolved("", "row_2_run_1").data.text_trim_multiple == 1);
+  CHECK(resolved("", "row_5_run_2").data.text_trim_multiple == tt::Config().data.text_trim_multiple);
   CHECK(tt::Config().data.text_trim_multiple > 1);
-  CHECK(multiple_of("16", "row_2_run_1") == 16);
-  CHECK(multiple_of("16", "row_5_run_2") == 16);
+  CHECK(resolved("16", "row_2_run_1").data.text_trim_multiple == 16);
+  CHECK(resolved("16", "row_5_run_2").data.text_trim_multiple == 16);
+  // Per-sample attention came after main as the issue found it: never in its rows.
+  CHECK_FALSE(resolved("16", "row_2_run_1").model.per_sample_attention);
+  CHECK(resolved("16", "row_5_run_2").model.per_sample_attention);
+  CHECK_FALSE(resolved("", "row_5_run_2").model.per_sample_attention);
 }
 
 TEST_CASE("bench --suite train --rows runs the rows named, in that order, and writes no checkpoint",

@@ -603,6 +603,25 @@ TEST_CASE("data.text_trim_multiple: trimmed text keeps a multiple of its columns
   }
 }
 
+TEST_CASE("model.per_sample_attention: padded text attended per sample trains to the masked run's weights",
+          "[train][padding]") {
+  Workspace ws(8);
+  // Batches of two with captions of 2-8 of 8 tokens, rounded to 8 columns: every batch keeps padding.
+  const std::string sets = " --set data.text_padding=trim --set data.text_trim_multiple=8 --max-steps 6";
+  auto masked = run_teletron("train " + ws.config + " --output " + (ws.dir / "masked") + sets);
+  INFO(masked.output);
+  REQUIRE(masked.exit_code == 0);
+  CHECK_THAT(masked.output, !ContainsSubstring("attended per sample"));
+  auto split = run_teletron("train " + ws.config + " --output " + (ws.dir / "split") + sets +
+                            " --set model.per_sample_attention=true");
+  INFO(split.output);
+  REQUIRE(split.exit_code == 0);
+  CHECK_THAT(split.output,
+             ContainsSubstring("padded text attended per sample without a mask from step 1 on"));
+  CHECK(weight_difference(ws.dir / "masked/checkpoints/step_0000006",
+                          ws.dir / "split/checkpoints/step_0000006") < 1e-5);
+}
+
 TEST_CASE("CUDA graphs (emulated): a graph slower than eager is dropped at its first comparison, whatever the "
           "threshold", "[train][graph]") {
   Workspace ws(8);
