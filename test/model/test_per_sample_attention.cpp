@@ -13,6 +13,7 @@
 
 #include "core/autocast.h"
 #include "model/per_sample_attention.h"
+#include "test/model/masked_attention.h"
 #include "test/model/small_model.h"
 #include "test/test_util.h"
 
@@ -24,25 +25,9 @@
 
 namespace {
 
-// (B, S) valid-token flags from per-sample lengths.
-torch::Tensor valid_rows(const std::vector<int64_t>& lengths, int64_t tokens) {
-  auto valid = torch::zeros({static_cast<int64_t>(lengths.size()), tokens}, torch::kBool);
-  for (size_t b = 0; b < lengths.size(); ++b)
-    valid[static_cast<int64_t>(b)].slice(0, 0, lengths[b]).fill_(true);
-  return valid;
-}
-
-// Attention with a key mask, (B, S, H * D), as the model's masked path computes it.
-torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& valid) {
-  auto mask = valid.to(q.device()).view({valid.size(0), 1, 1, valid.size(1)});
-  return at::scaled_dot_product_attention(q, k, v, mask).transpose(1, 2).flatten(2, 3);
-}
-
-double relative(const torch::Tensor& a, const torch::Tensor& b) {
-  auto d = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm().item<double>();
-  return d / (b.to(torch::kFloat64).norm().item<double>() + 1e-30);
-}
+using tt::test::masked_attention;
+using tt::test::relative;
+using tt::test::valid_rows;
 
 // q, k, v (B, H, S, D) as the model makes them: views of (B, S, H, D) projections.
 torch::Tensor heads_view(int64_t batch, int64_t heads, int64_t tokens, int64_t d,
@@ -66,6 +51,26 @@ std::pair<torch::Tensor, std::map<std::string, torch::Tensor>> run_small(const t
   }
   out.to(torch::kFloat32).square().sum().backward();
   return {out.detach().to(torch::kFloat32), model->diffusers_gradients()};
+}
+
+// The small model with per-sample attention (`on`) and without, on `in`: the outputs within
+// `out_bound` and every gradient within `grad_bound` of each other. Returns the output without it.
+torch::Tensor on_matches_off(const tt::HunyuanVideoConfig& on, const tt::TransformerInputs& in,
+                             bool checkpointed, bool autocast, double out_bound, double grad_bound) {
+  tt::HunyuanVideoConfig off = on;
+  off.per_sample_attention = false;
+  const auto [out_on, grads_on] = run_small(on, in, checkpointed, autocast);
+  const auto [out_off, grads_off] = run_small(off, in, checkpointed, autocast);
+  const double out_error = relative(out_on, out_off);
+  INFO("output relative error " << out_error);
+  CHECK(out_error <= out_bound);
+  const auto errors = tt::test::gradient_errors(grads_on, grads_off);
+  REQUIRE(!errors.empty());
+  for (const auto& [key, error] : errors) {
+    INFO(key << " gradient error " << error);
+    CHECK(error <= grad_bound);
+  }
+  return out_off;
 }
 
 }  // namespace
@@ -116,17 +121,7 @@ TEST_CASE(
   INFO((checkpointed ? "every block checkpointed" : "no checkpointing"));
   auto in = tt::test::small_model_inputs(on, 2, 8);  // sample 0: 4 valid text tokens, sample 1: 8
   in.text_lengths = {4, 8};
-  const auto [out_on, grads_on] = run_small(on, in, checkpointed, false);
-  const auto [out_off, grads_off] = run_small(off, in, checkpointed, false);
-  const double out_error = relative(out_on, out_off);
-  INFO("output relative error " << out_error);
-  CHECK(out_error <= 1e-5);
-  const auto errors = tt::test::gradient_errors(grads_on, grads_off);
-  REQUIRE(!errors.empty());
-  for (const auto& [key, error] : errors) {
-    INFO(key << " gradient error " << error);
-    CHECK(error <= 1e-4);
-  }
+  const torch::Tensor out_off = on_matches_off(on, in, checkpointed, false, 1e-5, 1e-4);
 
   // The lengths are what the blocks attend with: short ones cut valid keys off (the output moves),
   // and with the option off they are not read.
@@ -194,23 +189,13 @@ TEST_CASE(
     "[gpu][model][per_sample]") {
   TT_REQUIRE_GPU();
   const torch::Device cuda(torch::kCUDA);
-  tt::HunyuanVideoConfig on = tt::test::small_model_config(), off = on;
+  tt::HunyuanVideoConfig on = tt::test::small_model_config();
   on.per_sample_attention = true;
   auto in = tt::test::inputs_on(tt::test::small_model_inputs(on, 2, 8), cuda);
   in.text_lengths = {4, 8};
-  const auto [out_on, grads_on] = run_small(on, in, false, true);
-  const auto [out_off, grads_off] = run_small(off, in, false, true);
   // bf16 autocast on both sides with their own roundings (cuDNN with and without a bias) through
   // three blocks: the segment test's bounds.
-  const double out_error = relative(out_on, out_off);
-  INFO("output relative error " << out_error);
-  CHECK(out_error <= 5e-2);
-  const auto errors = tt::test::gradient_errors(grads_on, grads_off);
-  REQUIRE(!errors.empty());
-  for (const auto& [key, error] : errors) {
-    INFO(key << " gradient error " << error);
-    CHECK(error <= 1.5e-1);
-  }
+  const torch::Tensor out_off = on_matches_off(on, in, false, true, 5e-2, 1.5e-1);
   auto cut = in;
   cut.text_lengths = {1, 1};
   CHECK(relative(run_small(on, cut, false, true).first, out_off) > 5e-2);

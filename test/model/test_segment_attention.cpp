@@ -14,31 +14,13 @@
 #include "core/autocast.h"
 #include "model/segment_attention.h"
 #include "model/text_padding.h"
+#include "test/model/masked_attention.h"
 #include "test/model/small_model.h"
 #include "test/test_util.h"
 
-namespace {
-
-// (B, S) valid-token flags from per-sample lengths.
-torch::Tensor valid_rows(const std::vector<int64_t>& lengths, int64_t tokens) {
-  auto valid = torch::zeros({static_cast<int64_t>(lengths.size()), tokens}, torch::kBool);
-  for (size_t b = 0; b < lengths.size(); ++b) valid[static_cast<int64_t>(b)].slice(0, 0, lengths[b]).fill_(true);
-  return valid;
-}
-
-// Attention with a key mask, (B, S, H * D), as the model's masked path computes it.
-torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& valid) {
-  auto mask = valid.to(q.device()).view({valid.size(0), 1, 1, valid.size(1)});
-  return at::scaled_dot_product_attention(q, k, v, mask).transpose(1, 2).flatten(2, 3);
-}
-
-double relative(const torch::Tensor& a, const torch::Tensor& b) {
-  auto d = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm().item<double>();
-  return d / (b.to(torch::kFloat64).norm().item<double>() + 1e-30);
-}
-
-}  // namespace
+using tt::test::masked_attention;
+using tt::test::relative;
+using tt::test::valid_rows;
 
 TEST_CASE("segment offsets: each sample's valid tokens, then its padding", "[model][segments]") {
   auto offsets = tt::segment_offsets(torch::tensor({5, 7, 0, 3}), 7);
