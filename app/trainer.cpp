@@ -380,10 +380,12 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& given, int64_t fir
   micro.text_mask =
       device_.is_cuda() ? text.mask.contiguous().pin_memory().to(device_, /*non_blocking=*/true) : text.mask;
   micro.pooled = batch.pooled.to(device_);
-  // Segments need right padding, read on the host only where they could be used.
-  const bool segments = model_config_.segment_attention && !text.all_valid && is_right_padded(text.mask);
-  micro.meta = MicroMeta{first, weight, text.all_valid, segments};
-  if (model_config_.per_sample_attention && !text.all_valid && is_right_padded(text.mask)) {
+  // Segments and per-sample attention need right padding, read on the host only where they could be used.
+  const bool right_padded = !text.all_valid &&
+                            (model_config_.segment_attention || model_config_.per_sample_attention) &&
+                            is_right_padded(text.mask);
+  micro.meta = MicroMeta{first, weight, text.all_valid, model_config_.segment_attention && right_padded};
+  if (model_config_.per_sample_attention && right_padded) {
     const auto counts = text.mask.sum(1).to(torch::kLong).contiguous();
     micro.text_lengths.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
   }

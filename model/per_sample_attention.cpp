@@ -3,14 +3,12 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
-
 #include "core/errors.h"
 #include "model/kept_attention.h"
 
 #ifdef TELETRON_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <cuda_runtime_api.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 namespace tt {
@@ -26,8 +24,10 @@ torch::Tensor per_sample_attention(const torch::Tensor& q, const torch::Tensor& 
   // unbind's backward stacks the samples' gradients in one copy; narrowing a sample's tokens keeps
   // the (B, S, H, D) layout the projections made (no copy; the call's shape is its length alone).
   const auto qs = q.unbind(0), ks = k.unbind(0), vs = v.unbind(0);
-  std::vector<torch::Tensor> rows;
-  rows.reserve(static_cast<size_t>(batch));
+  // Each sample's rows, then its padding's zeros, joined by one cat: the output is written once
+  // (its backward only takes views).
+  std::vector<torch::Tensor> pieces;
+  pieces.reserve(2 * static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t length = lengths[static_cast<size_t>(b)];
     TT_ASSERT(length >= 1 && length <= tokens, "per_sample_attention: sample ", b, " has length ", length,
@@ -36,19 +36,18 @@ torch::Tensor per_sample_attention(const torch::Tensor& q, const torch::Tensor& 
     auto valid = [length](const torch::Tensor& t) { return t.narrow(1, 0, length).unsqueeze(0); };
     auto out =
         kept_or_sdpa(valid(qs[b]), valid(ks[b]), valid(vs[b]), std::nullopt).squeeze(0).transpose(0, 1);
-    if (length < tokens) out = at::constant_pad_nd(out, {0, 0, 0, 0, 0, tokens - length});  // (S, H, D)
-    rows.push_back(out);
+    pieces.push_back(out);  // (L, H, D)
+    if (length < tokens)
+      pieces.push_back(at::zeros({tokens - length, out.size(1), out.size(2)}, out.options()));
   }
-  return torch::stack(rows).flatten(2, 3);  // (B, S, H * D)
+  return torch::cat(pieces, 0).view({batch, tokens, -1});  // (B, S, H * D)
 }
 
 bool per_sample_attention_allowed(const torch::Tensor& q) {
 #ifdef TELETRON_WITH_CUDA
   if (q.is_cuda()) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    const auto stream = at::cuda::getCurrentCUDAStream(q.device().index());
-    if (cudaStreamIsCapturing(stream.stream(), &status) != cudaSuccess) return false;
-    return status == cudaStreamCaptureStatusNone;
+    const c10::cuda::CUDAGuard on(q.device());
+    return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
   }
 #else
   (void)q;
