@@ -32,7 +32,7 @@ struct ModelSection {
   int64_t activation_checkpointing_every_n = 0;
   bool fused_kernels = true;       // HunyuanVideoConfig::fused_kernels (whose own default is off)
   bool segment_attention = false;  // HunyuanVideoConfig::segment_attention
-  bool per_sample_attention = false;        // HunyuanVideoConfig::per_sample_attention
+  bool per_sample_attention = true;         // HunyuanVideoConfig::per_sample_attention
   bool checkpoint_keeps_attention = false;  // HunyuanVideoConfig::checkpoint_keeps_attention
   // LoRA (model/lora.h): rank 0 = off, the whole model trains.
   int64_t lora_rank = 0;

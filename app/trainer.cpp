@@ -415,8 +415,8 @@ void Trainer::micro_step(const MicroBatch& micro) {
   if (!inputs.text_lengths.empty() && !per_sample_said_) {
     per_sample_said_ = true;
     spdlog::info(
-        "attention: padded text attended per sample without a mask from step {} on, except in steps "
-        "captured into a CUDA graph (model.per_sample_attention)",
+        "attention: padded text attended per sample without a mask from step {} on; captured steps keep "
+        "the mask (model.per_sample_attention)",
         step_ + 1);
   }
   inputs.pooled_projections = micro.pooled;
@@ -578,15 +578,22 @@ std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {
 void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom,
                        const TextPlan* text) {
   // The step body: graph-safe (core/step_graph.h), on the micro-batches' tensors, four per part.
+  // The parts' host values travel by value: the text lengths serve the eager runs of the body (a
+  // captured or replayed step keeps the mask, model/per_sample_attention.h).
   std::vector<MicroMeta> meta;
-  for (const MicroBatch& part : parts) meta.push_back(part.meta);
-  auto body = [this, meta, inject_oom](const std::vector<torch::Tensor>& tensors) {
+  std::vector<std::vector<int64_t>> lengths;
+  for (const MicroBatch& part : parts) {
+    meta.push_back(part.meta);
+    lengths.push_back(part.text_lengths);
+  }
+  auto body = [this, meta, lengths, inject_oom](const std::vector<torch::Tensor>& tensors) {
     begin_step();
     for (size_t i = 0; i < meta.size(); ++i) {
       // Injected at the last micro-batch: the ones before it have left gradients.
       if (inject_oom && i + 1 == meta.size())
         TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by TELETRON_FAULTS)");
-      micro_step(MicroBatch{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3], meta[i]});
+      micro_step(MicroBatch{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3], meta[i],
+                            lengths[i]});
     }
     end_step();
   };

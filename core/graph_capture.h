@@ -21,6 +21,24 @@
 
 namespace tt {
 
+/// True while this thread runs a step body as an emulated graph replay (StepGraphs without CUDA,
+/// TELETRON_GRAPH_EMULATE): a real replay never runs the body, and a real capture shows as the
+/// stream's capture status. Work whose shapes follow host values (per-sample attention) asks both
+/// and takes its static path, so that an emulated replay computes what a real one would.
+bool emulated_replay_underway();
+
+/// While alive, emulated_replay_underway() is true on this thread.
+class EmulatedReplayScope {
+ public:
+  EmulatedReplayScope();
+  ~EmulatedReplayScope();
+  EmulatedReplayScope(const EmulatedReplayScope&) = delete;
+  EmulatedReplayScope& operator=(const EmulatedReplayScope&) = delete;
+
+ private:
+  bool before_ = false;
+};
+
 #ifdef TELETRON_WITH_CUDA
 
 /// One private graph pool on one device, with a use of our own on the device and the pinned-host

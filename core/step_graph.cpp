@@ -304,7 +304,10 @@ void StepGraphs::replay(const std::string& key, const std::vector<torch::Tensor>
   }
   counts_.replays += 1;
   if (emulated()) {
-    graph.body(graph.inputs);
+    {
+      const EmulatedReplayScope replaying;  // what a real replay runs: the captured (static) path
+      graph.body(graph.inputs);
+    }
     // Emulated: the eager mean over the test's factor, so that the policy's path is the test's choice.
     report(key, true, policy_.eager_ms(key) / options_.emulate_speedup);
     return;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "core/graph_capture.h"
 #include "model/kept_attention.h"
 
 #ifdef TELETRON_WITH_CUDA
@@ -44,6 +45,7 @@ torch::Tensor per_sample_attention(const torch::Tensor& q, const torch::Tensor& 
 }
 
 bool per_sample_attention_allowed(const torch::Tensor& q) {
+  if (emulated_replay_underway()) return false;
 #ifdef TELETRON_WITH_CUDA
   if (q.is_cuda()) {
     const c10::cuda::CUDAGuard on(q.device());

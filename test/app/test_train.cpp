@@ -608,18 +608,35 @@ TEST_CASE("model.per_sample_attention: padded text attended per sample trains to
   Workspace ws(8);
   // Batches of two with captions of 2-8 of 8 tokens, rounded to 8 columns: every batch keeps padding.
   const std::string sets = " --set data.text_padding=trim --set data.text_trim_multiple=8 --max-steps 6";
-  auto masked = run_teletron("train " + ws.config + " --output " + (ws.dir / "masked") + sets);
+  auto masked = run_teletron("train " + ws.config + " --output " + (ws.dir / "masked") + sets +
+                             " --set model.per_sample_attention=false");
   INFO(masked.output);
   REQUIRE(masked.exit_code == 0);
   CHECK_THAT(masked.output, !ContainsSubstring("attended per sample"));
-  auto split = run_teletron("train " + ws.config + " --output " + (ws.dir / "split") + sets +
-                            " --set model.per_sample_attention=true");
+  auto split = run_teletron("train " + ws.config + " --output " + (ws.dir / "split") + sets);  // on by default
   INFO(split.output);
   REQUIRE(split.exit_code == 0);
   CHECK_THAT(split.output,
              ContainsSubstring("padded text attended per sample without a mask from step 1 on"));
   CHECK(weight_difference(ws.dir / "masked/checkpoints/step_0000006",
                           ws.dir / "split/checkpoints/step_0000006") < 1e-5);
+  // The steps that dynamic batch and CUDA graphs run (Trainer::run_step) carry the lengths too; an
+  // emulated replay keeps the mask as a real one does (its capture's lengths belong to another batch).
+  auto dynamic = run_teletron("train " + ws.config + " --output " + (ws.dir / "dynamic") + sets +
+                              " --set batch_size=dynamic --set dynamic_batch.initial=2");
+  INFO(dynamic.output);
+  REQUIRE(dynamic.exit_code == 0);
+  CHECK_THAT(dynamic.output, ContainsSubstring("attended per sample without a mask from step 1 on"));
+  CHECK(weight_difference(ws.dir / "masked/checkpoints/step_0000006",
+                          ws.dir / "dynamic/checkpoints/step_0000006") < 1e-5);
+  auto graphs = run_with_env({{"TELETRON_GRAPH_EMULATE", "2"}},
+                             "train " + ws.config + " --output " + (ws.dir / "graphs") + kGraphSets + " --max-steps 6");
+  INFO(graphs.output);
+  REQUIRE(graphs.exit_code == 0);
+  CHECK_THAT(graphs.output, ContainsSubstring("attended per sample without a mask from step 1 on"));
+  CHECK_THAT(graphs.output, ContainsSubstring("1 capture(s), 0 failed, 3 replays"));
+  CHECK(weight_difference(ws.dir / "masked/checkpoints/step_0000006",
+                          ws.dir / "graphs/checkpoints/step_0000006") < 1e-5);
 }
 
 TEST_CASE("CUDA graphs (emulated): a graph slower than eager is dropped at its first comparison, whatever the "
