@@ -592,8 +592,8 @@ void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bo
       // Injected at the last micro-batch: the ones before it have left gradients.
       if (inject_oom && i + 1 == meta.size())
         TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by TELETRON_FAULTS)");
-      micro_step(MicroBatch{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3], meta[i],
-                            lengths[i]});
+      micro_step(MicroBatch{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3],
+                            meta[i], lengths[i]});
     }
     end_step();
   };

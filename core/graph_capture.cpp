@@ -19,11 +19,17 @@ namespace {
 thread_local bool emulated_replay = false;  // per thread: each rank's step runs on its own
 }  // namespace
 
-bool emulated_replay_underway() { return emulated_replay; }
+bool emulated_replay_underway() {
+  return emulated_replay;
+}
 
-EmulatedReplayScope::EmulatedReplayScope() : before_(emulated_replay) { emulated_replay = true; }
+EmulatedReplayScope::EmulatedReplayScope() : before_(emulated_replay) {
+  emulated_replay = true;
+}
 
-EmulatedReplayScope::~EmulatedReplayScope() { emulated_replay = before_; }
+EmulatedReplayScope::~EmulatedReplayScope() {
+  emulated_replay = before_;
+}
 
 #ifdef TELETRON_WITH_CUDA
 

@@ -295,8 +295,9 @@ TEST_CASE(
           "--set model.num_single_layers=1 --frames 5 --height 32 --width 32 --text-tokens 8 --warmup 1 "
           "--steps 1 --profile-steps 0 --samples 4 --work-dir " +
           work +
-          (set.empty() ? ""
-                       : " --set data.text_trim_multiple=" + set + " --set model.per_sample_attention=false"));
+          (set.empty()
+               ? ""
+               : " --set data.text_trim_multiple=" + set + " --set model.per_sample_attention=false"));
       INFO(result.output);
       REQUIRE(result.exit_code == 0);
     }

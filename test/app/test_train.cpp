@@ -613,7 +613,8 @@ TEST_CASE("model.per_sample_attention: padded text attended per sample trains to
   INFO(masked.output);
   REQUIRE(masked.exit_code == 0);
   CHECK_THAT(masked.output, !ContainsSubstring("attended per sample"));
-  auto split = run_teletron("train " + ws.config + " --output " + (ws.dir / "split") + sets);  // on by default
+  auto split =
+      run_teletron("train " + ws.config + " --output " + (ws.dir / "split") + sets);  // on by default
   INFO(split.output);
   REQUIRE(split.exit_code == 0);
   CHECK_THAT(split.output,
@@ -629,8 +630,9 @@ TEST_CASE("model.per_sample_attention: padded text attended per sample trains to
   CHECK_THAT(dynamic.output, ContainsSubstring("attended per sample without a mask from step 1 on"));
   CHECK(weight_difference(ws.dir / "masked/checkpoints/step_0000006",
                           ws.dir / "dynamic/checkpoints/step_0000006") < 1e-5);
-  auto graphs = run_with_env({{"TELETRON_GRAPH_EMULATE", "2"}},
-                             "train " + ws.config + " --output " + (ws.dir / "graphs") + kGraphSets + " --max-steps 6");
+  auto graphs =
+      run_with_env({{"TELETRON_GRAPH_EMULATE", "2"}},
+                   "train " + ws.config + " --output " + (ws.dir / "graphs") + kGraphSets + " --max-steps 6");
   INFO(graphs.output);
   REQUIRE(graphs.exit_code == 0);
   CHECK_THAT(graphs.output, ContainsSubstring("attended per sample without a mask from step 1 on"));
