@@ -1,7 +1,7 @@
 // Per-sample joint attention (model/per_sample_attention.h): its definition against SDPA with the
 // key mask (CPU, fp64), the small model with model.per_sample_attention on against off (CPU, with
 // and without checkpointed blocks), cuDNN's calls against the definition and the mask kept while a
-// CUDA graph is captured (CUDA).
+// CUDA graph is captured (CUDA) or an emulated one replays.
 #include <torch/torch.h>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/autocast.h"
+#include "core/graph_capture.h"
 #include "model/per_sample_attention.h"
 #include "test/model/masked_attention.h"
 #include "test/model/small_model.h"
@@ -109,6 +110,13 @@ TEST_CASE(
   CHECK_THROWS(tt::per_sample_attention(q, k, v, {6, 9}));
   CHECK_THROWS(tt::per_sample_attention(q, k, v, {6, 10, 1}));
   CHECK_THROWS(tt::per_sample_attention(q, k, v, {0, 9, 1}));
+  // An emulated graph replay (core/graph_capture.h) keeps the mask, as a real replay does.
+  CHECK(tt::per_sample_attention_allowed(q));
+  {
+    const tt::EmulatedReplayScope replaying;
+    CHECK_FALSE(tt::per_sample_attention_allowed(q));
+  }
+  CHECK(tt::per_sample_attention_allowed(q));
 }
 
 TEST_CASE(
