@@ -849,6 +849,10 @@ TEST_CASE("CUDA graphs (emulated), scope auto: a shape whose whole-step captures
 // Captured steps on the GPU against eager ones: the same kernels on the same inputs, so the only
 // differences are the GEMM and attention algorithms cuBLAS and SDPA pick on the capture stream.
 constexpr double kGraphTolerance = 1e-3;  // relative, on the weights (bf16's epsilon is 7.8e-3)
+// The same kernels: a captured step keeps the key mask, so the eager steps compared with it keep it
+// too (per-sample attention, on by default, runs cuDNN without a bias there: its agreement with the
+// mask is test_per_sample_attention's).
+constexpr const char* kMaskedAttention = " --set model.per_sample_attention=false";
 
 // 13 CUDA steps with graphs (1-2 eager, 3 captured, 4-13 replayed, no comparison with eager in
 // between) against 13 eager ones, both with `sets`: every loss and the final weights within
@@ -856,10 +860,11 @@ constexpr double kGraphTolerance = 1e-3;  // relative, on the weights (bf16's ep
 void check_replays_equal_eager(const Workspace& ws, const std::string& sets, const std::string& shape,
                                const std::string& graph_sets = "", double weight_tolerance = kGraphTolerance,
                                double loss_tolerance = kGraphTolerance) {
-  const std::string eager = eager_reference(ws, "cuda", " --max-steps 13" + sets);
+  const std::string eager = eager_reference(ws, "cuda", " --max-steps 13" + sets + kMaskedAttention);
   const std::string graphs = ws.dir / "graphs_cuda";
-  auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" + kGraphSets +
-                          " --set cuda_graph.capture_frequency=1000" + sets + graph_sets);
+  auto run = run_teletron("train " + ws.config + " --device cuda --output " + graphs + " --max-steps 13" +
+                          kGraphSets + " --set cuda_graph.capture_frequency=1000" + sets + graph_sets +
+                          kMaskedAttention);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.output, !ContainsSubstring("TT_ERR_GRAPH"));
@@ -916,9 +921,10 @@ TEST_CASE("CUDA graphs of the blocks on the GPU: 10 steps with block graphs equa
   // 6, replay at 7-13; the eager reference is the fp32 one above.
   const std::string eager = ws.dir / "eager_cuda";
   const std::string fallback = ws.dir / "fallback_cuda";
-  auto run = train_with_faults("graph_capture@3", "train " + ws.config + " --device cuda --output " + fallback +
-                                                      " --max-steps 13" + kGraphSets + kFp32 +
-                                                      " --set cuda_graph.capture_frequency=1000 --set cuda_graph.retry=0");
+  auto run = train_with_faults(
+      "graph_capture@3",
+      "train " + ws.config + " --device cuda --output " + fallback + " --max-steps 13" + kGraphSets + kFp32 +
+          " --set cuda_graph.capture_frequency=1000 --set cuda_graph.retry=0" + kMaskedAttention);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.output, ContainsSubstring("its Transformer blocks are captured instead (cuda_graph.scope auto)"));
@@ -954,12 +960,13 @@ TEST_CASE("CUDA graphs on the GPU: a capture that fails inside the capture is cl
           "[train][graph][gpu][faults]") {
   TT_REQUIRE_GPU();
   Workspace ws(8);
-  const std::string eager = eager_reference(ws, "cuda", " --max-steps 12");
+  const std::string eager = eager_reference(ws, "cuda", std::string(" --max-steps 12") + kMaskedAttention);
   const std::string retried = ws.dir / "retried_cuda";
   // Step 3's capture fails after capture_begin; 4-5 eager, 6 captured into the same pool, 7-12
   // replayed (a tiny model's replay is far faster than its launch-bound eager step: kept).
-  auto run = train_with_faults("graph_capture@3", "train " + ws.config + " --device cuda --output " + retried +
-                                                      " --max-steps 12" + kGraphSets + " --set cuda_graph.retry=1");
+  auto run = train_with_faults("graph_capture@3", "train " + ws.config + " --device cuda --output " +
+                                                      retried + " --max-steps 12" + kGraphSets +
+                                                      " --set cuda_graph.retry=1" + kMaskedAttention);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.output, ContainsSubstring("TT_ERR_GRAPH: capturing the step of shape"));
@@ -974,7 +981,9 @@ TEST_CASE("CUDA graphs on the GPU: a resumed run captures again and replays; its
   TT_REQUIRE_GPU();
   Workspace ws(8);
   const std::string whole = ws.dir / "whole";
-  const std::string sets = std::string(kGraphSets) + " --set cuda_graph.capture_frequency=1000";
+  // Steps 5-6 are replays in one run and eager in the other: the mask in both (kMaskedAttention).
+  const std::string sets =
+      std::string(kGraphSets) + " --set cuda_graph.capture_frequency=1000" + kMaskedAttention;
   auto a = run_teletron("train " + ws.config + " --device cuda --output " + whole + " --max-steps 12" + sets);
   INFO(a.output);
   REQUIRE(a.exit_code == 0);
