@@ -11,14 +11,13 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/gpu_timer.h"
+#include "core/graph_capture.h"
 
 #ifdef TELETRON_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
-
-#include "core/graph_capture.h"
 #endif
 
 namespace tt {
