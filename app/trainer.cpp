@@ -384,10 +384,10 @@ Trainer::MicroBatch Trainer::prepare_micro(const LatentBatch& given, int64_t fir
   const bool right_padded = !text.all_valid &&
                             (model_config_.segment_attention || model_config_.per_sample_attention) &&
                             is_right_padded(text.mask);
-  micro.meta = MicroMeta{first, weight, text.all_valid, model_config_.segment_attention && right_padded};
+  micro.meta = MicroMeta{first, weight, text.all_valid, model_config_.segment_attention && right_padded, {}};
   if (model_config_.per_sample_attention && right_padded) {
     const auto counts = text.mask.sum(1).to(torch::kLong).contiguous();
-    micro.text_lengths.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+    micro.meta.text_lengths.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
   }
   return micro;
 }
@@ -411,7 +411,7 @@ void Trainer::micro_step(const MicroBatch& micro) {
   inputs.encoder_attention_mask = micro.text_mask;
   inputs.text_all_valid = micro.meta.text_all_valid;
   inputs.text_right_padded = micro.meta.text_segments;
-  inputs.text_lengths = micro.text_lengths;
+  inputs.text_lengths = micro.meta.text_lengths;
   if (!inputs.text_lengths.empty() && !per_sample_said_) {
     per_sample_said_ = true;
     spdlog::info(
@@ -578,22 +578,18 @@ std::string Trainer::step_key(const std::vector<MicroBatch>& parts) {
 void Trainer::run_step(const std::vector<MicroBatch>& parts, bool eager_only, bool inject_oom,
                        const TextPlan* text) {
   // The step body: graph-safe (core/step_graph.h), on the micro-batches' tensors, four per part.
-  // The parts' host values travel by value: the text lengths serve the eager runs of the body (a
+  // The parts' host values travel by value (the text lengths serve the eager runs of the body: a
   // captured or replayed step keeps the mask, model/per_sample_attention.h).
   std::vector<MicroMeta> meta;
-  std::vector<std::vector<int64_t>> lengths;
-  for (const MicroBatch& part : parts) {
-    meta.push_back(part.meta);
-    lengths.push_back(part.text_lengths);
-  }
-  auto body = [this, meta, lengths, inject_oom](const std::vector<torch::Tensor>& tensors) {
+  for (const MicroBatch& part : parts) meta.push_back(part.meta);
+  auto body = [this, meta, inject_oom](const std::vector<torch::Tensor>& tensors) {
     begin_step();
     for (size_t i = 0; i < meta.size(); ++i) {
       // Injected at the last micro-batch: the ones before it have left gradients.
       if (inject_oom && i + 1 == meta.size())
         TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (injected by TELETRON_FAULTS)");
-      micro_step(MicroBatch{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3],
-                            meta[i], lengths[i]});
+      micro_step(
+          MicroBatch{tensors[4 * i], tensors[4 * i + 1], tensors[4 * i + 2], tensors[4 * i + 3], meta[i]});
     }
     end_step();
   };

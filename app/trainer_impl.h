@@ -87,6 +87,9 @@ class Trainer {
     bool text_all_valid = false;  // no text padding left: attention runs unmasked
     // The padded text is right-padded and model.segment_attention is on: attention as segments.
     bool text_segments = false;
+    // Valid text tokens per sample, for model.per_sample_attention; empty when it is off or no
+    // padding is left. Not part of a graph's shape key: a captured step keeps the mask.
+    std::vector<int64_t> text_lengths;
   };
   /// One micro-batch ready for the step, on the device.
   struct MicroBatch {
@@ -94,10 +97,7 @@ class Trainer {
     torch::Tensor text_states;  // (B, L', D), padding shared by the batch trimmed
     torch::Tensor text_mask;    // (B, L') bool
     torch::Tensor pooled;       // (B, P)
-    MicroMeta meta;
-    // Valid text tokens per sample (host), for model.per_sample_attention; empty when it is off or
-    // no padding is left. Not part of a graph's shape key: a captured step keeps the mask.
-    std::vector<int64_t> text_lengths;
+    MicroMeta meta;             // its host values
   };
   /// One optimizer step: the learning rate set, the data read, the step run (eagerly or as a graph).
   void train_step();

@@ -9,6 +9,7 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -19,8 +20,17 @@ namespace {
 thread_local bool emulated_replay = false;  // per thread: each rank's step runs on its own
 }  // namespace
 
-bool emulated_replay_underway() {
-  return emulated_replay;
+bool step_in_graph(const torch::Device& device) {
+  if (emulated_replay) return true;
+#ifdef TELETRON_WITH_CUDA
+  if (device.is_cuda()) {
+    const c10::cuda::CUDAGuard on(device);
+    return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+  }
+#else
+  (void)device;
+#endif
+  return false;
 }
 
 EmulatedReplayScope::EmulatedReplayScope() : before_(emulated_replay) {

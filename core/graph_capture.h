@@ -21,13 +21,13 @@
 
 namespace tt {
 
-/// True while this thread runs a step body as an emulated graph replay (StepGraphs without CUDA,
-/// TELETRON_GRAPH_EMULATE): a real replay never runs the body, and a real capture shows as the
-/// stream's capture status. Work whose shapes follow host values (per-sample attention) asks both
-/// and takes its static path, so that an emulated replay computes what a real one would.
-bool emulated_replay_underway();
+/// True while the step body running on this thread is recorded into a graph or replayed from one:
+/// the current stream of `device` captures (CUDA), or StepGraphs emulates a replay (without CUDA,
+/// TELETRON_GRAPH_EMULATE; a real replay never runs the body). Work whose shapes follow host values
+/// (per-sample attention) takes its static path then, so an emulated replay computes what a real one would.
+bool step_in_graph(const torch::Device& device);
 
-/// While alive, emulated_replay_underway() is true on this thread.
+/// While alive, step_in_graph() is true on this thread (StepGraphs' emulated replays).
 class EmulatedReplayScope {
  public:
   EmulatedReplayScope();

@@ -7,11 +7,6 @@
 #include "core/graph_capture.h"
 #include "model/kept_attention.h"
 
-#ifdef TELETRON_WITH_CUDA
-#include <c10/cuda/CUDAGraphsC10Utils.h>
-#include <c10/cuda/CUDAGuard.h>
-#endif
-
 namespace tt {
 
 torch::Tensor per_sample_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -45,16 +40,7 @@ torch::Tensor per_sample_attention(const torch::Tensor& q, const torch::Tensor& 
 }
 
 bool per_sample_attention_allowed(const torch::Tensor& q) {
-  if (emulated_replay_underway()) return false;
-#ifdef TELETRON_WITH_CUDA
-  if (q.is_cuda()) {
-    const c10::cuda::CUDAGuard on(q.device());
-    return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
-  }
-#else
-  (void)q;
-#endif
-  return true;
+  return !step_in_graph(q.device());
 }
 
 }  // namespace tt

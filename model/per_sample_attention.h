@@ -24,9 +24,8 @@ namespace tt {
 torch::Tensor per_sample_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const std::vector<int64_t>& lengths);
 
-/// False while the current CUDA stream is capturing a graph (the lengths would be baked into it) or
-/// an emulated graph replays (core/graph_capture.h: it computes what a real replay would); true
-/// otherwise, on any device.
+/// False while the step is recorded into a graph or replayed from one (core/graph_capture.h,
+/// step_in_graph: the lengths would be baked into it); true otherwise, on any device.
 bool per_sample_attention_allowed(const torch::Tensor& q);
 
 }  // namespace tt
